@@ -1,0 +1,30 @@
+//! Wire and domain types shared by every part of Tessera: the server, the client kit and the
+//! resource-server kit. Nothing here does I/O, HTTP or SQL; it is the OAuth vocabulary.
+//!
+//! # Layout
+//!
+//! - [`form`]: the strict `application/x-www-form-urlencoded` decoder (RFC 6749 Appendix B).
+//! - [`scope`]: [`Scope`] and [`ScopeSet`], the scope grammar of RFC 6749 section 3.3.
+//! - [`client`]: [`ClientId`] and [`ClientSecret`], and HTTP Basic credentials (RFC 6749 2.3.1).
+//! - [`token`]: the token request (RFC 6749 4.4.2) and response (RFC 6749 5.1).
+//! - [`error`]: the error codes of RFC 6749 5.2, RFC 6750 3.1 and RFC 9470, and the error body.
+//! - [`claims`]: the JWT access token claims of RFC 9068.
+//! - [`jwk`]: signing algorithms, JSON Web Keys and key sets (RFC 7517, RFC 8037).
+//! - [`metadata`]: authorization server metadata (RFC 8414).
+
+pub mod claims;
+pub mod client;
+pub mod error;
+pub mod form;
+pub mod jwk;
+pub mod metadata;
+pub mod scope;
+pub mod token;
+
+pub use claims::AccessTokenClaims;
+pub use client::{BasicCredentials, ClientId, ClientSecret};
+pub use error::{ErrorCode, ErrorResponse};
+pub use jwk::{Algorithm, Jwk, JwkSet};
+pub use metadata::AuthorizationServerMetadata;
+pub use scope::{Scope, ScopeSet};
+pub use token::{GrantType, TokenRequest, TokenResponse};

@@ -1,0 +1,112 @@
+//! One contract that every backend must keep, run against each of them.
+
+use tessera_proto::{Algorithm, ClientId, ScopeSet};
+
+use crate::{now, AuthMethod, Client, Plan, SigningKey, Store, StoreError};
+
+fn plan(name: &str, scopes: &str) -> Plan {
+    Plan {
+        name: name.into(),
+        scopes: ScopeSet::parse_names(scopes).unwrap(),
+        token_ttl: 3600,
+        created_at: now(),
+        updated_at: now(),
+    }
+}
+
+fn client(id: &str, plan: &str) -> Client {
+    Client {
+        id: ClientId::parse(id).unwrap(),
+        plan: plan.into(),
+        label: "label".into(),
+        secret_hash: vec![1; 32],
+        previous_secret: None,
+        auth_method: AuthMethod::ClientSecretBasic,
+        enabled: true,
+        created_at: now(),
+        updated_at: now(),
+    }
+}
+
+pub(crate) async fn contract(store: &dyn Store) {
+    let r0 = store.revision().await.unwrap();
+
+    // Plans: insert, then update in place.
+    store.put_plan(&plan("basic", "news-api")).await.unwrap();
+    let mut pro = plan("pro", "news-api market-data-api");
+    store.put_plan(&pro).await.unwrap();
+    pro.scopes = ScopeSet::parse_names("oms-api").unwrap();
+    pro.token_ttl = 60;
+    store.put_plan(&pro).await.unwrap();
+    let plans = store.plans().await.unwrap();
+    assert_eq!(plans.len(), 2);
+    assert_eq!(plans[1].scopes.to_string(), "oms-api");
+    assert_eq!(plans[1].token_ttl, 60);
+    let r1 = store.revision().await.unwrap();
+    assert!(r1 > r0, "plan changes bump the revision");
+
+    // Clients: unknown plan and duplicates are refused and leave nothing behind.
+    let err = store.insert_client(&client("c0", "nope")).await.unwrap_err();
+    assert!(matches!(err, StoreError::UnknownPlan(p) if p == "nope"));
+    let mut c1 = client("c1", "basic");
+    store.insert_client(&c1).await.unwrap();
+    let err = store.insert_client(&c1).await.unwrap_err();
+    assert!(matches!(err, StoreError::Duplicate(_)));
+    assert_eq!(store.clients().await.unwrap().len(), 1);
+
+    c1.previous_secret = Some((vec![2; 32], 42));
+    c1.enabled = false;
+    c1.plan = "pro".into();
+    assert!(store.update_client(&c1).await.unwrap());
+    assert_eq!(store.client(&c1.id).await.unwrap().as_ref(), Some(&c1));
+    c1.plan = "gone".into();
+    assert!(matches!(
+        store.update_client(&c1).await,
+        Err(StoreError::UnknownPlan(_))
+    ));
+    let ghost = client("ghost", "basic");
+    assert!(!store.update_client(&ghost).await.unwrap());
+    assert!(store.client(&ghost.id).await.unwrap().is_none());
+    let r2 = store.revision().await.unwrap();
+    assert!(r2 > r1, "client changes bump the revision");
+
+    assert!(store.delete_client(&c1.id).await.unwrap());
+    assert!(!store.delete_client(&c1.id).await.unwrap());
+
+    // Keys.
+    let key = SigningKey {
+        kid: "k1".into(),
+        alg: Algorithm::EdDSA,
+        public_jwk: "{}".into(),
+        private_sealed: vec![9; 48],
+        created_at: 10,
+        activates_at: 10,
+    };
+    store.insert_key(&key).await.unwrap();
+    let later = SigningKey {
+        kid: "k0".into(),
+        activates_at: 20,
+        ..key.clone()
+    };
+    store.insert_key(&later).await.unwrap();
+    assert!(matches!(
+        store.insert_key(&key).await,
+        Err(StoreError::Duplicate(_))
+    ));
+    let keys = store.keys().await.unwrap();
+    assert_eq!(keys, vec![key.clone(), later]);
+    assert!(store.delete_key("k1").await.unwrap());
+    assert!(store.revision().await.unwrap() > r2);
+}
+
+#[tokio::test]
+async fn sqlite_keeps_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let store = crate::open(&url).await.unwrap();
+    contract(store.as_ref()).await;
+    // Reopening runs the migrations again without harm and sees the same data.
+    drop(store);
+    let again = crate::open(&url).await.unwrap();
+    assert_eq!(again.plans().await.unwrap().len(), 2);
+}

@@ -1,0 +1,190 @@
+//! Tessera's storage: the registry of plans, clients and signing keys.
+//!
+//! # Layout
+//!
+//! - [`Store`]: the trait every backend implements; callers know nothing else.
+//! - [`sqlite`]: the embedded default, one file, migrations in `migrations/sqlite/`.
+//! - [`open`]: the one place where a database URL picks a backend.
+//!
+//! The token hot path never calls the store: the server holds the registry in memory and
+//! polls [`Store::revision`] to notice changes made by other processes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tessera_proto::{Algorithm, ClientId, ScopeSet};
+use thiserror::Error;
+
+pub mod sqlite;
+
+/// Seconds since the Unix epoch.
+pub type Timestamp = i64;
+
+/// What can go wrong in a store. Knows nothing of HTTP; the server maps it at its edge.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The named plan does not exist.
+    #[error("no plan named {0:?}")]
+    UnknownPlan(String),
+    /// The record already exists.
+    #[error("{0} already exists")]
+    Duplicate(String),
+    /// The database URL is not one this build understands.
+    #[error("unsupported database URL {0:?}: use sqlite://PATH or a file path")]
+    UnsupportedUrl(String),
+    /// The backend failed.
+    #[error("database error: {0}")]
+    Backend(#[from] sqlx::Error),
+    /// Applying the embedded migrations failed.
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// A shorthand for store results.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A plan: the scopes its clients may request and the lifetime of their tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Unique name, e.g. `pro`.
+    pub name: String,
+    /// The scopes granted; each names one API.
+    pub scopes: ScopeSet,
+    /// Token lifetime in seconds, sent as `expires_in`.
+    pub token_ttl: u32,
+    /// When the plan was created.
+    pub created_at: Timestamp,
+    /// When the plan last changed.
+    pub updated_at: Timestamp,
+}
+
+/// How a client authenticates at the token endpoint (RFC 6749 section 2.3.1, RFC 7591 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMethod {
+    /// HTTP Basic, the default and the seed's method.
+    ClientSecretBasic,
+    /// `client_id` and `client_secret` in the form body.
+    ClientSecretPost,
+}
+
+impl AuthMethod {
+    /// The RFC 7591 name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClientSecretBasic => "client_secret_basic",
+            Self::ClientSecretPost => "client_secret_post",
+        }
+    }
+
+    /// Reads an RFC 7591 name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "client_secret_basic" => Some(Self::ClientSecretBasic),
+            "client_secret_post" => Some(Self::ClientSecretPost),
+            _ => None,
+        }
+    }
+}
+
+/// A registered client. The secret itself is never stored, only its keyed hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    /// The generated client identifier.
+    pub id: ClientId,
+    /// The plan deciding its scopes and token lifetime.
+    pub plan: String,
+    /// A label for people.
+    pub label: String,
+    /// HMAC-SHA-256 of the current secret.
+    pub secret_hash: Vec<u8>,
+    /// The previous secret's hash and the moment it stops being accepted, after a rotation.
+    pub previous_secret: Option<(Vec<u8>, Timestamp)>,
+    /// How the client authenticates.
+    pub auth_method: AuthMethod,
+    /// A disabled client gets `invalid_client`.
+    pub enabled: bool,
+    /// When the client was created.
+    pub created_at: Timestamp,
+    /// When the client last changed.
+    pub updated_at: Timestamp,
+}
+
+/// A signing key pair; the private half sealed under the operator's master key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SigningKey {
+    /// The key identifier (`kid`).
+    pub kid: String,
+    /// The algorithm it signs with.
+    pub alg: Algorithm,
+    /// The public JWK, as JSON.
+    pub public_jwk: String,
+    /// The private key (PKCS#8), encrypted.
+    pub private_sealed: Vec<u8>,
+    /// When the key was created and first published.
+    pub created_at: Timestamp,
+    /// From when the key signs: published first, so verifiers know it before they meet it.
+    pub activates_at: Timestamp,
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .field("private_sealed", &"[redacted]")
+            .field("created_at", &self.created_at)
+            .field("activates_at", &self.activates_at)
+            .finish()
+    }
+}
+
+/// The registry's storage. One implementation per backend; see [`open`].
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// A counter that grows with every change to plans, clients or keys, by any process.
+    async fn revision(&self) -> Result<i64>;
+
+    /// Creates a plan, or replaces the scopes and lifetime of an existing one.
+    async fn put_plan(&self, plan: &Plan) -> Result<()>;
+    /// All plans, by name.
+    async fn plans(&self) -> Result<Vec<Plan>>;
+
+    /// Adds a client; its plan must exist.
+    async fn insert_client(&self, client: &Client) -> Result<()>;
+    /// All clients, oldest first.
+    async fn clients(&self) -> Result<Vec<Client>>;
+    /// One client.
+    async fn client(&self, id: &ClientId) -> Result<Option<Client>>;
+    /// Replaces a client's plan, label, secrets, method and flag. `Ok(false)` if unknown.
+    async fn update_client(&self, client: &Client) -> Result<bool>;
+    /// Removes a client. `Ok(false)` if unknown.
+    async fn delete_client(&self, id: &ClientId) -> Result<bool>;
+
+    /// Adds a signing key.
+    async fn insert_key(&self, key: &SigningKey) -> Result<()>;
+    /// All signing keys, oldest activation first.
+    async fn keys(&self) -> Result<Vec<SigningKey>>;
+    /// Removes a key that is no longer published.
+    async fn delete_key(&self, kid: &str) -> Result<bool>;
+}
+
+/// Opens the store a URL names, creating and migrating it when needed.
+///
+/// `sqlite://PATH`, `sqlite:PATH` or a bare file path select the embedded SQLite backend.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Err(StoreError::UnsupportedUrl(url.to_owned()));
+    }
+    Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+}
+
+/// The current time as a [`Timestamp`].
+pub fn now() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as Timestamp)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod contract;
