@@ -1,1 +1,139 @@
-fn main(){}
+//! `tessera`: the one binary. It parses the command line and calls into the crates:
+//! `serve` runs the server, `plan`, `client` and `keys` administer the registry (also while
+//! a server runs on the same database).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use tessera_proto::Algorithm;
+
+mod admin;
+mod serve;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "OAuth 2.0 client credentials token service"
+)]
+struct Cli {
+    #[command(flatten)]
+    data: DataArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the registry lives and how its secrets are keyed; shared by every command.
+#[derive(Debug, clap::Args)]
+struct DataArgs {
+    /// Database URL: sqlite://PATH (or a file path).
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_DATABASE_URL",
+        default_value = "sqlite://tessera.db"
+    )]
+    database: String,
+    /// File holding the master key (base64url, 32 bytes). Default: the SQLite file's path
+    /// with `.key` appended, generated on first use. TESSERA_MASTER_KEY overrides both.
+    #[arg(long, global = true, env = "TESSERA_MASTER_KEY_FILE")]
+    master_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the token service.
+    Serve(serve::ServeArgs),
+    /// Manage plans: the scopes a client may request and its token lifetime.
+    #[command(subcommand)]
+    Plan(admin::PlanCommand),
+    /// Manage clients.
+    #[command(subcommand)]
+    Client(admin::ClientCommand),
+    /// Manage signing keys.
+    #[command(subcommand)]
+    Keys(admin::KeysCommand),
+}
+
+/// Parses `EdDSA` or `ES256`.
+fn parse_alg(s: &str) -> Result<Algorithm, String> {
+    s.parse()
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Serve(args) => serve::run(&cli.data, args).await,
+        Command::Plan(cmd) => admin::plan(&cli.data, cmd).await,
+        Command::Client(cmd) => admin::client(&cli.data, cmd).await,
+        Command::Keys(cmd) => admin::keys(&cli.data, cmd).await,
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+impl DataArgs {
+    /// The SQLite file the URL names, if it names one.
+    fn sqlite_path(&self) -> Option<PathBuf> {
+        let url = self.database.as_str();
+        if url.contains("://") && !url.starts_with("sqlite://") {
+            return None;
+        }
+        let path = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        Some(PathBuf::from(path.split('?').next().unwrap_or(path)))
+    }
+
+    /// Opens the store, creating and migrating it when needed.
+    async fn store(&self) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
+        tessera_store::open(&self.database)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", self.database))
+    }
+
+    /// Loads the master key. A missing default key file is generated only while the
+    /// database holds nothing sealed or hashed under another key.
+    async fn secrets(
+        &self,
+        store: &dyn tessera_store::Store,
+    ) -> Result<(
+        std::sync::Arc<tessera_server::secrets::Secrets>,
+        tessera_server::secrets::MasterKeyOrigin,
+    )> {
+        use tessera_server::secrets::{MasterKeySource, Secrets};
+        let source = if let Ok(value) = std::env::var("TESSERA_MASTER_KEY") {
+            MasterKeySource::Value(tessera_proto::ClientSecret::new(value))
+        } else if let Some(path) = &self.master_key_file {
+            MasterKeySource::File {
+                path: path.clone(),
+                generate: false,
+            }
+        } else {
+            let db = self.sqlite_path().ok_or_else(|| {
+                anyhow::anyhow!("set TESSERA_MASTER_KEY or --master-key-file for this database")
+            })?;
+            let mut path = db.into_os_string();
+            path.push(".key");
+            let empty = store.keys().await?.is_empty() && store.clients().await?.is_empty();
+            MasterKeySource::File {
+                path: path.into(),
+                generate: empty,
+            }
+        };
+        let (secrets, origin) = Secrets::load(&source).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; the master key is needed to read this database's keys and secrets"
+            )
+        })?;
+        Ok((std::sync::Arc::new(secrets), origin))
+    }
+}

@@ -36,7 +36,9 @@ impl FromStr for Algorithm {
         match s {
             "EdDSA" => Ok(Self::EdDSA),
             "ES256" => Ok(Self::ES256),
-            other => Err(format!("unsupported algorithm {other:?}: use EdDSA or ES256")),
+            other => Err(format!(
+                "unsupported algorithm {other:?}: use EdDSA or ES256"
+            )),
         }
     }
 }

@@ -19,7 +19,9 @@ pub enum ScopeError {
     #[error("scope does not match the grammar of RFC 6749 section 3.3")]
     Grammar,
     /// A name that a plan may not define: see [`Scope::parse_name`].
-    #[error("scope name {0:?} must be 1 to 128 characters of a-z, A-Z, 0-9, '.', '_', ':', '/' or '-'")]
+    #[error(
+        "scope name {0:?} must be 1 to 128 characters of a-z, A-Z, 0-9, '.', '_', ':', '/' or '-'"
+    )]
     BadName(String),
 }
 

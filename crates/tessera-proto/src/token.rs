@@ -140,7 +140,11 @@ mod tests {
 
     #[test]
     fn refuses_repeats_and_a_missing_grant_type() {
-        let repeated = pairs(&[("grant_type", "client_credentials"), ("scope", "a"), ("scope", "b")]);
+        let repeated = pairs(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "a"),
+            ("scope", "b"),
+        ]);
         let err = TokenRequest::from_form(&repeated).unwrap_err();
         assert_eq!(err.error, ErrorCode::InvalidRequest);
         let missing = pairs(&[("grant_type", ""), ("scope", "a")]);

@@ -46,7 +46,10 @@ pub(crate) async fn contract(store: &dyn Store) {
     assert!(r1 > r0, "plan changes bump the revision");
 
     // Clients: unknown plan and duplicates are refused and leave nothing behind.
-    let err = store.insert_client(&client("c0", "nope")).await.unwrap_err();
+    let err = store
+        .insert_client(&client("c0", "nope"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::UnknownPlan(p) if p == "nope"));
     let mut c1 = client("c1", "basic");
     store.insert_client(&c1).await.unwrap();

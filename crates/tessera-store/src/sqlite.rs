@@ -6,7 +6,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{Row, SqlitePool};
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
@@ -116,9 +118,11 @@ fn constraint(err: sqlx::Error, what: &str, plan: &str) -> StoreError {
 #[async_trait]
 impl Store for SqliteStore {
     async fn revision(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT value FROM revision WHERE id = 1")
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT value FROM revision WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 
     async fn put_plan(&self, plan: &Plan) -> Result<()> {

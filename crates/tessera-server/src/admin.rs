@@ -1,0 +1,180 @@
+//! The operations behind the CLI's `plan`, `client` and `keys` commands. Each one validates
+//! everything before it writes, and writes once, so that bad input leaves nothing behind.
+
+use tessera_proto::scope::ScopeError;
+use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
+use tessera_store::{now, AuthMethod, Client, Plan, SigningKey, Store, StoreError};
+use thiserror::Error;
+
+use crate::keys;
+use crate::secrets::{self, Secrets};
+
+/// The default token lifetime of a new plan: the seed's sample of one hour.
+pub const DEFAULT_TOKEN_TTL: u32 = 3600;
+/// The longest token lifetime a plan may have.
+pub const MAX_TOKEN_TTL: u32 = 86_400;
+
+/// Why an admin operation was refused.
+#[derive(Debug, Error)]
+pub enum AdminError {
+    /// A plan name that is not 1 to 64 of `a-z A-Z 0-9 _ -`.
+    #[error("plan name {0:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'")]
+    BadPlanName(String),
+    /// A bad scope list.
+    #[error("{0}")]
+    BadScopes(#[from] ScopeError),
+    /// A lifetime out of range.
+    #[error("token TTL must be between 1 and {MAX_TOKEN_TTL} seconds")]
+    BadTtl,
+    /// No such client.
+    #[error("no client with id {0:?}")]
+    UnknownClient(String),
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Creates a plan or changes one; an existing plan keeps its TTL unless one is given.
+/// A change applies to each of its clients' next token request.
+pub async fn set_plan(
+    store: &dyn Store,
+    name: &str,
+    scopes: &str,
+    token_ttl: Option<u32>,
+) -> Result<Plan, AdminError> {
+    let valid_name = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid_name {
+        return Err(AdminError::BadPlanName(name.to_owned()));
+    }
+    let scopes = ScopeSet::parse_names(scopes)?;
+    if token_ttl.is_some_and(|t| !(1..=MAX_TOKEN_TTL).contains(&t)) {
+        return Err(AdminError::BadTtl);
+    }
+    let existing = store.plans().await?.into_iter().find(|p| p.name == name);
+    let now = now();
+    let plan = Plan {
+        name: name.to_owned(),
+        scopes,
+        token_ttl: token_ttl
+            .or(existing.as_ref().map(|p| p.token_ttl))
+            .unwrap_or(DEFAULT_TOKEN_TTL),
+        created_at: existing.as_ref().map_or(now, |p| p.created_at),
+        updated_at: now,
+    };
+    store.put_plan(&plan).await?;
+    Ok(plan)
+}
+
+/// Registers a client with a fresh identifier and secret. The secret is returned once and
+/// only its keyed hash is stored.
+pub async fn create_client(
+    store: &dyn Store,
+    secrets: &Secrets,
+    plan: &str,
+    label: &str,
+    auth_method: AuthMethod,
+) -> Result<(Client, ClientSecret), AdminError> {
+    let secret = secrets::new_client_secret();
+    let now = now();
+    let client = Client {
+        id: secrets::new_client_id(),
+        plan: plan.to_owned(),
+        label: label.to_owned(),
+        secret_hash: secrets.hash_secret(&secret),
+        previous_secret: None,
+        auth_method,
+        enabled: true,
+        created_at: now,
+        updated_at: now,
+    };
+    store.insert_client(&client).await?;
+    Ok((client, secret))
+}
+
+/// Loads a client or says it is unknown.
+pub async fn client(store: &dyn Store, id: &str) -> Result<Client, AdminError> {
+    let unknown = || AdminError::UnknownClient(id.to_owned());
+    let id = ClientId::parse(id).ok_or_else(unknown)?;
+    store.client(&id).await?.ok_or_else(unknown)
+}
+
+/// Changes a client with `change` and stores it.
+pub async fn update_client(
+    store: &dyn Store,
+    id: &str,
+    change: impl FnOnce(&mut Client),
+) -> Result<Client, AdminError> {
+    let mut client = client(store, id).await?;
+    change(&mut client);
+    client.updated_at = now();
+    if !store.update_client(&client).await? {
+        return Err(AdminError::UnknownClient(id.to_owned()));
+    }
+    Ok(client)
+}
+
+/// Gives a client a new secret. The old one keeps working for `grace_secs`, so callers can
+/// switch without downtime.
+pub async fn rotate_secret(
+    store: &dyn Store,
+    secrets: &Secrets,
+    id: &str,
+    grace_secs: i64,
+) -> Result<(Client, ClientSecret), AdminError> {
+    let secret = secrets::new_client_secret();
+    let hash = secrets.hash_secret(&secret);
+    let deadline = now() + grace_secs.max(0);
+    let client = update_client(store, id, |c| {
+        let old = std::mem::replace(&mut c.secret_hash, hash);
+        c.previous_secret = (grace_secs > 0).then_some((old, deadline));
+    })
+    .await?;
+    Ok((client, secret))
+}
+
+/// Removes a client.
+pub async fn delete_client(store: &dyn Store, id: &str) -> Result<(), AdminError> {
+    let client = client(store, id).await?;
+    if store.delete_client(&client.id).await? {
+        Ok(())
+    } else {
+        Err(AdminError::UnknownClient(id.to_owned()))
+    }
+}
+
+/// Adds a new signing key that is published now and signs from `activate_in_secs` on, and
+/// drops keys that are no longer published.
+pub async fn rotate_keys(
+    store: &dyn Store,
+    secrets: &Secrets,
+    alg: Algorithm,
+    activate_in_secs: i64,
+) -> Result<SigningKey, AdminError> {
+    let now = now();
+    let key = keys::generate(secrets, alg, now, now + activate_in_secs.max(0));
+    store.insert_key(&key).await?;
+    prune_keys(store, now).await?;
+    Ok(key)
+}
+
+/// Deletes keys whose last token has expired: superseded for longer than any plan's TTL.
+async fn prune_keys(store: &dyn Store, now: i64) -> Result<(), AdminError> {
+    let keep_for = store
+        .plans()
+        .await?
+        .iter()
+        .map(|p| i64::from(p.token_ttl))
+        .max()
+        .unwrap_or(0)
+        .max(i64::from(MAX_TOKEN_TTL));
+    let keys = store.keys().await?;
+    for pair in keys.windows(2) {
+        if pair[1].activates_at <= now && now >= pair[1].activates_at + keep_for {
+            store.delete_key(&pair[0].kid).await?;
+        }
+    }
+    Ok(())
+}

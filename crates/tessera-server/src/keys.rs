@@ -1,0 +1,286 @@
+//! Signing keys: generation, sealing at rest, JWT signing (RFC 7515 compact serialization,
+//! RFC 9068 header) and the published key set (RFC 7517).
+//!
+//! Rotation: a key is published from its creation and signs from `activates_at`, so verifiers
+//! can fetch it before they meet it. When a newer key activates, the old one stays published
+//! until every token it signed has expired.
+
+use std::sync::Arc;
+
+use aws_lc_rs::digest;
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{
+    EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING,
+};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::Serialize;
+use tessera_proto::{Algorithm, Jwk};
+use tessera_store::{SigningKey, Timestamp};
+use thiserror::Error;
+
+use crate::secrets::{Secrets, SecretsError};
+
+/// Why a stored key could not be used.
+#[derive(Debug, Error)]
+pub enum KeyError {
+    /// The private key would not decrypt.
+    #[error("signing key {kid}: {source}")]
+    Unseal {
+        /// The key.
+        kid: String,
+        /// Why.
+        source: SecretsError,
+    },
+    /// The decrypted bytes are not a key of the stated algorithm.
+    #[error("signing key {0}: not a valid private key")]
+    Invalid(String),
+}
+
+enum Pair {
+    Ed25519(Ed25519KeyPair),
+    Es256(EcdsaKeyPair),
+}
+
+/// A signing key ready for use, with its JWT header encoded once.
+pub struct LoadedKey {
+    /// The key identifier: the RFC 7638 thumbprint of the public key.
+    pub kid: String,
+    /// The algorithm.
+    pub alg: Algorithm,
+    /// The public key as published.
+    pub jwk: Jwk,
+    /// When it was created, and so first published.
+    pub created_at: Timestamp,
+    /// When it starts signing.
+    pub activates_at: Timestamp,
+    /// `base64url(header) + "."`, computed once per key.
+    header_prefix: String,
+    pair: Pair,
+}
+
+impl std::fmt::Debug for LoadedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedKey")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .field("activates_at", &self.activates_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Generates a new key pair and seals its private half for the store.
+pub fn generate(
+    secrets: &Secrets,
+    alg: Algorithm,
+    now: Timestamp,
+    activates_at: Timestamp,
+) -> SigningKey {
+    let rng = SystemRandom::new();
+    let pkcs8 = match alg {
+        Algorithm::EdDSA => Ed25519KeyPair::generate_pkcs8(&rng),
+        Algorithm::ES256 => EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng),
+    }
+    .expect("key generation");
+    let pair = parse_pair(alg, pkcs8.as_ref()).expect("a key just generated parses");
+    let jwk = public_jwk(alg, &pair);
+    SigningKey {
+        kid: jwk.kid.clone(),
+        alg,
+        public_jwk: serde_json::to_string(&jwk).expect("JWK serializes"),
+        private_sealed: secrets.seal(&jwk.kid, pkcs8.as_ref()),
+        created_at: now,
+        activates_at,
+    }
+}
+
+/// Opens a stored key.
+pub fn load(secrets: &Secrets, record: &SigningKey) -> Result<LoadedKey, KeyError> {
+    let pkcs8 = secrets
+        .open(&record.kid, &record.private_sealed)
+        .map_err(|source| KeyError::Unseal {
+            kid: record.kid.clone(),
+            source,
+        })?;
+    let pair =
+        parse_pair(record.alg, &pkcs8).ok_or_else(|| KeyError::Invalid(record.kid.clone()))?;
+    let jwk = public_jwk(record.alg, &pair);
+    if jwk.kid != record.kid {
+        return Err(KeyError::Invalid(record.kid.clone()));
+    }
+    let header = serde_json::json!({ "alg": record.alg.as_str(), "typ": "at+jwt", "kid": jwk.kid });
+    let header_prefix = format!("{}.", URL_SAFE_NO_PAD.encode(header.to_string()));
+    Ok(LoadedKey {
+        kid: jwk.kid.clone(),
+        alg: record.alg,
+        jwk,
+        created_at: record.created_at,
+        activates_at: record.activates_at,
+        header_prefix,
+        pair,
+    })
+}
+
+fn parse_pair(alg: Algorithm, pkcs8: &[u8]) -> Option<Pair> {
+    match alg {
+        Algorithm::EdDSA => Ed25519KeyPair::from_pkcs8(pkcs8).ok().map(Pair::Ed25519),
+        Algorithm::ES256 => EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8)
+            .ok()
+            .map(Pair::Es256),
+    }
+}
+
+/// The public JWK, with the RFC 7638 thumbprint as its `kid`.
+fn public_jwk(alg: Algorithm, pair: &Pair) -> Jwk {
+    let (kty, crv, x, y) = match pair {
+        Pair::Ed25519(p) => (
+            "OKP",
+            "Ed25519",
+            URL_SAFE_NO_PAD.encode(p.public_key().as_ref()),
+            None,
+        ),
+        Pair::Es256(p) => {
+            // Uncompressed SEC1 point: 0x04 || x || y.
+            let point = p.public_key().as_ref();
+            let (x, y) = point[1..].split_at(32);
+            (
+                "EC",
+                "P-256",
+                URL_SAFE_NO_PAD.encode(x),
+                Some(URL_SAFE_NO_PAD.encode(y)),
+            )
+        }
+    };
+    // RFC 7638 3.2: the required members in lexicographic order, no white space.
+    let canonical = match &y {
+        None => format!(r#"{{"crv":"{crv}","kty":"{kty}","x":"{x}"}}"#),
+        Some(y) => format!(r#"{{"crv":"{crv}","kty":"{kty}","x":"{x}","y":"{y}"}}"#),
+    };
+    let kid = URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, canonical.as_bytes()));
+    Jwk {
+        kty: kty.into(),
+        crv: crv.into(),
+        x,
+        y,
+        kid,
+        alg: alg.as_str().into(),
+        use_: "sig".into(),
+    }
+}
+
+impl LoadedKey {
+    /// Signs `claims` as a compact JWS (RFC 7515 section 7.1) with the `at+jwt` header.
+    pub fn sign_jwt<C: Serialize>(&self, claims: &C) -> String {
+        let payload = serde_json::to_vec(claims).expect("claims serialize");
+        let mut jwt = String::with_capacity(self.header_prefix.len() + payload.len() * 4 / 3 + 100);
+        jwt.push_str(&self.header_prefix);
+        URL_SAFE_NO_PAD.encode_string(&payload, &mut jwt);
+        let signature = match &self.pair {
+            Pair::Ed25519(p) => p.sign(jwt.as_bytes()).as_ref().to_vec(),
+            Pair::Es256(p) => p
+                .sign(&SystemRandom::new(), jwt.as_bytes())
+                .expect("ECDSA signing")
+                .as_ref()
+                .to_vec(),
+        };
+        jwt.push('.');
+        URL_SAFE_NO_PAD.encode_string(signature, &mut jwt);
+        jwt
+    }
+}
+
+/// The loaded keys, oldest activation first.
+#[derive(Debug, Default)]
+pub struct KeyRing {
+    keys: Vec<Arc<LoadedKey>>,
+}
+
+impl KeyRing {
+    /// A ring of these keys; sorts them by activation.
+    pub fn new(mut keys: Vec<Arc<LoadedKey>>) -> Self {
+        keys.sort_by_key(|k| (k.activates_at, k.created_at));
+        Self { keys }
+    }
+
+    /// The key that signs now: the newest one whose activation has come.
+    pub fn signing_key(&self, now: Timestamp) -> Option<&Arc<LoadedKey>> {
+        self.keys.iter().rev().find(|k| k.activates_at <= now)
+    }
+
+    /// The keys to publish now. Every key not yet active is published, so that verifiers
+    /// learn it ahead of time; a key replaced by a newer active one stays published for
+    /// `retire_after` seconds after it stopped signing, the longest a token it signed can live.
+    pub fn published(&self, now: Timestamp, retire_after: i64) -> Vec<&Arc<LoadedKey>> {
+        self.keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| match self.keys.get(i + 1) {
+                // Superseded once the next key activated.
+                Some(next) if next.activates_at <= now => now < next.activates_at + retire_after,
+                _ => true,
+            })
+            .map(|(_, k)| k)
+            .collect()
+    }
+
+    /// Every loaded key.
+    pub fn all(&self) -> &[Arc<LoadedKey>] {
+        &self.keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets() -> Secrets {
+        Secrets::from_bytes(&[3; 32])
+    }
+
+    fn loaded(alg: Algorithm, activates_at: Timestamp) -> Arc<LoadedKey> {
+        let s = secrets();
+        Arc::new(load(&s, &generate(&s, alg, activates_at - 10, activates_at)).unwrap())
+    }
+
+    #[test]
+    fn keys_round_trip_through_the_store_format() {
+        for alg in [Algorithm::EdDSA, Algorithm::ES256] {
+            let s = secrets();
+            let record = generate(&s, alg, 1, 1);
+            assert!(
+                !record.public_jwk.contains("\"d\""),
+                "no private part in the JWK"
+            );
+            let key = load(&s, &record).unwrap();
+            assert_eq!(key.kid, record.kid);
+            let jwt = key.sign_jwt(&serde_json::json!({"a": 1}));
+            assert_eq!(jwt.split('.').count(), 3);
+            let wrong = Secrets::from_bytes(&[4; 32]);
+            assert!(matches!(
+                load(&wrong, &record),
+                Err(KeyError::Unseal { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn rotation_publishes_ahead_and_retires_late() {
+        let old = loaded(Algorithm::EdDSA, 100);
+        let new = loaded(Algorithm::EdDSA, 200);
+        let ring = KeyRing::new(vec![new.clone(), old.clone()]);
+        let kids = |now| -> Vec<String> {
+            ring.published(now, 50)
+                .iter()
+                .map(|k| k.kid.clone())
+                .collect()
+        };
+        // Before the new key activates: the old one signs, both are published.
+        assert_eq!(ring.signing_key(150).unwrap().kid, old.kid);
+        assert_eq!(kids(150), [old.kid.clone(), new.kid.clone()]);
+        // After: the new one signs; the old one stays until its last token expired.
+        assert_eq!(ring.signing_key(200).unwrap().kid, new.kid);
+        assert_eq!(kids(249), [old.kid.clone(), new.kid.clone()]);
+        assert_eq!(kids(250), [new.kid.clone()]);
+        assert!(ring.signing_key(99).is_none());
+    }
+}

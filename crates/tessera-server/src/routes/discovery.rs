@@ -1,0 +1,55 @@
+//! Discovery: the published keys (RFC 7517 section 5) and the server metadata (RFC 8414).
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use tessera_proto::{AuthorizationServerMetadata, JwkSet};
+
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/.well-known/jwks.json", get(jwks))
+        .route("/.well-known/oauth-authorization-server", get(metadata))
+        .route("/.well-known/openid-configuration", get(metadata))
+}
+
+/// The public keys verifiers need: upcoming, current and recently retired ones.
+async fn jwks(State(state): State<AppState>) -> impl IntoResponse {
+    let registry = state.registry();
+    let now = tessera_store::now();
+    let keys = registry
+        .keys
+        .published(now, registry.max_token_ttl())
+        .into_iter()
+        .map(|k| k.jwk.clone())
+        .collect();
+    (
+        [(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=300"),
+        )],
+        Json(JwkSet { keys }),
+    )
+}
+
+/// RFC 8414 section 3.2: the metadata document.
+async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMetadata> {
+    let issuer = state.config().issuer.trim_end_matches('/').to_owned();
+    Json(AuthorizationServerMetadata {
+        token_endpoint: format!("{issuer}/connect/token"),
+        jwks_uri: format!("{issuer}/.well-known/jwks.json"),
+        grant_types_supported: vec!["client_credentials".into()],
+        token_endpoint_auth_methods_supported: vec![
+            "client_secret_basic".into(),
+            "client_secret_post".into(),
+        ],
+        scopes_supported: state.registry().scopes_supported(),
+        response_types_supported: vec![],
+        introspection_endpoint: None,
+        revocation_endpoint: None,
+        issuer: state.config().issuer.clone(),
+    })
+}

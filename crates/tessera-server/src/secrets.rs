@@ -1,0 +1,292 @@
+//! The operator's master key and what derives from it, and generated client credentials.
+//!
+//! - The master key (32 bytes) is supplied by the operator in `TESSERA_MASTER_KEY` (base64url)
+//!   or in a file; with the embedded default it may be generated into a 0600 file beside the
+//!   database.
+//! - From it, HKDF-SHA-256 (RFC 5869) derives two independent keys: the pepper that keys the
+//!   HMAC of client secrets, and the key that seals signing keys at rest (AES-256-GCM).
+//! - Client secrets are 256 random bits in base64url, so that no client library mis-encodes
+//!   them (RFC 6749 2.3.1), and are stored only as HMAC-SHA-256 under the pepper. A generated
+//!   secret has full entropy, so a slow password hash would add cost and no safety.
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use aws_lc_rs::{hkdf, hmac, rand};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use tessera_proto::{ClientId, ClientSecret};
+use thiserror::Error;
+
+/// Length of the master key in bytes.
+pub const MASTER_KEY_LEN: usize = 32;
+
+/// Why the master key could not be had, or a sealed value not opened.
+#[derive(Debug, Error)]
+pub enum SecretsError {
+    /// The key is not 32 bytes of base64url.
+    #[error("master key must be {MASTER_KEY_LEN} bytes in base64url ({0})")]
+    BadMasterKey(String),
+    /// Reading or writing the key file failed.
+    #[error("master key file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// A sealed value did not open: a different master key, or a damaged value.
+    #[error("cannot decrypt a signing key: wrong master key or damaged data")]
+    Unseal,
+}
+
+/// Where the master key comes from.
+#[derive(Debug, Clone)]
+pub enum MasterKeySource {
+    /// The key itself, base64url (from `TESSERA_MASTER_KEY`).
+    Value(ClientSecret),
+    /// A file holding the key in base64url; `generate` allows creating it when missing.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Whether a missing file may be created with a fresh key.
+        generate: bool,
+    },
+}
+
+/// The keys derived from the operator's master key.
+pub struct Secrets {
+    pepper: hmac::Key,
+    sealing: LessSafeKey,
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secrets([redacted])")
+    }
+}
+
+/// What loading the master key did, so that the caller can say so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MasterKeyOrigin {
+    /// Taken from the environment.
+    Env,
+    /// Read from this file.
+    File(PathBuf),
+    /// Generated into this new file.
+    Generated(PathBuf),
+}
+
+impl Secrets {
+    /// Loads the master key and derives the pepper and the sealing key.
+    pub fn load(source: &MasterKeySource) -> Result<(Self, MasterKeyOrigin), SecretsError> {
+        match source {
+            MasterKeySource::Value(value) => {
+                Ok((Self::from_encoded(value.expose())?, MasterKeyOrigin::Env))
+            }
+            MasterKeySource::File { path, generate } => {
+                match std::fs::read_to_string(path) {
+                    Ok(text) => Ok((
+                        Self::from_encoded(text.trim())?,
+                        MasterKeyOrigin::File(path.clone()),
+                    )),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && *generate => {
+                        match generate_key_file(path) {
+                            Ok(secrets) => Ok((secrets, MasterKeyOrigin::Generated(path.clone()))),
+                            // Another process created it first: use theirs.
+                            Err(SecretsError::Io { source, .. })
+                                if source.kind() == std::io::ErrorKind::AlreadyExists =>
+                            {
+                                Self::load(&MasterKeySource::File {
+                                    path: path.clone(),
+                                    generate: false,
+                                })
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Err(source) => Err(SecretsError::Io {
+                        path: path.clone(),
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Derives the keys from an encoded master key.
+    pub fn from_encoded(encoded: &str) -> Result<Self, SecretsError> {
+        let raw = URL_SAFE_NO_PAD
+            .decode(encoded.trim_end_matches('='))
+            .map_err(|e| SecretsError::BadMasterKey(e.to_string()))?;
+        let raw: [u8; MASTER_KEY_LEN] = raw
+            .try_into()
+            .map_err(|v: Vec<u8>| SecretsError::BadMasterKey(format!("got {} bytes", v.len())))?;
+        Ok(Self::from_bytes(&raw))
+    }
+
+    /// Derives the keys from raw master key bytes (RFC 5869).
+    pub fn from_bytes(master: &[u8; MASTER_KEY_LEN]) -> Self {
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"tessera").extract(master);
+        let pepper: hmac::Key = prk
+            .expand(&[b"client-secret-pepper-v1"], hmac::HMAC_SHA256)
+            .expect("HKDF output of one hash length")
+            .into();
+        let sealing: UnboundKey = prk
+            .expand(&[b"signing-key-sealing-v1"], &AES_256_GCM)
+            .expect("HKDF output of one key length")
+            .into();
+        Self {
+            pepper,
+            sealing: LessSafeKey::new(sealing),
+        }
+    }
+
+    /// The keyed hash stored for a client secret.
+    pub fn hash_secret(&self, secret: &ClientSecret) -> Vec<u8> {
+        hmac::sign(&self.pepper, secret.expose().as_bytes())
+            .as_ref()
+            .to_vec()
+    }
+
+    /// Whether `secret` matches `hash`, compared in constant time.
+    pub fn verify_secret(&self, secret: &ClientSecret, hash: &[u8]) -> bool {
+        hmac::verify(&self.pepper, secret.expose().as_bytes(), hash).is_ok()
+    }
+
+    /// Encrypts `plaintext` bound to `context` (AES-256-GCM, random 96-bit nonce in front).
+    pub fn seal(&self, context: &str, plaintext: &[u8]) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::fill(&mut nonce).expect("system random source");
+        let mut out = plaintext.to_vec();
+        self.sealing
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(context.as_bytes()),
+                &mut out,
+            )
+            .expect("AES-GCM sealing of a small value");
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&out);
+        sealed
+    }
+
+    /// Decrypts what [`seal`](Self::seal) made with the same `context`.
+    pub fn open(&self, context: &str, sealed: &[u8]) -> Result<Vec<u8>, SecretsError> {
+        if sealed.len() < NONCE_LEN {
+            return Err(SecretsError::Unseal);
+        }
+        let (nonce, body) = sealed.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SecretsError::Unseal)?;
+        let mut buf = body.to_vec();
+        let plain = self
+            .sealing
+            .open_in_place(nonce, Aad::from(context.as_bytes()), &mut buf)
+            .map_err(|_| SecretsError::Unseal)?;
+        Ok(plain.to_vec())
+    }
+}
+
+fn generate_key_file(path: &Path) -> Result<Secrets, SecretsError> {
+    let mut raw = [0u8; MASTER_KEY_LEN];
+    rand::fill(&mut raw).expect("system random source");
+    let io = |source| SecretsError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).map_err(io)?;
+    writeln!(file, "{}", URL_SAFE_NO_PAD.encode(raw)).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    Ok(Secrets::from_bytes(&raw))
+}
+
+/// `n` random bytes in base64url without padding.
+pub fn random_token(n: usize) -> String {
+    let mut buf = vec![0u8; n];
+    rand::fill(&mut buf).expect("system random source");
+    URL_SAFE_NO_PAD.encode(buf)
+}
+
+/// A new client identifier: `tc_` and 128 random bits.
+pub fn new_client_id() -> ClientId {
+    ClientId::parse(&format!("tc_{}", random_token(16))).expect("non-empty id")
+}
+
+/// A new client secret: `tcs_` and 256 random bits, all URL-safe characters.
+pub fn new_client_secret() -> ClientSecret {
+    ClientSecret::new(format!("tcs_{}", random_token(32)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets() -> Secrets {
+        Secrets::from_bytes(&[7; MASTER_KEY_LEN])
+    }
+
+    #[test]
+    fn secrets_hash_and_verify() {
+        let s = secrets();
+        let secret = new_client_secret();
+        let hash = s.hash_secret(&secret);
+        assert!(s.verify_secret(&secret, &hash));
+        assert!(!s.verify_secret(&ClientSecret::new("other"), &hash));
+        let other = Secrets::from_bytes(&[8; MASTER_KEY_LEN]);
+        assert!(!other.verify_secret(&secret, &hash), "the pepper matters");
+    }
+
+    #[test]
+    fn generated_credentials_are_url_safe_and_long() {
+        let secret = new_client_secret();
+        let body = secret.expose().strip_prefix("tcs_").unwrap();
+        assert_eq!(URL_SAFE_NO_PAD.decode(body).unwrap().len(), 32);
+        assert!(secret
+            .expose()
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert_ne!(new_client_id(), new_client_id());
+    }
+
+    #[test]
+    fn sealing_round_trips_and_binds_context() {
+        let s = secrets();
+        let sealed = s.seal("kid-1", b"private");
+        assert_eq!(s.open("kid-1", &sealed).unwrap(), b"private");
+        assert!(s.open("kid-2", &sealed).is_err());
+        assert!(Secrets::from_bytes(&[1; 32])
+            .open("kid-1", &sealed)
+            .is_err());
+        assert!(s.open("kid-1", &sealed[..5]).is_err());
+    }
+
+    #[test]
+    fn key_file_is_generated_once_with_mode_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.key");
+        let source = MasterKeySource::File {
+            path: path.clone(),
+            generate: true,
+        };
+        let (a, origin) = Secrets::load(&source).unwrap();
+        assert_eq!(origin, MasterKeyOrigin::Generated(path.clone()));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let (b, origin) = Secrets::load(&source).unwrap();
+        assert_eq!(origin, MasterKeyOrigin::File(path));
+        let secret = ClientSecret::new("x");
+        assert!(b.verify_secret(&secret, &a.hash_secret(&secret)));
+        assert!(Secrets::from_encoded("short").is_err());
+        assert_eq!(format!("{a:?}"), "Secrets([redacted])");
+    }
+}

@@ -1,0 +1,119 @@
+//! `tessera serve`.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use tessera_proto::Algorithm;
+use tessera_server::secrets::MasterKeyOrigin;
+use tessera_server::{AppState, Config};
+use tessera_store::AuthMethod;
+
+use crate::DataArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "TESSERA_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Issuer identifier (the `iss` of tokens). Default: http://<listen address>.
+    #[arg(long, env = "TESSERA_ISSUER")]
+    issuer: Option<String>,
+    /// Algorithm of the signing keys this server generates: EdDSA or ES256.
+    #[arg(long, env = "TESSERA_SIGNING_ALG", default_value = "EdDSA", value_parser = crate::parse_alg)]
+    signing_alg: Algorithm,
+    /// Create demo plans for market-data-api, news-api and oms-api and a demo client, and
+    /// print a ready curl command.
+    #[arg(long)]
+    demo: bool,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "TESSERA_LOG_JSON")]
+    log_json: bool,
+}
+
+pub async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
+    init_logging(args.log_json);
+    let store = data.store().await?;
+    let (secrets, origin) = data.secrets(store.as_ref()).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let local = listener.local_addr()?;
+    let issuer = args.issuer.unwrap_or_else(|| format!("http://{local}"));
+    let mut config = Config::new(issuer.clone());
+    config.signing_alg = args.signing_alg;
+    let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
+
+    println!("tessera listening on http://{local}");
+    println!("  issuer:   {issuer}");
+    println!("  database: {}", data.database);
+    match origin {
+        MasterKeyOrigin::Env => println!("  master key: from TESSERA_MASTER_KEY"),
+        MasterKeyOrigin::File(path) => println!("  master key: {}", path.display()),
+        MasterKeyOrigin::Generated(path) => println!(
+            "  master key: generated into {} (mode 0600); keep it safe, it seals the signing keys",
+            path.display()
+        ),
+    }
+    if args.demo {
+        demo(store.as_ref(), &secrets, &issuer).await?;
+        state.sync().await?;
+    }
+    tessera_server::run(listener, state, tessera_server::shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Plans for the seed's three APIs and a client on the plan with all three.
+async fn demo(
+    store: &dyn tessera_store::Store,
+    secrets: &tessera_server::secrets::Secrets,
+    issuer: &str,
+) -> Result<()> {
+    use tessera_server::admin;
+    admin::set_plan(store, "market-data", "market-data-api", None).await?;
+    admin::set_plan(store, "news", "news-api", None).await?;
+    admin::set_plan(store, "full", "market-data-api news-api oms-api", None).await?;
+    let existing = store
+        .clients()
+        .await?
+        .into_iter()
+        .find(|c| c.label == "demo");
+    let (client, secret) = match existing {
+        Some(c) => admin::rotate_secret(store, secrets, c.id.as_str(), 0).await?,
+        None => {
+            admin::create_client(
+                store,
+                secrets,
+                "full",
+                "demo",
+                AuthMethod::ClientSecretBasic,
+            )
+            .await?
+        }
+    };
+    println!();
+    println!("demo plans: market-data, news, full; demo client on plan full:");
+    println!("  client_id:     {}", client.id);
+    println!("  client_secret: {}", secret.expose());
+    println!("get a token:");
+    println!(
+        "  curl -s -u '{}:{}' -d grant_type=client_credentials -d 'scope=market-data-api news-api' {}/connect/token",
+        client.id,
+        secret.expose(),
+        issuer.trim_end_matches('/')
+    );
+    println!();
+    Ok(())
+}
+
+fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
