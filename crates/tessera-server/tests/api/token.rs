@@ -1,0 +1,602 @@
+//! `POST /connect/token`: every rule and every error of the client credentials grant.
+
+use std::time::Duration;
+
+use tessera_proto::{ClientId, ClientSecret};
+use tessera_server::admin;
+use tessera_store::AuthMethod;
+
+use crate::helpers::*;
+
+const FORM: &str = "grant_type=client_credentials&scope=market-data-api%20news-api";
+
+/// Verifies a token with a JOSE implementation other than the signer's (jsonwebtoken).
+async fn verify_elsewhere(
+    app: &TestApp,
+    token: &str,
+    alg: jsonwebtoken::Algorithm,
+) -> serde_json::Value {
+    let header = jsonwebtoken::decode_header(token).unwrap();
+    assert_eq!(header.typ.as_deref(), Some("at+jwt"));
+    assert_eq!(header.alg, alg);
+    let jwks: jsonwebtoken::jwk::JwkSet = app
+        .http
+        .get(app.url("/.well-known/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let jwk = jwks
+        .find(header.kid.as_deref().unwrap())
+        .expect("kid is published");
+    let key = jsonwebtoken::DecodingKey::from_jwk(jwk).unwrap();
+    let mut validation = jsonwebtoken::Validation::new(alg);
+    validation.set_issuer(&[&app.base]);
+    validation.set_audience(&["news-api"]);
+    validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation)
+        .unwrap()
+        .claims
+}
+
+#[tokio::test]
+async fn issues_a_signed_rfc9068_token() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let response = app.token(&id, &secret, FORM).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    assert_eq!(response.headers()["pragma"], "no-cache");
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["token_type"], "Bearer");
+    assert_eq!(body["expires_in"], 3600);
+    assert_eq!(body["scope"], "market-data-api news-api");
+    assert!(body.get("refresh_token").is_none());
+
+    let token = body["access_token"].as_str().unwrap();
+    let claims = verify_elsewhere(&app, token, jsonwebtoken::Algorithm::EdDSA).await;
+    assert_eq!(claims["iss"], app.base);
+    assert_eq!(claims["sub"], id.as_str());
+    assert_eq!(claims["client_id"], id.as_str());
+    assert_eq!(
+        claims["aud"],
+        serde_json::json!(["market-data-api", "news-api"])
+    );
+    assert_eq!(claims["scope"], "market-data-api news-api");
+    assert_eq!(claims["app_only"], true);
+    let (iat, exp) = (
+        claims["iat"].as_u64().unwrap(),
+        claims["exp"].as_u64().unwrap(),
+    );
+    assert_eq!(exp - iat, 3600);
+    let now = tessera_store::now() as u64;
+    assert!(iat <= now && now - iat < 5);
+    // At least 128 random bits: 22 base64url characters.
+    let jti = claims["jti"].as_str().unwrap();
+    assert!(jti.len() >= 22, "{jti}");
+    let second = app
+        .token(&id, &secret, FORM)
+        .await
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    assert_ne!(
+        claims_of(second["access_token"].as_str().unwrap())["jti"],
+        claims["jti"]
+    );
+}
+
+#[tokio::test]
+async fn es256_is_a_configurable_alternative() {
+    let app = spawn_with(|c| c.signing_alg = tessera_proto::Algorithm::ES256).await;
+    let (id, secret) = app.client().await;
+    let body: serde_json::Value = app.token(&id, &secret, FORM).await.json().await.unwrap();
+    let claims = verify_elsewhere(
+        &app,
+        body["access_token"].as_str().unwrap(),
+        jsonwebtoken::Algorithm::ES256,
+    )
+    .await;
+    assert_eq!(claims["client_id"], id.as_str());
+}
+
+#[tokio::test]
+async fn a_scope_outside_the_plan_is_invalid_scope_and_named() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let response = app
+        .token(
+            &id,
+            &secret,
+            "grant_type=client_credentials&scope=news-api+oms-api+zzz-api",
+        )
+        .await;
+    let (status, error, description) = error_of(response).await;
+    assert_eq!((status, error.as_str()), (400, "invalid_scope"));
+    assert!(
+        description.contains("oms-api") && description.contains("zzz-api"),
+        "{description}"
+    );
+    assert!(
+        !description.contains("news-api"),
+        "only refused scopes are named: {description}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_empty_or_malformed_scope_is_invalid_scope() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    for body in [
+        "grant_type=client_credentials",
+        "grant_type=client_credentials&scope=",
+        "grant_type=client_credentials&scope=news-api%20%20oms-api",
+        "grant_type=client_credentials&scope=%20news-api",
+        "grant_type=client_credentials&scope=news-api%20",
+        "grant_type=client_credentials&scope=news%22api",
+    ] {
+        let (status, error, _) = error_of(app.token(&id, &secret, body).await).await;
+        assert_eq!((status, error.as_str()), (400, "invalid_scope"), "{body}");
+    }
+    // A subset of the plan, with a repeat, is fine.
+    let ok = app
+        .token(
+            &id,
+            &secret,
+            "grant_type=client_credentials&scope=news-api+news-api",
+        )
+        .await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(
+        ok.json::<serde_json::Value>().await.unwrap()["scope"],
+        "news-api"
+    );
+}
+
+fn assert_basic_challenge(response: &reqwest::Response) {
+    let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+    assert!(challenge.starts_with("Basic realm=\""), "{challenge}");
+}
+
+#[tokio::test]
+async fn bad_client_credentials_are_invalid_client_with_a_challenge() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let unknown = ClientId::parse("tc_nobody").unwrap();
+    let wrong = ClientSecret::new("tcs_wrong");
+
+    let mut bodies = Vec::new();
+    for (id, secret) in [(&unknown, &secret), (&id, &wrong)] {
+        let response = app.token(id, secret, FORM).await;
+        assert_eq!(response.status(), 401);
+        assert_basic_challenge(&response);
+        bodies.push(response.text().await.unwrap());
+    }
+    assert_eq!(
+        bodies[0], bodies[1],
+        "unknown client and wrong secret look the same"
+    );
+    assert!(bodies[0].contains("invalid_client"));
+    assert!(!bodies[0].contains("tcs_"), "no secret in an error");
+
+    // No credentials at all.
+    let response = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(FORM)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    assert_basic_challenge(&response);
+    assert_eq!(error_of(response).await.1, "invalid_client");
+
+    // Another scheme.
+    let response = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("authorization", "Bearer abc")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(FORM)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(response).await.1, "invalid_client");
+}
+
+#[tokio::test]
+async fn a_disabled_client_is_refused_and_can_be_enabled_again() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = false)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    let response = app.token(&id, &secret, FORM).await;
+    assert_basic_challenge(&response);
+    assert_eq!(error_of(response).await.1, "invalid_client");
+    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = true)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(app.token(&id, &secret, FORM).await.status(), 200);
+}
+
+#[tokio::test]
+async fn malformed_requests_are_invalid_request() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "missing grant_type",
+            "scope=news-api".into(),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "empty grant_type",
+            "grant_type=&scope=news-api".into(),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "repeated scope",
+            "grant_type=client_credentials&scope=news-api&scope=news-api".into(),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "repeated grant_type",
+            "grant_type=client_credentials&grant_type=client_credentials&scope=news-api".into(),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "json body",
+            r#"{"grant_type":"client_credentials"}"#.into(),
+            "application/json",
+        ),
+        (
+            "bad escape",
+            "grant_type=client_credentials&scope=news%zzapi".into(),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "not utf-8",
+            "grant_type=client_credentials&scope=%FF".into(),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "credentials two ways",
+            format!("{FORM}&client_secret={}", secret.expose()),
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            "different client_id in body",
+            format!("{FORM}&client_id=tc_other"),
+            "application/x-www-form-urlencoded",
+        ),
+    ];
+    for (what, body, content_type) in cases {
+        let response = app
+            .http
+            .post(app.url("/connect/token"))
+            .header("authorization", basic(&id, &secret))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (status, error, _) = error_of(response).await;
+        assert_eq!((status, error.as_str()), (400, "invalid_request"), "{what}");
+    }
+
+    // No content type at all.
+    let response = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("authorization", basic(&id, &secret))
+        .body(FORM)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(response).await.1, "invalid_request");
+
+    // Credentials in the query string.
+    let url = app.url(&format!(
+        "/connect/token?client_id={}&client_secret={}",
+        id,
+        secret.expose()
+    ));
+    let response = app
+        .http
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(FORM)
+        .send()
+        .await
+        .unwrap();
+    let (status, error, description) = error_of(response).await;
+    assert_eq!((status, error.as_str()), (400, "invalid_request"));
+    assert!(!description.contains(secret.expose()));
+
+    // Malformed Basic credentials.
+    for header in ["Basic !!!notbase64", "Basic bm8tY29sb24=", "Basic YSUyOmI="] {
+        let response = app
+            .http
+            .post(app.url("/connect/token"))
+            .header("authorization", header)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(FORM)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(error_of(response).await.1, "invalid_request", "{header}");
+    }
+}
+
+#[tokio::test]
+async fn other_grant_types_are_unsupported() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    for grant in [
+        "password",
+        "authorization_code",
+        "refresh_token",
+        "urn:ietf:params:oauth:grant-type:jwt-bearer",
+    ] {
+        let body = format!("grant_type={grant}&scope=news-api");
+        let (status, error, _) = error_of(app.token(&id, &secret, &body).await).await;
+        assert_eq!(
+            (status, error.as_str()),
+            (400, "unsupported_grant_type"),
+            "{grant}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_parameters_are_ignored() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let body = format!("{FORM}&audience=x&resource=y&foo=1&foo=2&client_id={id}");
+    assert_eq!(app.token(&id, &secret, &body).await.status(), 200);
+}
+
+#[tokio::test]
+async fn basic_credentials_are_form_decoded() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    use base64::Engine;
+    // "_" percent-encoded, as a strict RFC 6749 2.3.1 encoder might send it.
+    let raw = format!(
+        "{}:{}",
+        id.as_str().replace('_', "%5F"),
+        secret.expose().replace('_', "%5F")
+    );
+    let header = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    );
+    let response = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("authorization", header)
+        .header(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=UTF-8",
+        )
+        .body(FORM)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn client_secret_post_is_a_per_client_option() {
+    let app = spawn_app().await;
+    let (post_id, post_secret) = app.client_on("pro", AuthMethod::ClientSecretPost).await;
+    let (basic_id, basic_secret) = app.client().await;
+    let post = |id: &ClientId, secret: &ClientSecret| {
+        let body = format!("{FORM}&client_id={id}&client_secret={}", secret.expose());
+        app.http
+            .post(app.url("/connect/token"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    assert_eq!(post(&post_id, &post_secret).await.unwrap().status(), 200);
+    // Each client only with the method it is registered for.
+    let response = post(&basic_id, &basic_secret).await.unwrap();
+    assert_basic_challenge(&response);
+    assert_eq!(error_of(response).await.1, "invalid_client");
+    let response = app.token(&post_id, &post_secret, FORM).await;
+    assert_eq!(error_of(response).await.1, "invalid_client");
+    // client_id alone in the body is no authentication.
+    let response = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("{FORM}&client_id={post_id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(response).await.1, "invalid_client");
+}
+
+#[tokio::test]
+async fn a_rotated_secret_keeps_working_until_its_deadline() {
+    let app = spawn_app().await;
+    let (id, old) = app.client().await;
+    let (_, new) = admin::rotate_secret(app.store.as_ref(), &app.secrets, id.as_str(), 2)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(app.token(&id, &new, FORM).await.status(), 200);
+    assert_eq!(
+        app.token(&id, &old, FORM).await.status(),
+        200,
+        "old secret in its grace period"
+    );
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    assert_eq!(app.token(&id, &new, FORM).await.status(), 200);
+    assert_eq!(
+        app.token(&id, &old, FORM).await.status(),
+        401,
+        "old secret past its deadline"
+    );
+
+    // Without grace, the old secret stops at once.
+    let (_, newer) = admin::rotate_secret(app.store.as_ref(), &app.secrets, id.as_str(), 0)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(app.token(&id, &new, FORM).await.status(), 401);
+    assert_eq!(app.token(&id, &newer, FORM).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_plan_change_applies_to_the_next_request() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    assert_eq!(app.token(&id, &secret, FORM).await.status(), 200);
+    admin::set_plan(app.store.as_ref(), "pro", "news-api oms-api", Some(120))
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    let (status, error, description) = error_of(app.token(&id, &secret, FORM).await).await;
+    assert_eq!((status, error.as_str()), (400, "invalid_scope"));
+    assert!(description.contains("market-data-api"));
+    let body: serde_json::Value = app
+        .token(&id, &secret, "grant_type=client_credentials&scope=oms-api")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["expires_in"], 120);
+
+    // Moving the client to another plan.
+    admin::set_plan(app.store.as_ref(), "market", "market-data-api", None)
+        .await
+        .unwrap();
+    admin::update_client(app.store.as_ref(), id.as_str(), |c| {
+        c.plan = "market".into()
+    })
+    .await
+    .unwrap();
+    app.state.sync().await.unwrap();
+    let scope = "grant_type=client_credentials&scope=market-data-api";
+    assert_eq!(app.token(&id, &secret, scope).await.status(), 200);
+    let (_, error, _) = error_of(
+        app.token(&id, &secret, "grant_type=client_credentials&scope=oms-api")
+            .await,
+    )
+    .await;
+    assert_eq!(error, "invalid_scope");
+}
+
+#[tokio::test]
+async fn a_change_by_another_process_is_seen_within_a_second() {
+    let app = spawn_with(|c| c.sync_interval = Duration::from_millis(250)).await;
+    // A second, independent connection pool to the same file, as the CLI would open.
+    let other = tessera_store::open(&app.db_url).await.unwrap();
+    let (client, secret) = admin::create_client(
+        other.as_ref(),
+        &app.secrets,
+        "pro",
+        "cli",
+        AuthMethod::ClientSecretBasic,
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        if app.token(&client.id, &secret, FORM).await.status() == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "not seen within 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn other_methods_get_405() {
+    let app = spawn_app().await;
+    for method in [
+        reqwest::Method::GET,
+        reqwest::Method::PUT,
+        reqwest::Method::DELETE,
+    ] {
+        let response = app
+            .http
+            .request(method.clone(), app.url("/connect/token"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405, "{method}");
+        assert!(response.headers()["allow"]
+            .to_str()
+            .unwrap()
+            .contains("POST"));
+    }
+}
+
+#[tokio::test]
+async fn a_large_body_gets_413() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let body = format!("{FORM}&pad={}", "a".repeat(9 * 1024));
+    let (status, error, _) = error_of(app.token(&id, &secret, &body).await).await;
+    assert_eq!((status, error.as_str()), (413, "invalid_request"));
+    // A body just under the limit is fine.
+    let body = format!("{FORM}&pad={}", "a".repeat(7 * 1024));
+    assert_eq!(app.token(&id, &secret, &body).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_client_that_sends_too_slowly_is_timed_out() {
+    let app = spawn_with(|c| c.request_timeout = Duration::from_millis(500)).await;
+    let (id, secret) = app.client().await;
+    let head = format!(
+        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\ngrant_type=",
+        basic(&id, &secret),
+        FORM.len()
+    );
+    // Headers and a part of the body, then nothing more.
+    let response = tokio::time::timeout(Duration::from_secs(5), app.raw(head.as_bytes()))
+        .await
+        .expect("server answered");
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+}
+
+#[tokio::test]
+async fn in_flight_requests_finish_on_shutdown() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let head = format!(
+        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        basic(&id, &secret),
+        FORM.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&FORM.as_bytes()[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.stop_signal();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // New connections are refused while the in-flight one still completes.
+    stream.write_all(&FORM.as_bytes()[10..]).await.unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    app.stop().await.unwrap();
+    assert!(tokio::net::TcpStream::connect(app.addr).await.is_err());
+}
