@@ -1,0 +1,223 @@
+//! The `tessera` binary as an operator uses it: admin commands, `serve` on port 0 beside
+//! them, crash durability and signals.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tessera");
+
+fn tessera(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("TESSERA_DATABASE_URL")
+        .env_remove("TESSERA_MASTER_KEY")
+        .env_remove("TESSERA_MASTER_KEY_FILE")
+        .output()
+        .unwrap()
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = tessera(dir, args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(dir: &Path, args: &[&str]) -> String {
+    let out = tessera(dir, args);
+    assert!(!out.status.success(), "{args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .current_dir(dir)
+            .env_remove("TESSERA_DATABASE_URL")
+            .env_remove("TESSERA_LISTEN")
+            .env_remove("TESSERA_ISSUER")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        lines.read_line(&mut first).unwrap();
+        let base = first
+            .trim()
+            .strip_prefix("tessera listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.lines() {});
+        Self { child, base }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn token(base: &str, id: &str, secret: &str, scope: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/connect/token"))
+        .basic_auth(id, Some(secret))
+        .form(&[("grant_type", "client_credentials"), ("scope", scope)])
+        .send()
+        .await
+        .unwrap()
+}
+
+fn create_client(dir: &Path, plan: &str) -> (String, String) {
+    let out = ok(dir, &["client", "create", "--plan", plan, "--name", "app", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(json["plan"], plan);
+    (
+        json["client_id"].as_str().unwrap().to_owned(),
+        json["client_secret"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn admin_commands_validate_and_write_nothing_on_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "market-data-api news-api", "--token-ttl", "600"]);
+    let plans = ok(d, &["plan", "list"]);
+    assert!(plans.contains("pro") && plans.contains("600") && plans.contains("news-api"), "{plans}");
+
+    assert!(fails(d, &["plan", "set", "bad plan", "--scopes", "a"]).contains("plan name"));
+    assert!(fails(d, &["plan", "set", "x", "--scopes", "ok bad!scope"]).contains("scope name"));
+    assert!(fails(d, &["plan", "set", "x", "--scopes", " "]).contains("empty"));
+    assert!(fails(d, &["plan", "set", "x", "--scopes", "a", "--token-ttl", "0"]).contains("TTL"));
+    assert!(!ok(d, &["plan", "list"]).contains("\nx "), "no half-written plan");
+
+    let err = fails(d, &["client", "create", "--plan", "nope"]);
+    assert!(err.contains("no plan named \"nope\""), "{err}");
+    assert_eq!(ok(d, &["client", "list", "--json"]).trim(), "[]", "no half-written client");
+
+    let (id, secret) = create_client(d, "pro");
+    assert!(id.starts_with("tc_") && secret.starts_with("tcs_"));
+    let show = ok(d, &["client", "show", &id, "--json"]);
+    assert!(!show.contains(&secret), "the secret is shown once");
+    assert!(!show.contains("hash"));
+    assert!(ok(d, &["client", "list"]).contains(&id));
+    ok(d, &["client", "disable", &id]);
+    assert!(ok(d, &["client", "show", &id]).contains("\"enabled\": false"));
+    ok(d, &["client", "enable", &id]);
+    let rotated: serde_json::Value =
+        serde_json::from_str(ok(d, &["client", "rotate-secret", &id, "--json"]).trim()).unwrap();
+    assert_ne!(rotated["client_secret"].as_str().unwrap(), secret);
+    assert!(fails(d, &["client", "show", "tc_nobody"]).contains("no client"));
+    assert!(fails(d, &["client", "disable", "tc_nobody"]).contains("no client"));
+    ok(d, &["client", "delete", &id]);
+    assert!(fails(d, &["client", "delete", &id]).contains("no client"));
+
+    let keys = ok(d, &["keys", "list"]);
+    assert!(keys.contains("KID"), "{keys}");
+    ok(d, &["keys", "rotate", "--activate-in", "0"]);
+    assert!(ok(d, &["keys", "list"]).contains("signing"));
+
+    // The master key was generated beside the database, readable by its owner only.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.join("tessera.db.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
+
+#[test]
+fn a_missing_master_key_is_not_silently_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    create_client(d, "pro");
+    std::fs::remove_file(d.join("tessera.db.key")).unwrap();
+    let err = fails(d, &["client", "create", "--plan", "pro"]);
+    assert!(err.contains("master key"), "{err}");
+    assert!(!d.join("tessera.db.key").exists());
+}
+
+#[tokio::test]
+async fn serve_sees_cli_changes_and_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "market-data-api news-api"]);
+    let server = Server::start(d, &[]);
+
+    // A client created by the CLI while the server runs gets a token within a second.
+    let (id, secret) = create_client(d, "pro");
+    let started = Instant::now();
+    while token(&server.base, &id, &secret, "news-api").await.status() != 200 {
+        assert!(started.elapsed() < Duration::from_secs(1), "change not seen within 1 s");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // kill -9 right after an acknowledged creation: the client survives.
+    let (id2, secret2) = create_client(d, "pro");
+    server.signal("-KILL");
+    drop(server);
+    let server = Server::start(d, &[]);
+    assert_eq!(token(&server.base, &id2, &secret2, "news-api").await.status(), 200);
+    assert_eq!(token(&server.base, &id, &secret, "market-data-api").await.status(), 200);
+}
+
+#[tokio::test]
+async fn demo_leads_to_a_first_token_and_sigterm_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--demo"])
+        .current_dir(dir.path())
+        .env_remove("TESSERA_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut curl = None;
+    let mut line = String::new();
+    while curl.is_none() {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "no curl command printed");
+        if line.trim_start().starts_with("curl ") {
+            curl = Some(line.trim().to_owned());
+        }
+    }
+    let curl = curl.unwrap();
+    // The printed command: curl -s -u 'ID:SECRET' -d ... -d 'scope=...' URL
+    let creds = curl.split('\'').nth(1).unwrap();
+    let (id, secret) = creds.split_once(':').unwrap();
+    let url = curl.rsplit(' ').next().unwrap();
+    let base = url.strip_suffix("/connect/token").unwrap();
+    let response = token(base, id, secret, "market-data-api news-api").await;
+    assert_eq!(response.status(), 200);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "graceful exit on SIGTERM: {exit:?}");
+}
