@@ -1,0 +1,442 @@
+//! Token lifetimes and the single-flight refresh.
+//!
+//! A token is kept for `expires_in` seconds counted from when its response was received
+//! (RFC 6749 section 5.1; the seed: "a client caches access_token for the period given by
+//! expires_in"), and replaced a little before that, by the [`RefreshSkew`], so that it does
+//! not expire on its way to the API.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tessera_proto::{ClientId, ScopeSet};
+use tokio::time::Instant;
+
+use crate::environment::Environment;
+use crate::error::Error;
+
+/// What a cached token is for. Two clients with equal keys may share a token; any difference
+/// (another deployment, another client, another scope set) gets its own.
+///
+/// Serializable (the environment as `production`, `staging` or its URL, the scopes
+/// space-separated), so that a cache on disk can use the same key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheKey {
+    /// The deployment that issued the token.
+    pub environment: Environment,
+    /// The client it was issued to.
+    pub client_id: ClientId,
+    /// The scopes requested.
+    pub scopes: ScopeSet,
+}
+
+/// An access token. `Debug` prints `[redacted]`; read it with [`AccessToken::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct AccessToken(Arc<str>);
+
+impl AccessToken {
+    pub(crate) fn new(token: &str) -> Self {
+        Self(token.into())
+    }
+
+    /// The token itself, for an `Authorization: Bearer` header (RFC 6750 section 2.1).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// How long before expiry a token is replaced: the smaller of `max` and `percent` of the
+/// token's lifetime, and never more than the lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefreshSkew {
+    /// The longest skew.
+    pub max: Duration,
+    /// The skew as a share of the lifetime, in percent.
+    pub percent: u32,
+}
+
+impl Default for RefreshSkew {
+    /// min(30 s, 10% of the lifetime).
+    fn default() -> Self {
+        Self {
+            max: Duration::from_secs(30),
+            percent: 10,
+        }
+    }
+}
+
+impl RefreshSkew {
+    /// The skew for a token living `lifetime`.
+    pub fn for_lifetime(&self, lifetime: Duration) -> Duration {
+        let share = lifetime.saturating_mul(self.percent.min(100)) / 100;
+        share.min(self.max).min(lifetime)
+    }
+}
+
+/// Lifetimes beyond this are taken as this, so that instants cannot overflow.
+const LONGEST_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A token and when it stops being served from the cache.
+#[derive(Debug, Clone)]
+pub(crate) struct CachedToken {
+    pub(crate) token: AccessToken,
+    /// `received_at + expires_in`: after this the server refuses it.
+    expires_at: Instant,
+    /// `expires_at - skew`: from here on a call refreshes it.
+    refresh_at: Instant,
+}
+
+impl CachedToken {
+    pub(crate) fn new(
+        token: AccessToken,
+        expires_in: u64,
+        received_at: Instant,
+        skew: RefreshSkew,
+    ) -> Self {
+        let lifetime = Duration::from_secs(expires_in).min(LONGEST_LIFETIME);
+        let refresh_at = received_at + (lifetime - skew.for_lifetime(lifetime));
+        Self {
+            token,
+            expires_at: received_at + lifetime,
+            refresh_at,
+        }
+    }
+}
+
+/// Tokens for any number of [`CacheKey`]s. Cheap to clone; clones share their tokens. Give
+/// one to several builders with [`TokenClientBuilder::cache`](crate::TokenClientBuilder::cache)
+/// to let their clients share tokens; a client built without one owns a cache of its own.
+#[derive(Debug, Clone, Default)]
+pub struct TokenCache {
+    entries: Arc<Mutex<HashMap<CacheKey, Arc<CacheEntry>>>>,
+}
+
+impl TokenCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many keys the cache has seen.
+    pub fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    /// Whether no key has been used yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The entry of `key`, created empty if new.
+    pub(crate) fn entry(&self, key: &CacheKey) -> Arc<CacheEntry> {
+        lock(&self.entries).entry(key.clone()).or_default().clone()
+    }
+}
+
+/// The token of one key, and the lock that makes its refresh single-flight.
+#[derive(Debug, Default)]
+pub(crate) struct CacheEntry {
+    /// Read on every call without waiting for a refresh in flight.
+    state: Mutex<State>,
+    /// Held for the whole of a refresh: one token request at a time per key.
+    flight: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    token: Option<CachedToken>,
+    /// Refreshes finished so far; tells a waiter whether one ended while it waited.
+    finished: u64,
+    /// How the last finished refresh failed, for those who waited on it.
+    failure: Option<Error>,
+}
+
+impl State {
+    fn fresh(&self, now: Instant) -> Option<AccessToken> {
+        let t = self.token.as_ref()?;
+        (now < t.refresh_at).then(|| t.token.clone())
+    }
+
+    fn unexpired(&self, now: Instant) -> Option<AccessToken> {
+        let t = self.token.as_ref()?;
+        (now < t.expires_at).then(|| t.token.clone())
+    }
+}
+
+impl CacheEntry {
+    /// The cached token while fresh; otherwise the result of `fetch`, run by one caller at a
+    /// time. Whoever waited on a refresh takes its token (checked again after the wait) or
+    /// its error, without a request of its own. If a refresh fails while the old token has
+    /// not yet expired (it is within the skew), the old token is served.
+    pub(crate) async fn get<F, Fut>(&self, fetch: F) -> Result<AccessToken, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<CachedToken, Error>>,
+    {
+        let seen = {
+            let state = lock(&self.state);
+            if let Some(token) = state.fresh(Instant::now()) {
+                return Ok(token);
+            }
+            state.finished
+        };
+        let _flight = self.flight.lock().await;
+        {
+            let state = lock(&self.state);
+            let now = Instant::now();
+            if let Some(token) = state.fresh(now) {
+                return Ok(token);
+            }
+            // A refresh ended while we waited and failed: take its outcome. (A cancelled one
+            // does not count as ended, so its waiters try for themselves.)
+            if state.finished != seen {
+                if let Some(failure) = &state.failure {
+                    return state.unexpired(now).ok_or_else(|| failure.clone());
+                }
+            }
+        }
+        let fetched = fetch().await;
+        let mut state = lock(&self.state);
+        state.finished += 1;
+        match fetched {
+            Ok(token) => {
+                let access = token.token.clone();
+                state.token = Some(token);
+                state.failure = None;
+                Ok(access)
+            }
+            Err(error) => {
+                state.failure = Some(error.clone());
+                state.unexpired(Instant::now()).ok_or(error)
+            }
+        }
+    }
+
+    /// Forgets `token` if it is still the cached one, so that the next call refreshes. A
+    /// token that has already been replaced stays replaced: many requests rejected with the
+    /// same old token cause one refresh.
+    pub(crate) fn invalidate(&self, token: &AccessToken) -> bool {
+        let mut state = lock(&self.state);
+        let current = state.token.as_ref().is_some_and(|t| t.token == *token);
+        if current {
+            state.token = None;
+        }
+        current
+    }
+
+    #[cfg(test)]
+    pub(crate) fn put(&self, token: CachedToken) {
+        lock(&self.state).token = Some(token);
+    }
+}
+
+/// The data stays consistent if a holder panicked: every write is a single assignment.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use reqwest::StatusCode;
+
+    use super::*;
+
+    fn token(n: u32, expires_in: u64) -> CachedToken {
+        CachedToken::new(
+            AccessToken::new(&format!("token-{n}")),
+            expires_in,
+            Instant::now(),
+            RefreshSkew::default(),
+        )
+    }
+
+    fn unavailable() -> Error {
+        Error::Server {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: None,
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn skew_is_the_smaller_of_30_s_and_a_tenth() {
+        let skew = RefreshSkew::default();
+        assert_eq!(
+            skew.for_lifetime(Duration::from_secs(3600)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            skew.for_lifetime(Duration::from_secs(60)),
+            Duration::from_secs(6)
+        );
+        let all = RefreshSkew {
+            max: Duration::MAX,
+            percent: 500,
+        };
+        assert_eq!(
+            all.for_lifetime(Duration::from_secs(5)),
+            Duration::from_secs(5)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn served_from_cache_until_the_skew_then_refreshed() {
+        let entry = CacheEntry::default();
+        let fetches = AtomicU32::new(0);
+        let fetch = || async {
+            let n = fetches.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(token(n, 100))
+        };
+        let first = entry.get(fetch).await.unwrap();
+        assert_eq!(first.expose(), "token-1");
+        // 100 s lifetime: the skew is 10 s, so the token is served for 90 s.
+        tokio::time::advance(Duration::from_millis(89_900)).await;
+        assert_eq!(entry.get(fetch).await.unwrap(), first);
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert_eq!(entry.get(fetch).await.unwrap().expose(), "token-2");
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_flight_for_many_callers() {
+        let entry = Arc::new(CacheEntry::default());
+        let fetches = Arc::new(AtomicU32::new(0));
+        let callers: Vec<_> = (0..100)
+            .map(|_| {
+                let entry = entry.clone();
+                let fetches = fetches.clone();
+                tokio::spawn(async move {
+                    entry
+                        .get(|| async move {
+                            fetches.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            Ok(token(1, 3600))
+                        })
+                        .await
+                })
+            })
+            .collect();
+        for caller in callers {
+            assert_eq!(caller.await.unwrap().unwrap().expose(), "token-1");
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiters_share_a_failure_then_the_next_call_tries_again() {
+        let entry = Arc::new(CacheEntry::default());
+        let fetches = Arc::new(AtomicU32::new(0));
+        let callers: Vec<_> = (0..20)
+            .map(|_| {
+                let entry = entry.clone();
+                let fetches = fetches.clone();
+                tokio::spawn(async move {
+                    entry
+                        .get(|| async move {
+                            fetches.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            Err(unavailable())
+                        })
+                        .await
+                })
+            })
+            .collect();
+        for caller in callers {
+            assert!(matches!(caller.await.unwrap(), Err(Error::Server { .. })));
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        let again = entry.get(|| async { Ok(token(2, 3600)) }).await.unwrap();
+        assert_eq!(again.expose(), "token-2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_refresh_leaves_the_next_caller_free_to_refresh() {
+        let entry = Arc::new(CacheEntry::default());
+        let first = entry.get(|| async { Err(unavailable()) }).await;
+        assert!(first.is_err());
+        let slow = {
+            let entry = entry.clone();
+            tokio::spawn(async move {
+                entry
+                    .get(|| async {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        Ok(token(1, 3600))
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let waiter = {
+            let entry = entry.clone();
+            tokio::spawn(async move { entry.get(|| async { Ok(token(2, 3600)) }).await })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        slow.abort();
+        // The waiter does not take the old failure for the cancelled refresh's outcome.
+        assert_eq!(waiter.await.unwrap().unwrap().expose(), "token-2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_refresh_serves_the_unexpired_token() {
+        let entry = CacheEntry::default();
+        entry.put(token(1, 100));
+        tokio::time::advance(Duration::from_secs(95)).await;
+        let served = entry.get(|| async { Err(unavailable()) }).await.unwrap();
+        assert_eq!(served.expose(), "token-1");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(entry.get(|| async { Err(unavailable()) }).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn invalidating_forgets_only_the_current_token() {
+        let entry = CacheEntry::default();
+        entry.put(token(1, 3600));
+        assert!(!entry.invalidate(&AccessToken::new("token-0")));
+        assert!(entry.invalidate(&AccessToken::new("token-1")));
+        let next = entry.get(|| async { Ok(token(2, 3600)) }).await.unwrap();
+        assert_eq!(next.expose(), "token-2");
+    }
+
+    #[test]
+    fn shared_cache_hands_out_one_entry_per_key() {
+        let cache = TokenCache::new();
+        let key = |scopes: &str| CacheKey {
+            environment: Environment::Staging,
+            client_id: ClientId::parse("app").unwrap(),
+            scopes: ScopeSet::parse(scopes).unwrap(),
+        };
+        let a = cache.entry(&key("a b"));
+        let b = cache.clone().entry(&key("b a"));
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = cache.entry(&key("a"));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(cache.len(), 2);
+        let json = serde_json::to_string(&key("b a")).unwrap();
+        assert_eq!(
+            json,
+            r#"{"environment":"staging","client_id":"app","scopes":"a b"}"#
+        );
+        assert_eq!(serde_json::from_str::<CacheKey>(&json).unwrap(), key("a b"));
+    }
+
+    #[test]
+    fn debug_hides_tokens() {
+        let entry = CacheEntry::default();
+        entry.put(token(7, 60));
+        let printed = format!("{entry:?} {:?}", AccessToken::new("token-7"));
+        assert!(!printed.contains("token-7"), "{printed}");
+        assert!(printed.contains("[redacted]"));
+    }
+}

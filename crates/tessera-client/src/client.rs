@@ -1,0 +1,485 @@
+//! [`TokenClient`]: the token request of the client credentials grant (RFC 6749 section
+//! 4.4.2), its retries, and the cache in front of it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{redirect, Response, StatusCode, Url};
+use tessera_proto::{
+    form, BasicCredentials, ClientId, ClientSecret, ErrorResponse, ScopeSet, TokenResponse,
+};
+use tokio::time::Instant;
+
+use crate::cache::{AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, TokenCache};
+use crate::environment::{BaseUrls, Environment};
+use crate::error::{BuildError, Error, OAuthError};
+use crate::retry::{self, Jitter, RetryPolicy};
+
+/// The largest token endpoint answer read; a token response is a few hundred bytes.
+const MAX_BODY: usize = 64 * 1024;
+
+/// Gets, caches and refreshes the access token of one client for one scope set. Cheap to
+/// clone; clones share the cache.
+///
+/// Build one with [`TokenClient::builder`].
+#[derive(Clone)]
+pub struct TokenClient {
+    http: reqwest::Client,
+    endpoint: Url,
+    key: CacheKey,
+    /// `Basic` credentials, form-encoded first (RFC 6749 section 2.3.1), marked sensitive.
+    authorization: HeaderValue,
+    /// The form body, the same on every request.
+    body: String,
+    retry: RetryPolicy,
+    skew: RefreshSkew,
+    entry: Arc<CacheEntry>,
+    jitter: Arc<Jitter>,
+}
+
+impl fmt::Debug for TokenClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenClient")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("key", &self.key)
+            .field("client_secret", &"[redacted]")
+            .field("retry", &self.retry)
+            .field("skew", &self.skew)
+            .field("cache", &self.entry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenClient {
+    /// A builder with the defaults: 10 s request timeout, [`RetryPolicy::default`],
+    /// [`RefreshSkew::default`], a cache of its own.
+    pub fn builder() -> TokenClientBuilder {
+        TokenClientBuilder::default()
+    }
+
+    /// An access token for the client's scopes: the cached one while it is fresh, a new one
+    /// when it has expired or is within the [`RefreshSkew`] of expiry. However many tasks call
+    /// at once, one token request is in flight per [`CacheKey`].
+    pub async fn token(&self) -> Result<AccessToken, Error> {
+        self.entry.get(|| self.fetch()).await
+    }
+
+    /// Drops `token` from the cache if it is still the cached one, so that the next
+    /// [`token`](Self::token) asks for a new one. Call it when an API refuses the token.
+    pub fn invalidate(&self, token: &AccessToken) {
+        self.entry.invalidate(token);
+    }
+
+    /// What the cached token is for.
+    pub fn key(&self) -> &CacheKey {
+        &self.key
+    }
+
+    /// The token endpoint asked: `{base}/connect/token`.
+    pub fn token_endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    /// Asks the token endpoint, retrying as the [`RetryPolicy`] says.
+    async fn fetch(&self) -> Result<CachedToken, Error> {
+        let attempts = self.retry.attempts();
+        let mut attempt = 1;
+        loop {
+            let (error, after) = match self.request(attempt).await {
+                Outcome::Done(result) => return result,
+                Outcome::Retry { error, after } => (error, after),
+            };
+            if attempt >= attempts {
+                return Err(error);
+            }
+            let wait = match after {
+                Some(after) if after > self.retry.max_retry_after => return Err(error),
+                Some(after) => after,
+                None => self.retry.backoff(attempt, &self.jitter),
+            };
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    /// One token request (RFC 6749 section 4.4.2) and what to make of its answer.
+    async fn request(&self, attempt: u32) -> Outcome {
+        let sent = self
+            .http
+            .post(self.endpoint.clone())
+            .header(AUTHORIZATION, self.authorization.clone())
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(ACCEPT, "application/json")
+            .body(self.body.clone())
+            .send()
+            .await;
+        let transport = |e: reqwest::Error| Error::Transport {
+            source: Arc::new(e),
+            attempts: attempt,
+        };
+        let response = match sent {
+            Ok(response) => response,
+            Err(e) if e.is_builder() => return Outcome::Done(Err(transport(e))),
+            Err(e) => {
+                return Outcome::Retry {
+                    error: transport(e),
+                    after: None,
+                }
+            }
+        };
+        // The lifetime counts from here (RFC 6749 section 5.1, `expires_in`).
+        let received_at = Instant::now();
+        let status = response.status();
+        let retry_after = retry::retry_after(response.headers());
+        let body = match read_limited(response).await {
+            Ok(Some(body)) => body,
+            Ok(None) => {
+                return Outcome::Done(Err(Error::UnexpectedResponse {
+                    status,
+                    detail: format!("answer larger than {MAX_BODY} bytes"),
+                }))
+            }
+            Err(e) => {
+                return Outcome::Retry {
+                    error: transport(e),
+                    after: None,
+                }
+            }
+        };
+
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            return Outcome::Retry {
+                error: Error::RateLimited {
+                    retry_after,
+                    attempts: attempt,
+                },
+                after: retry_after,
+            };
+        }
+        if status.is_success() {
+            return Outcome::Done(self.read_token(status, &body, received_at));
+        }
+        let oauth = serde_json::from_slice::<ErrorResponse>(&body).ok();
+        if status.is_server_error() || status == StatusCode::REQUEST_TIMEOUT {
+            return Outcome::Retry {
+                error: Error::Server {
+                    status,
+                    code: oauth.map(|e| e.error),
+                    attempts: attempt,
+                },
+                // A 503 may say when to come back (RFC 9110 section 10.2.3).
+                after: retry_after,
+            };
+        }
+        Outcome::Done(Err(match oauth {
+            Some(body) if status.is_client_error() => {
+                OAuthError::new(status, body, &self.key.scopes).into()
+            }
+            _ if status.is_redirection() => Error::UnexpectedResponse {
+                status,
+                detail: "redirects are not followed".into(),
+            },
+            _ => Error::UnexpectedResponse {
+                status,
+                detail: "no RFC 6749 error body".into(),
+            },
+        }))
+    }
+
+    /// Reads a successful answer (RFC 6749 section 5.1).
+    fn read_token(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        received_at: Instant,
+    ) -> Result<CachedToken, Error> {
+        let unexpected = |detail: String| Error::UnexpectedResponse { status, detail };
+        let response: TokenResponse = serde_json::from_slice(body)
+            .map_err(|e| unexpected(format!("not a token response: {e}")))?;
+        if response.access_token.is_empty() {
+            return Err(unexpected("empty access_token".into()));
+        }
+        Ok(CachedToken::new(
+            AccessToken::new(&response.access_token),
+            response.expires_in,
+            received_at,
+            self.skew,
+        ))
+    }
+}
+
+enum Outcome {
+    /// A token or an error that another attempt would not change.
+    Done(Result<CachedToken, Error>),
+    /// Worth another attempt, after `after` if the server said.
+    Retry {
+        error: Error,
+        after: Option<Duration>,
+    },
+}
+
+/// The body, or `None` if it is over [`MAX_BODY`].
+async fn read_limited(mut response: Response) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
+/// Settings of a [`TokenClient`]. `environment`, `client_id`, `client_secret` and `scopes`
+/// are required.
+#[derive(Debug)]
+pub struct TokenClientBuilder {
+    environment: Option<Environment>,
+    urls: BaseUrls,
+    client_id: Option<ClientId>,
+    client_secret: Option<ClientSecret>,
+    scopes: Option<ScopeSet>,
+    timeout: Duration,
+    connect_timeout: Duration,
+    retry: RetryPolicy,
+    skew: RefreshSkew,
+    cache: Option<TokenCache>,
+}
+
+impl Default for TokenClientBuilder {
+    fn default() -> Self {
+        Self {
+            environment: None,
+            urls: BaseUrls::default(),
+            client_id: None,
+            client_secret: None,
+            scopes: None,
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+            skew: RefreshSkew::default(),
+            cache: None,
+        }
+    }
+}
+
+impl TokenClientBuilder {
+    /// Which deployment to ask.
+    pub fn environment(mut self, environment: Environment) -> Self {
+        self.environment = Some(environment);
+        self
+    }
+
+    /// The production base URL, `{auth_url}`; otherwise read from
+    /// [`PRODUCTION_URL_VAR`](crate::PRODUCTION_URL_VAR) when the environment is production.
+    pub fn production_url(mut self, url: Url) -> Self {
+        self.urls.production = Some(url);
+        self
+    }
+
+    /// The staging base URL, `{auth_url_stage}`; otherwise read from
+    /// [`STAGING_URL_VAR`](crate::STAGING_URL_VAR) when the environment is staging.
+    pub fn staging_url(mut self, url: Url) -> Self {
+        self.urls.staging = Some(url);
+        self
+    }
+
+    /// Accept plain `http` to hosts other than loopback. Off by default: the client secret
+    /// would travel in the clear.
+    pub fn allow_http(mut self, allow: bool) -> Self {
+        self.urls.allow_http = allow;
+        self
+    }
+
+    /// The client identifier (RFC 6749 section 2.2).
+    pub fn client_id(mut self, id: ClientId) -> Self {
+        self.client_id = Some(id);
+        self
+    }
+
+    /// The client secret.
+    pub fn client_secret(mut self, secret: ClientSecret) -> Self {
+        self.client_secret = Some(secret);
+        self
+    }
+
+    /// The scopes to request; at least one.
+    pub fn scopes(mut self, scopes: ScopeSet) -> Self {
+        self.scopes = Some(scopes);
+        self
+    }
+
+    /// How long one token request may take, answer included. Default 10 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long connecting may take. Default 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How token requests are retried.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// How long before expiry a token is replaced.
+    pub fn refresh_skew(mut self, skew: RefreshSkew) -> Self {
+        self.skew = skew;
+        self
+    }
+
+    /// Keep tokens in `cache`, shared with other clients built with it; clients with equal
+    /// [`CacheKey`]s then share one token and one refresh.
+    pub fn cache(mut self, cache: &TokenCache) -> Self {
+        self.cache = Some(cache.clone());
+        self
+    }
+
+    /// Builds the client, reading a base URL not given here from its environment variable.
+    pub fn build(self) -> Result<TokenClient, BuildError> {
+        self.build_with(|name| std::env::var(name).ok())
+    }
+
+    fn build_with(
+        self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<TokenClient, BuildError> {
+        let environment = self.environment.ok_or(BuildError::Missing("environment"))?;
+        let client_id = self.client_id.ok_or(BuildError::Missing("client_id"))?;
+        let client_secret = self
+            .client_secret
+            .ok_or(BuildError::Missing("client_secret"))?;
+        let scopes = self
+            .scopes
+            .filter(|s| !s.is_empty())
+            .ok_or(BuildError::Missing("scopes"))?;
+        let endpoint = self.urls.token_endpoint(&environment, lookup)?;
+
+        let http = reqwest::Client::builder()
+            .redirect(redirect::Policy::none())
+            .timeout(self.timeout)
+            .connect_timeout(self.connect_timeout)
+            .user_agent(concat!("tessera-client/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(BuildError::Http)?;
+
+        let credentials = BasicCredentials {
+            client_id: client_id.clone(),
+            client_secret,
+        };
+        // Base64 after "Basic " holds only visible ASCII, always a valid header value.
+        let mut authorization = HeaderValue::from_str(&credentials.to_header())
+            .expect("a Basic header is visible ASCII");
+        authorization.set_sensitive(true);
+        // RFC 6749 section 4.4.2; the scopes are joined with %20, as the seed shows.
+        let scope = scopes
+            .iter()
+            .map(|s| form::encode_component(s.as_str()))
+            .collect::<Vec<_>>()
+            .join("%20");
+        let body = format!("grant_type=client_credentials&scope={scope}");
+
+        let key = CacheKey {
+            environment,
+            client_id,
+            scopes,
+        };
+        let entry = self.cache.unwrap_or_default().entry(&key);
+        Ok(TokenClient {
+            http,
+            endpoint,
+            key,
+            authorization,
+            body,
+            retry: self.retry,
+            skew: self.skew,
+            entry,
+            jitter: Arc::new(Jitter::from_clock()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> TokenClientBuilder {
+        TokenClient::builder()
+            .environment(Environment::Staging)
+            .staging_url(Url::parse("https://auth-stage.example.com").unwrap())
+            .client_id(ClientId::parse("app").unwrap())
+            .client_secret(ClientSecret::new("hunter2"))
+            .scopes(ScopeSet::parse("news-api market-data-api").unwrap())
+    }
+
+    #[test]
+    fn builds_the_request_of_rfc_6749_4_4_2() {
+        let client = builder().build_with(|_| None).unwrap();
+        assert_eq!(
+            client.token_endpoint().as_str(),
+            "https://auth-stage.example.com/connect/token"
+        );
+        assert_eq!(
+            client.body,
+            "grant_type=client_credentials&scope=market-data-api%20news-api"
+        );
+        let header = client.authorization.to_str().unwrap();
+        let creds = BasicCredentials::from_header(header).unwrap();
+        assert_eq!(creds.client_secret.expose(), "hunter2");
+        assert!(client.authorization.is_sensitive());
+        assert_eq!(client.key().environment, Environment::Staging);
+    }
+
+    #[test]
+    fn each_required_setting_is_named() {
+        let missing = |b: TokenClientBuilder| match b.build_with(|_| None) {
+            Err(BuildError::Missing(what)) => what,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(missing(TokenClient::builder()), "environment");
+        let b = TokenClient::builder().environment(Environment::Production);
+        assert_eq!(missing(b), "client_id");
+        let b = builder().scopes(ScopeSet::default());
+        assert_eq!(missing(b), "scopes");
+        let no_url = builder().environment(Environment::Production);
+        assert!(matches!(
+            no_url.build_with(|_| None),
+            Err(BuildError::MissingBaseUrl { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn debug_hides_the_secret_and_the_token() {
+        let client = builder().build_with(|_| None).unwrap();
+        client.entry.put(CachedToken::new(
+            AccessToken::new("eyJ.token.sig"),
+            3600,
+            Instant::now(),
+            RefreshSkew::default(),
+        ));
+        assert_eq!(client.token().await.unwrap().expose(), "eyJ.token.sig");
+        let printed = format!("{client:?} {:?}", builder());
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(!printed.contains("eyJ.token.sig"), "{printed}");
+        assert!(printed.contains("[redacted]"));
+        let b64 = client.authorization.to_str().unwrap().to_owned();
+        assert!(!printed.contains(&b64[6..]), "{printed}");
+    }
+
+    #[test]
+    fn clients_of_one_key_share_a_cache_entry() {
+        let cache = TokenCache::new();
+        let a = builder().cache(&cache).build_with(|_| None).unwrap();
+        let b = builder().cache(&cache).build_with(|_| None).unwrap();
+        assert!(Arc::ptr_eq(&a.entry, &b.entry));
+        let own = builder().build_with(|_| None).unwrap();
+        assert!(!Arc::ptr_eq(&a.entry, &own.entry));
+    }
+}

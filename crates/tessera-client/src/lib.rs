@@ -1,0 +1,66 @@
+//! The Tessera client kit: gets access tokens with the OAuth 2.0 client credentials grant
+//! (RFC 6749 section 4.4), keeps each one for its lifetime, and presents it as a bearer token
+//! (RFC 6750 section 2.1).
+//!
+//! The service's rate limits count token requests too, so a token is requested again only
+//! when it has expired or is about to, and however many tasks ask at once, one request is in
+//! flight.
+//!
+//! # Layout
+//!
+//! - [`TokenClient`] and its [`TokenClientBuilder`] (`client.rs`): the token request, its
+//!   retries, and [`TokenClient::send_authorized`], which attaches the token to an API request
+//!   and refreshes once when the API says the token is invalid (`bearer.rs`).
+//! - [`Environment`] (`environment.rs`): production, staging or a URL of your own; where the
+//!   token endpoint is.
+//! - [`TokenCache`], [`CacheKey`], [`AccessToken`], [`RefreshSkew`] (`cache.rs`): lifetimes
+//!   and the single-flight refresh.
+//! - [`RetryPolicy`] (`retry.rs`): `Retry-After`, jittered exponential backoff.
+//! - [`Error`], [`OAuthError`], [`BuildError`] (`error.rs`).
+//!
+//! Nothing here follows a redirect: a token request carries the client secret, and RFC 6749
+//! section 3.2 names the token endpoint, not wherever it points.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use tessera_client::{ClientId, ClientSecret, Environment, ScopeSet, TokenClient};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // The staging base URL comes from TESSERA_AUTH_URL_STAGE unless set with `staging_url`.
+//! let tokens = TokenClient::builder()
+//!     .environment(Environment::Staging)
+//!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
+//!     .client_secret(ClientSecret::new(std::env::var("MY_APP_SECRET")?))
+//!     .scopes(ScopeSet::parse("market-data-api news-api")?)
+//!     .build()?;
+//!
+//! // Cached: later calls return the same token until shortly before it expires.
+//! let token = tokens.token().await?;
+//! assert!(!token.expose().is_empty());
+//!
+//! // A bearer request; a 401 `invalid_token` answer is refreshed and retried once.
+//! let api = reqwest::Client::new();
+//! let response = tokens
+//!     .send_authorized(api.get("https://api.example.com/market-data/quotes"))
+//!     .await?;
+//! println!("{}", response.status());
+//! # Ok(())
+//! # }
+//! ```
+
+mod bearer;
+mod cache;
+mod client;
+mod environment;
+mod error;
+mod retry;
+
+pub use cache::{AccessToken, CacheKey, RefreshSkew, TokenCache};
+pub use client::{TokenClient, TokenClientBuilder};
+pub use environment::{Environment, PRODUCTION_URL_VAR, STAGING_URL_VAR};
+pub use error::{BuildError, Error, OAuthError};
+pub use retry::RetryPolicy;
+
+pub use reqwest::Url;
+pub use tessera_proto::{ClientId, ClientSecret, ErrorCode, Scope, ScopeSet};
