@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::json;
 use tessera_proto::Algorithm;
 use tessera_server::admin;
-use tessera_store::{AuthMethod, Client};
+use tessera_store::{AuthMethod, Client, RateLimit};
 
 use crate::DataArgs;
 
@@ -22,6 +22,17 @@ pub enum PlanCommand {
         /// Token lifetime in seconds (default 3600 for a new plan).
         #[arg(long)]
         token_ttl: Option<u32>,
+        /// Token requests per client: COUNT/UNIT with UNIT sec, min, hour or day
+        /// (e.g. 60/min), or "none" for no limit.
+        #[arg(long)]
+        token_rate: Option<String>,
+        /// Requests a client may make at once after a quiet spell (default: the rate's COUNT).
+        #[arg(long, requires = "token_rate")]
+        token_burst: Option<u32>,
+        /// Token reuse: while a client's last token for the same scopes has more than this
+        /// percentage of its lifetime left, return it again; 0 turns reuse off.
+        #[arg(long)]
+        reuse_percent: Option<u8>,
     },
     /// List plans.
     List {
@@ -95,6 +106,14 @@ pub enum ClientCommand {
         /// Client id.
         id: String,
     },
+    /// Token requests per UTC day, for metering (written by the server every few seconds).
+    Usage {
+        /// Client id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -129,32 +148,64 @@ pub async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
             name,
             scopes,
             token_ttl,
+            token_rate,
+            token_burst,
+            reuse_percent,
         } => {
-            let plan = admin::set_plan(store.as_ref(), &name, &scopes, token_ttl).await?;
-            println!(
-                "plan {} grants {:?}, tokens live {} s",
-                plan.name,
-                plan.scopes.to_string(),
-                plan.token_ttl
-            );
+            let token_rate = match token_rate.as_deref() {
+                None => None,
+                Some("none") => Some(None),
+                Some(spec) => {
+                    let mut rate = RateLimit::parse(spec).ok_or_else(|| {
+                        anyhow::anyhow!("bad --token-rate {spec:?}: use COUNT/UNIT, e.g. 60/min")
+                    })?;
+                    if let Some(burst) = token_burst {
+                        rate.burst = burst;
+                    }
+                    Some(Some(rate))
+                }
+            };
+            let settings = admin::PlanSettings {
+                token_ttl,
+                token_rate,
+                reuse_percent: reuse_percent.map(|p| (p > 0).then_some(p)),
+            };
+            let plan = admin::set_plan_with(store.as_ref(), &name, &scopes, &settings).await?;
+            println!("{}", describe(&plan));
         }
         PlanCommand::List { json } => {
             let plans = store.plans().await?;
             if json {
                 let list: Vec<_> = plans
                     .iter()
-                    .map(|p| json!({"name": p.name, "scopes": p.scopes.to_string(), "token_ttl": p.token_ttl}))
+                    .map(|p| {
+                        json!({"name": p.name, "scopes": p.scopes.to_string(), "token_ttl": p.token_ttl,
+                               "token_rate": p.token_rate.map(|r| json!({"count": r.count, "period_secs": r.period_secs, "burst": r.burst})),
+                               "reuse_percent": p.reuse_percent})
+                    })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
-                println!("{:<20} {:>9}  SCOPES", "PLAN", "TOKEN_TTL");
                 for p in plans {
-                    println!("{:<20} {:>9}  {}", p.name, p.token_ttl, p.scopes);
+                    println!("{}", describe(&p));
                 }
             }
         }
     }
     Ok(())
+}
+
+fn describe(p: &tessera_store::Plan) -> String {
+    let rate = p.token_rate.map_or("no rate limit".to_owned(), |r| {
+        format!("at most {r} token requests per client")
+    });
+    let reuse = p.reuse_percent.map_or(String::new(), |r| {
+        format!(", tokens reused while over {r}% of their life is left")
+    });
+    format!(
+        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}",
+        p.name, p.scopes, p.token_ttl
+    )
 }
 
 fn client_json(c: &Client) -> serde_json::Value {
@@ -243,6 +294,22 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
         ClientCommand::Delete { id } => {
             admin::delete_client(store, &id).await?;
             println!("client {id} deleted");
+        }
+        ClientCommand::Usage { id, json } => {
+            let client = admin::client(store, &id).await?;
+            let days = store.usage(&client.id).await?;
+            if json {
+                let list: Vec<_> = days
+                    .iter()
+                    .map(|u| json!({"day": u.day, "issued": u.issued, "refused": u.refused}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                println!("{:<10} {:>10} {:>10}", "DAY", "ISSUED", "REFUSED");
+                for u in days {
+                    println!("{:<10} {:>10} {:>10}", u.day, u.issued, u.refused);
+                }
+            }
         }
     }
     Ok(())

@@ -3,7 +3,7 @@
 
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
-use tessera_store::{now, AuthMethod, Client, Plan, SigningKey, Store, StoreError};
+use tessera_store::{now, AuthMethod, Client, Plan, RateLimit, SigningKey, Store, StoreError};
 use thiserror::Error;
 
 use crate::keys;
@@ -26,6 +26,12 @@ pub enum AdminError {
     /// A lifetime out of range.
     #[error("token TTL must be between 1 and {MAX_TOKEN_TTL} seconds")]
     BadTtl,
+    /// A rate with a zero count, period or burst.
+    #[error("token rate must be COUNT/UNIT (sec, min, hour, day) with a burst of at least 1")]
+    BadRate,
+    /// A reuse share out of range.
+    #[error("token reuse must be a percentage between 1 and 99")]
+    BadReuse,
     /// No such client.
     #[error("no client with id {0:?}")]
     UnknownClient(String),
@@ -34,13 +40,39 @@ pub enum AdminError {
     Store(#[from] StoreError),
 }
 
-/// Creates a plan or changes one; an existing plan keeps its TTL unless one is given.
-/// A change applies to each of its clients' next token request.
+/// What `plan set` may change besides the scopes. `None` keeps an existing plan's value
+/// (or the default for a new plan); `Some(None)` clears an option.
+#[derive(Debug, Clone, Default)]
+pub struct PlanSettings {
+    /// Token lifetime in seconds.
+    pub token_ttl: Option<u32>,
+    /// The per-client token request rate.
+    pub token_rate: Option<Option<RateLimit>>,
+    /// Token reuse: the share of lifetime, in percent, that must be left.
+    pub reuse_percent: Option<Option<u8>>,
+}
+
+/// Creates a plan or changes its scopes and TTL; see [`set_plan_with`].
 pub async fn set_plan(
     store: &dyn Store,
     name: &str,
     scopes: &str,
     token_ttl: Option<u32>,
+) -> Result<Plan, AdminError> {
+    let settings = PlanSettings {
+        token_ttl,
+        ..PlanSettings::default()
+    };
+    set_plan_with(store, name, scopes, &settings).await
+}
+
+/// Creates a plan or changes one. A change applies to each of its clients' next token
+/// request.
+pub async fn set_plan_with(
+    store: &dyn Store,
+    name: &str,
+    scopes: &str,
+    settings: &PlanSettings,
 ) -> Result<Plan, AdminError> {
     let valid_name = (1..=64).contains(&name.len())
         && name
@@ -50,17 +82,37 @@ pub async fn set_plan(
         return Err(AdminError::BadPlanName(name.to_owned()));
     }
     let scopes = ScopeSet::parse_names(scopes)?;
-    if token_ttl.is_some_and(|t| !(1..=MAX_TOKEN_TTL).contains(&t)) {
+    if settings
+        .token_ttl
+        .is_some_and(|t| !(1..=MAX_TOKEN_TTL).contains(&t))
+    {
         return Err(AdminError::BadTtl);
+    }
+    if let Some(Some(rate)) = settings.token_rate {
+        if rate.count == 0 || rate.burst == 0 || rate.period_secs == 0 {
+            return Err(AdminError::BadRate);
+        }
+    }
+    if let Some(Some(p)) = settings.reuse_percent {
+        if !(1..=99).contains(&p) {
+            return Err(AdminError::BadReuse);
+        }
     }
     let existing = store.plans().await?.into_iter().find(|p| p.name == name);
     let now = now();
     let plan = Plan {
         name: name.to_owned(),
         scopes,
-        token_ttl: token_ttl
+        token_ttl: settings
+            .token_ttl
             .or(existing.as_ref().map(|p| p.token_ttl))
             .unwrap_or(DEFAULT_TOKEN_TTL),
+        token_rate: settings
+            .token_rate
+            .unwrap_or_else(|| existing.as_ref().and_then(|p| p.token_rate)),
+        reuse_percent: settings
+            .reuse_percent
+            .unwrap_or_else(|| existing.as_ref().and_then(|p| p.reuse_percent)),
         created_at: existing.as_ref().map_or(now, |p| p.created_at),
         updated_at: now,
     };

@@ -5,7 +5,7 @@
 //! unknown client is checked against a dummy hash so that it takes as long as a wrong secret.
 
 use axum::http::{header, HeaderMap};
-use tessera_proto::{BasicCredentials, ClientId, ClientSecret, TokenRequest};
+use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tessera_store::{AuthMethod, Timestamp};
 
 use crate::error::OAuthError;
@@ -24,10 +24,12 @@ pub struct Presented {
 /// Same text for every failure, so the answer tells an attacker nothing.
 const FAILED: &str = "client authentication failed";
 
-/// Finds the credentials in the `Authorization` header or the body, never both.
+/// Finds the credentials in the `Authorization` header or the body (`client_id` and
+/// `client_secret` form parameters), never both.
 pub fn presented(
     headers: &HeaderMap,
-    request: &TokenRequest,
+    body_id: Option<&ClientId>,
+    body_secret: Option<&ClientSecret>,
     realm: &str,
 ) -> Result<Presented, OAuthError> {
     let mut authorization = headers.get_all(header::AUTHORIZATION).iter();
@@ -39,7 +41,7 @@ pub fn presented(
     }
     match first {
         Some(value) => {
-            if request.client_secret.is_some() {
+            if body_secret.is_some() {
                 return Err(OAuthError::invalid_request(
                     "client credentials sent both in the Authorization header and in the body",
                 ));
@@ -56,11 +58,7 @@ pub fn presented(
                 }
             })?;
             // A client_id in the body is tolerated alongside Basic only when it agrees.
-            if request
-                .client_id
-                .as_ref()
-                .is_some_and(|id| *id != basic.client_id)
-            {
+            if body_id.is_some_and(|id| *id != basic.client_id) {
                 return Err(OAuthError::invalid_request(
                     "client_id in the body differs from the Authorization header",
                 ));
@@ -71,7 +69,7 @@ pub fn presented(
                 method: AuthMethod::ClientSecretBasic,
             })
         }
-        None => match (&request.client_id, &request.client_secret) {
+        None => match (body_id, body_secret) {
             (Some(id), Some(secret)) => Ok(Presented {
                 client_id: id.clone(),
                 secret: secret.clone(),

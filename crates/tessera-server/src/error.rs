@@ -1,7 +1,7 @@
 //! The one place where errors become HTTP responses: the error body of RFC 6749 section 5.2,
 //! with `Cache-Control: no-store` and `Pragma: no-cache` (RFC 6749 section 5.1).
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tessera_proto::{ErrorCode, ErrorResponse};
@@ -11,8 +11,9 @@ use tessera_proto::{ErrorCode, ErrorResponse};
 pub struct OAuthError {
     status: StatusCode,
     body: ErrorResponse,
-    /// `WWW-Authenticate` for 401 answers (RFC 6749 5.2, RFC 7235).
-    challenge: Option<HeaderValue>,
+    /// Extra headers: `WWW-Authenticate` for 401 (RFC 6749 5.2), rate limit fields for 429.
+    /// Boxed, since most errors carry none and a `Result` should stay small.
+    headers: Option<Box<HeaderMap>>,
 }
 
 impl OAuthError {
@@ -32,8 +33,13 @@ impl OAuthError {
             ErrorCode::InvalidClient,
             description,
         );
-        e.challenge =
-            HeaderValue::from_str(&format!("Basic realm=\"{realm}\", charset=\"UTF-8\"")).ok();
+        if let Ok(challenge) =
+            HeaderValue::from_str(&format!("Basic realm=\"{realm}\", charset=\"UTF-8\""))
+        {
+            e.headers
+                .get_or_insert_default()
+                .insert(header::WWW_AUTHENTICATE, challenge);
+        }
         e
     }
 
@@ -51,6 +57,34 @@ impl OAuthError {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::UnsupportedGrantType,
+            description,
+        )
+    }
+
+    /// 429 `rate_limited`, with `Retry-After` and the rate limit fields in `headers`.
+    pub fn rate_limited(description: impl Into<String>, headers: HeaderMap) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited,
+            description,
+        );
+        e.headers = Some(Box::new(headers));
+        e
+    }
+
+    /// Adds headers to the answer.
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+        if !headers.is_empty() {
+            self.headers.get_or_insert_default().extend(headers);
+        }
+        self
+    }
+
+    /// 400 `unauthorized_client`, from RFC 7009 2.1: a client revoking another's token.
+    pub fn unauthorized_client(description: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::UnauthorizedClient,
             description,
         )
     }
@@ -87,7 +121,7 @@ impl OAuthError {
         Self {
             status,
             body: ErrorResponse::new(code, description),
-            challenge: None,
+            headers: None,
         }
     }
 
@@ -105,12 +139,7 @@ pub(crate) const NO_STORE: [(header::HeaderName, HeaderValue); 2] = [
 
 impl IntoResponse for OAuthError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, NO_STORE, Json(self.body)).into_response();
-        if let Some(challenge) = self.challenge {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, challenge);
-        }
-        response
+        let headers = self.headers.map(|h| *h).unwrap_or_default();
+        (self.status, NO_STORE, headers, Json(self.body)).into_response()
     }
 }

@@ -10,12 +10,13 @@ use std::sync::Arc;
 use aws_lc_rs::digest;
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{
-    EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING,
+    EcdsaKeyPair, Ed25519KeyPair, KeyPair, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED,
+    ECDSA_P256_SHA256_FIXED_SIGNING, ED25519,
 };
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Serialize;
-use tessera_proto::{Algorithm, Jwk};
+use tessera_proto::{AccessTokenClaims, Algorithm, Jwk};
 use tessera_store::{SigningKey, Timestamp};
 use thiserror::Error;
 
@@ -189,6 +190,25 @@ impl LoadedKey {
     }
 }
 
+impl LoadedKey {
+    /// Checks a signature made by this key.
+    fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
+        match &self.pair {
+            Pair::Ed25519(p) => UnparsedPublicKey::new(&ED25519, p.public_key().as_ref())
+                .verify(message, signature)
+                .is_ok(),
+            Pair::Es256(p) => {
+                UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, p.public_key().as_ref())
+                    .verify(message, signature)
+                    .is_ok()
+            }
+        }
+    }
+}
+
+/// The largest token the server reads back (introspection, revocation).
+const MAX_TOKEN_LEN: usize = 8 * 1024;
+
 /// The loaded keys, oldest activation first.
 #[derive(Debug, Default)]
 pub struct KeyRing {
@@ -221,6 +241,40 @@ impl KeyRing {
             })
             .map(|(_, k)| k)
             .collect()
+    }
+
+    /// Reads back a token this server signed: compact JWS with three parts, header `typ`
+    /// `at+jwt`, a `kid` of this ring with a matching `alg`, and a valid signature. Says
+    /// nothing of expiry or issuer; the caller checks those.
+    pub fn verify(&self, token: &str) -> Option<AccessTokenClaims> {
+        if token.len() > MAX_TOKEN_LEN {
+            return None;
+        }
+        let mut parts = token.split('.');
+        let (header, payload, signature) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        #[derive(serde::Deserialize)]
+        struct Header {
+            alg: String,
+            kid: String,
+            typ: String,
+        }
+        let header: Header = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).ok()?).ok()?;
+        if header.typ != "at+jwt" {
+            return None;
+        }
+        let key = self.keys.iter().find(|k| k.kid == header.kid)?;
+        if key.alg.as_str() != header.alg {
+            return None;
+        }
+        let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
+        let signed = &token[..token.len() - token.rsplit('.').next()?.len() - 1];
+        if !key.verify(signed.as_bytes(), &signature) {
+            return None;
+        }
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
     }
 
     /// Every loaded key.
@@ -261,6 +315,26 @@ mod tests {
                 Err(KeyError::Unseal { .. })
             ));
         }
+    }
+
+    #[test]
+    fn the_ring_reads_back_its_own_tokens_only() {
+        let key = loaded(Algorithm::ES256, 10);
+        let other = loaded(Algorithm::EdDSA, 10);
+        let ring = KeyRing::new(vec![key.clone()]);
+        let claims = serde_json::json!({"iss": "i", "sub": "c", "client_id": "c", "aud": ["a"],
+            "scope": "a", "iat": 1, "exp": 2, "jti": "j", "app_only": true});
+        let good = key.sign_jwt(&claims);
+        assert_eq!(ring.verify(&good).unwrap().jti, "j");
+        assert!(
+            ring.verify(&other.sign_jwt(&claims)).is_none(),
+            "unknown kid"
+        );
+        let mut tampered = good.clone();
+        tampered.insert(good.find('.').unwrap() + 3, 'A');
+        assert!(ring.verify(&tampered).is_none());
+        assert!(ring.verify("a.b").is_none());
+        assert!(ring.verify(&format!("{good}.x")).is_none());
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! - [`auth`]: client authentication; [`error`]: the only place errors become HTTP.
 //! - [`registry`]: plans, clients and keys held in memory, kept fresh from the store.
 //! - [`keys`]: signing keys; [`secrets`]: the master key, secret hashing, sealing.
+//! - [`limits`]: rate limits per client and plan, brute-force protection, the in-flight cap.
+//! - [`metrics`], [`audit`], [`usage`]: what operators see; [`reuse`]: per-plan token reuse.
 //! - [`admin`]: the operations behind the CLI's `plan`, `client` and `keys` commands.
 
 use std::future::Future;
@@ -17,19 +19,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_proto::Algorithm;
-use tessera_store::Store;
+use tessera_store::{RateLimit, Store};
 use tokio::net::TcpListener;
 
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod keys;
+pub mod limits;
+pub mod metrics;
 pub mod registry;
+pub mod reuse;
 pub mod routes;
 pub mod secrets;
+pub mod usage;
 
+use limits::{AuthThrottle, Limiter, LocalLimiter};
+use metrics::Metrics;
 use registry::{Live, LoadError, Registry};
+use reuse::ReuseCache;
 use secrets::Secrets;
+use usage::UsageCounter;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -46,6 +57,12 @@ pub struct Config {
     pub body_limit: usize,
     /// The realm of `WWW-Authenticate` challenges.
     pub realm: String,
+    /// Failed client authentications allowed per source address.
+    pub auth_failure_rate: RateLimit,
+    /// Requests in flight before new ones get 503.
+    pub max_in_flight: usize,
+    /// How often usage counts are written to the store and limiter state is pruned.
+    pub housekeeping_interval: Duration,
 }
 
 impl Config {
@@ -58,6 +75,13 @@ impl Config {
             request_timeout: routes::DEFAULT_TIMEOUT,
             body_limit: 8 * 1024,
             realm: "tessera".into(),
+            auth_failure_rate: RateLimit {
+                count: 10,
+                period_secs: 60,
+                burst: 10,
+            },
+            max_in_flight: 1024,
+            housekeeping_interval: Duration::from_secs(5),
         }
     }
 }
@@ -74,6 +98,11 @@ struct Inner {
     secrets: Arc<Secrets>,
     store: Arc<dyn Store>,
     live: Live,
+    limiter: Arc<dyn Limiter>,
+    throttle: AuthThrottle,
+    metrics: Metrics,
+    usage: UsageCounter,
+    reuse: ReuseCache,
 }
 
 impl AppState {
@@ -98,12 +127,18 @@ impl AppState {
             tracing::info!(kid = %key.kid, alg = %key.alg, "generated a signing key");
             Registry::load(store.as_ref(), &secrets).await?
         };
+        let limiter: Arc<dyn Limiter> = Arc::new(LocalLimiter::default());
         Ok(Self {
             inner: Arc::new(Inner {
+                throttle: AuthThrottle::new(limiter.clone(), config.auth_failure_rate),
+                limiter,
                 config,
                 secrets,
                 store,
                 live: Live::new(registry),
+                metrics: Metrics::default(),
+                usage: UsageCounter::default(),
+                reuse: ReuseCache::default(),
             }),
         })
     }
@@ -124,6 +159,39 @@ impl AppState {
 
     pub(crate) fn secrets(&self) -> &Secrets {
         &self.inner.secrets
+    }
+
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.inner.store.as_ref()
+    }
+
+    pub(crate) fn limiter(&self) -> &dyn Limiter {
+        self.inner.limiter.as_ref()
+    }
+
+    pub(crate) fn throttle(&self) -> &AuthThrottle {
+        &self.inner.throttle
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub(crate) fn usage(&self) -> &UsageCounter {
+        &self.inner.usage
+    }
+
+    pub(crate) fn reuse(&self) -> &ReuseCache {
+        &self.inner.reuse
+    }
+
+    /// Writes usage counts, prunes limiter and reuse state.
+    pub async fn housekeeping(&self) {
+        if let Err(error) = self.inner.usage.flush(self.store()).await {
+            tracing::warn!(%error, "writing usage counts failed; kept for the next try");
+        }
+        self.inner.limiter.prune();
+        self.inner.reuse.prune(tessera_store::now());
     }
 
     /// Polls the store once; tests use it to avoid waiting for the background sync.
@@ -159,10 +227,22 @@ pub async fn run(
             )
             .await;
     });
-    let served = axum::serve(listener, app(state))
+    let house_state = state.clone();
+    let housekeeping = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(house_state.config().housekeeping_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            house_state.housekeeping().await;
+        }
+    });
+    let service = app(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let served = axum::serve(listener, service)
         .with_graceful_shutdown(shutdown)
         .await;
     sync.abort();
+    housekeeping.abort();
+    state.housekeeping().await;
     served
 }
 

@@ -2,7 +2,7 @@
 //! touches no database. A background task polls the store's revision counter and reloads the
 //! whole registry when another process (the CLI, another instance) changed it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -50,6 +50,8 @@ pub struct Registry {
     pub plans: Vec<Arc<Plan>>,
     /// The signing keys.
     pub keys: KeyRing,
+    /// `jti`s of revoked tokens that have not expired yet.
+    pub revoked: HashSet<String>,
 }
 
 impl Registry {
@@ -86,6 +88,12 @@ impl Registry {
             .iter()
             .map(|k| keys::load(secrets, k).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
+        let revoked = store
+            .revoked(tessera_store::now())
+            .await?
+            .into_iter()
+            .map(|r| r.jti)
+            .collect();
         let mut plans: Vec<_> = plans.into_values().collect();
         plans.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Self {
@@ -93,6 +101,7 @@ impl Registry {
             clients,
             plans,
             keys: KeyRing::new(keys),
+            revoked,
         })
     }
 

@@ -2,13 +2,17 @@
 
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
-use crate::{now, AuthMethod, Client, Plan, SigningKey, Store, StoreError};
+use crate::{
+    now, AuthMethod, Client, Plan, RateLimit, Revoked, SigningKey, Store, StoreError, Usage,
+};
 
 fn plan(name: &str, scopes: &str) -> Plan {
     Plan {
         name: name.into(),
         scopes: ScopeSet::parse_names(scopes).unwrap(),
         token_ttl: 3600,
+        token_rate: None,
+        reuse_percent: None,
         created_at: now(),
         updated_at: now(),
     }
@@ -37,11 +41,17 @@ pub(crate) async fn contract(store: &dyn Store) {
     store.put_plan(&pro).await.unwrap();
     pro.scopes = ScopeSet::parse_names("oms-api").unwrap();
     pro.token_ttl = 60;
+    pro.token_rate = Some(RateLimit {
+        count: 5,
+        period_secs: 60,
+        burst: 2,
+    });
+    pro.reuse_percent = Some(50);
     store.put_plan(&pro).await.unwrap();
     let plans = store.plans().await.unwrap();
     assert_eq!(plans.len(), 2);
     assert_eq!(plans[1].scopes.to_string(), "oms-api");
-    assert_eq!(plans[1].token_ttl, 60);
+    assert_eq!(plans[1], pro);
     let r1 = store.revision().await.unwrap();
     assert!(r1 > r0, "plan changes bump the revision");
 
@@ -99,7 +109,43 @@ pub(crate) async fn contract(store: &dyn Store) {
     let keys = store.keys().await.unwrap();
     assert_eq!(keys, vec![key.clone(), later]);
     assert!(store.delete_key("k1").await.unwrap());
-    assert!(store.revision().await.unwrap() > r2);
+    let r3 = store.revision().await.unwrap();
+    assert!(r3 > r2);
+
+    // Revocations: remembered until exp, bumping the revision, idempotent.
+    let live = Revoked {
+        jti: "j1".into(),
+        client_id: "c1".into(),
+        exp: now() + 60,
+    };
+    let dead = Revoked {
+        jti: "j0".into(),
+        client_id: "c1".into(),
+        exp: now() - 1,
+    };
+    store.revoke(&live).await.unwrap();
+    store.revoke(&live).await.unwrap();
+    store.revoke(&dead).await.unwrap();
+    assert_eq!(store.revoked(now()).await.unwrap(), vec![live]);
+    assert!(store.revision().await.unwrap() > r3);
+
+    // Usage adds up per client and day.
+    let id = ClientId::parse("c9").unwrap();
+    let day = |d: &str, issued, refused| Usage {
+        client_id: "c9".into(),
+        day: d.into(),
+        issued,
+        refused,
+    };
+    store
+        .add_usage(&[day("2026-01-01", 3, 1), day("2026-01-02", 1, 0)])
+        .await
+        .unwrap();
+    store.add_usage(&[day("2026-01-01", 2, 2)]).await.unwrap();
+    assert_eq!(
+        store.usage(&id).await.unwrap(),
+        vec![day("2026-01-01", 5, 3), day("2026-01-02", 1, 0)]
+    );
 }
 
 #[tokio::test]

@@ -52,10 +52,84 @@ pub struct Plan {
     pub scopes: ScopeSet,
     /// Token lifetime in seconds, sent as `expires_in`.
     pub token_ttl: u32,
+    /// How many token requests each client of the plan may make; `None` is unlimited.
+    pub token_rate: Option<RateLimit>,
+    /// Token reuse: while the client's last token for the same scopes has more than this
+    /// percentage of its lifetime left, it is returned again instead of a new one.
+    pub reuse_percent: Option<u8>,
     /// When the plan was created.
     pub created_at: Timestamp,
     /// When the plan last changed.
     pub updated_at: Timestamp,
+}
+
+/// A rate: `count` requests per `period_secs`, with bursts of up to `burst` (GCRA).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    /// Requests per period.
+    pub count: u32,
+    /// The period in seconds.
+    pub period_secs: u32,
+    /// How many requests may come at once after a quiet spell.
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// Parses `COUNT/UNIT` with UNIT one of `s`/`sec`/`second`, `m`/`min`/`minute`,
+    /// `h`/`hour`, `d`/`day`. The burst defaults to the count.
+    pub fn parse(spec: &str) -> Option<Self> {
+        let (count, unit) = spec.trim().split_once('/')?;
+        let count: u32 = count.trim().parse().ok().filter(|c| *c > 0)?;
+        let period_secs = match unit.trim() {
+            "s" | "sec" | "second" => 1,
+            "m" | "min" | "minute" => 60,
+            "h" | "hour" => 3600,
+            "d" | "day" => 86_400,
+            _ => return None,
+        };
+        Some(Self {
+            count,
+            period_secs,
+            burst: count,
+        })
+    }
+}
+
+impl std::fmt::Display for RateLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.period_secs {
+            1 => "sec".to_owned(),
+            60 => "min".to_owned(),
+            3600 => "hour".to_owned(),
+            86_400 => "day".to_owned(),
+            other => format!("{other}s"),
+        };
+        write!(f, "{}/{unit} (burst {})", self.count, self.burst)
+    }
+}
+
+/// Token requests of one client on one UTC day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    /// The client.
+    pub client_id: String,
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    /// Tokens issued (reused ones included).
+    pub issued: u64,
+    /// Requests refused after the client was identified.
+    pub refused: u64,
+}
+
+/// A revoked token, remembered until `exp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoked {
+    /// The token's `jti`.
+    pub jti: String,
+    /// The client it was issued to.
+    pub client_id: String,
+    /// When it would have expired.
+    pub exp: Timestamp,
 }
 
 /// How a client authenticates at the token endpoint (RFC 6749 section 2.3.1, RFC 7591 2).
@@ -166,6 +240,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn keys(&self) -> Result<Vec<SigningKey>>;
     /// Removes a key that is no longer published.
     async fn delete_key(&self, kid: &str) -> Result<bool>;
+
+    /// Remembers a revoked token (RFC 7009); revoking twice is harmless.
+    async fn revoke(&self, revoked: &Revoked) -> Result<()>;
+    /// Revoked tokens that have not expired by `now`; forgets the others.
+    async fn revoked(&self, now: Timestamp) -> Result<Vec<Revoked>>;
+
+    /// Adds counts to the usage table.
+    async fn add_usage(&self, usage: &[Usage]) -> Result<()>;
+    /// One client's usage, by day.
+    async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>>;
 }
 
 /// Opens the store a URL names, creating and migrating it when needed.

@@ -12,7 +12,10 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlitePool};
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
-use crate::{AuthMethod, Client, Plan, Result, SigningKey, Store, StoreError};
+use crate::{
+    AuthMethod, Client, Plan, RateLimit, Result, Revoked, SigningKey, Store, StoreError, Timestamp,
+    Usage,
+};
 
 /// A store in one SQLite file.
 #[derive(Debug, Clone)]
@@ -60,6 +63,19 @@ fn plan_from(row: &SqliteRow) -> Result<Plan> {
         name: row.try_get("name")?,
         scopes: ScopeSet::parse_names(&scopes).map_err(|e| corrupt("plans.scopes", e))?,
         token_ttl: row.try_get("token_ttl")?,
+        token_rate: match (
+            row.try_get::<Option<u32>, _>("rate_count")?,
+            row.try_get::<Option<u32>, _>("rate_period")?,
+            row.try_get::<Option<u32>, _>("rate_burst")?,
+        ) {
+            (Some(count), Some(period_secs), Some(burst)) => Some(RateLimit {
+                count,
+                period_secs,
+                burst,
+            }),
+            _ => None,
+        },
+        reuse_percent: row.try_get("reuse_percent")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
@@ -127,15 +143,21 @@ impl Store for SqliteStore {
 
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
         sqlx::query(
-            "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (name) DO UPDATE SET scopes = ?2, token_ttl = ?3, updated_at = ?5",
+            "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
+             rate_count, rate_period, rate_burst, reuse_percent) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+             ON CONFLICT (name) DO UPDATE SET scopes = ?2, token_ttl = ?3, updated_at = ?5, \
+             rate_count = ?6, rate_period = ?7, rate_burst = ?8, reuse_percent = ?9",
         )
         .bind(&plan.name)
         .bind(plan.scopes.to_string())
         .bind(plan.token_ttl)
         .bind(plan.created_at)
         .bind(plan.updated_at)
+        .bind(plan.token_rate.map(|r| r.count))
+        .bind(plan.token_rate.map(|r| r.period_secs))
+        .bind(plan.token_rate.map(|r| r.burst))
+        .bind(plan.reuse_percent)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -254,5 +276,74 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn revoke(&self, revoked: &Revoked) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO revoked_tokens (jti, client_id, exp) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (jti) DO NOTHING",
+        )
+        .bind(&revoked.jti)
+        .bind(&revoked.client_id)
+        .bind(revoked.exp)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn revoked(&self, now: Timestamp) -> Result<Vec<Revoked>> {
+        sqlx::query("DELETE FROM revoked_tokens WHERE exp <= ?1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        let rows = sqlx::query("SELECT jti, client_id, exp FROM revoked_tokens")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Revoked {
+                    jti: row.try_get("jti")?,
+                    client_id: row.try_get("client_id")?,
+                    exp: row.try_get("exp")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn add_usage(&self, usage: &[Usage]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for u in usage {
+            sqlx::query(
+                "INSERT INTO usage (client_id, day, issued, refused) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (client_id, day) DO UPDATE SET issued = issued + ?3, refused = refused + ?4",
+            )
+            .bind(&u.client_id)
+            .bind(&u.day)
+            .bind(u.issued as i64)
+            .bind(u.refused as i64)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
+        let rows = sqlx::query(
+            "SELECT client_id, day, issued, refused FROM usage WHERE client_id = ?1 ORDER BY day",
+        )
+        .bind(client_id.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Usage {
+                    client_id: row.try_get("client_id")?,
+                    day: row.try_get("day")?,
+                    issued: row.try_get::<i64, _>("issued")? as u64,
+                    refused: row.try_get::<i64, _>("refused")? as u64,
+                })
+            })
+            .collect()
     }
 }

@@ -1,17 +1,29 @@
-//! The HTTP routes, one module per endpoint family, merged under one layer stack.
+//! The HTTP routes, one module per endpoint family, merged under one layer stack; and the
+//! pieces the OAuth endpoints share: form bodies and client authentication.
 
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
-use axum::http::{header, StatusCode};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::Router;
+use tessera_proto::{form, ClientId, ClientSecret};
+use tokio::sync::Semaphore;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::AppState;
+use crate::error::OAuthError;
+use crate::registry::{ClientEntry, Registry};
+use crate::{auth, limits, AppState};
 
 pub mod discovery;
 pub mod health;
+pub mod introspection;
+pub mod metrics;
+pub mod revocation;
 pub mod token;
 
 /// The whole application.
@@ -19,16 +31,24 @@ pub fn router(state: AppState) -> Router {
     let config = state.config();
     let timeout = config.request_timeout;
     let body_limit = config.body_limit;
+    let slots = Arc::new(Semaphore::new(config.max_in_flight));
     Router::new()
         .merge(token::router())
+        .merge(introspection::router())
+        .merge(revocation::router())
         .merge(discovery::router())
         .merge(health::router())
+        .merge(metrics::router())
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
         // A client that sends its request too slowly is cut off (408).
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             timeout,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            slots,
+            limits::cap_in_flight,
         ))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
@@ -37,3 +57,103 @@ pub fn router(state: AppState) -> Router {
 
 /// The default time a request may take, body upload included.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The peer address, when the server was started with connection info.
+pub(crate) type Peer = Option<axum::Extension<ConnectInfo<SocketAddr>>>;
+
+pub(crate) fn peer_addr(peer: &Peer) -> Option<SocketAddr> {
+    peer.as_ref()
+        .map(|axum::Extension(ConnectInfo(addr))| *addr)
+}
+
+/// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).
+/// OAuth parameters in the query string are refused (RFC 6749 2.3.1 and 3.2).
+pub(crate) fn read_form(
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+    names: &[&str],
+) -> Result<Vec<(String, String)>, OAuthError> {
+    if let Some(query) = uri.query() {
+        let pairs = form::parse(query).unwrap_or_default();
+        if pairs.iter().any(|(name, _)| names.contains(&name.as_str())) {
+            return Err(OAuthError::invalid_request(
+                "OAuth parameters must be sent in the body, not the query string",
+            ));
+        }
+    }
+    let is_form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| {
+            v.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        });
+    if !is_form {
+        return Err(OAuthError::invalid_request(
+            "Content-Type must be application/x-www-form-urlencoded",
+        ));
+    }
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => OAuthError::too_large(limit),
+        _ => OAuthError::invalid_request("could not read the request body"),
+    })?;
+    let body = std::str::from_utf8(&body)
+        .map_err(|_| OAuthError::invalid_request("request body is not UTF-8"))?;
+    form::parse(body).map_err(|e| OAuthError::invalid_request(e.to_string()))
+}
+
+/// The single value of parameter `name`; a repeat is `invalid_request` (RFC 6749 3.2), and
+/// an empty value counts as absent (RFC 6749 3.1).
+pub(crate) fn single<'a>(
+    pairs: &'a [(String, String)],
+    name: &str,
+) -> Result<Option<&'a str>, OAuthError> {
+    let mut found = pairs
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str());
+    let first = found.next();
+    if found.next().is_some() {
+        return Err(OAuthError::invalid_request(format!(
+            "parameter {name} is repeated"
+        )));
+    }
+    Ok(first.filter(|v| !v.is_empty()))
+}
+
+/// Authenticates the calling client (RFC 6749 2.3.1), with brute-force protection per
+/// source address. `presented_id` receives the client id presented, for the audit trail.
+pub(crate) async fn authenticate_client<'r>(
+    state: &AppState,
+    registry: &'r Registry,
+    headers: &HeaderMap,
+    source: Option<SocketAddr>,
+    body_id: Option<&ClientId>,
+    body_secret: Option<&ClientSecret>,
+    presented_id: &mut String,
+) -> Result<&'r ClientEntry, OAuthError> {
+    let ip: Option<IpAddr> = source.map(|a| a.ip());
+    if let Some(retry) = ip.and_then(|ip| state.throttle().blocked(ip)) {
+        return Err(state.throttle().refusal(retry));
+    }
+    let realm = &state.config().realm;
+    let result = auth::presented(headers, body_id, body_secret, realm).and_then(|presented| {
+        presented_id.push_str(presented.client_id.as_str());
+        auth::authenticate(
+            registry,
+            state.secrets(),
+            &presented,
+            tessera_store::now(),
+            realm,
+        )
+    });
+    if let (Err(e), Some(ip)) = (&result, ip) {
+        if e.code() == tessera_proto::ErrorCode::InvalidClient {
+            state.throttle().failed(ip).await;
+        }
+    }
+    result
+}

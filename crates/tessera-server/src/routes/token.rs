@@ -1,87 +1,145 @@
 //! The token endpoint: the client credentials grant (RFC 6749 section 4.4).
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use tessera_proto::claims::Audience;
 use tessera_proto::token::TokenType;
-use tessera_proto::{form, AccessTokenClaims, GrantType, ScopeSet, TokenRequest, TokenResponse};
+use tessera_proto::{AccessTokenClaims, GrantType, ScopeSet, TokenRequest, TokenResponse};
+use tessera_store::Plan;
 
+use crate::audit::{self, Subject};
 use crate::error::{OAuthError, NO_STORE};
-use crate::{auth, secrets, AppState};
+use crate::limits::{self, Decision};
+use crate::metrics::NO_PLAN;
+use crate::reuse::Kept;
+use crate::routes::{authenticate_client, peer_addr, read_form, Peer};
+use crate::{secrets, AppState};
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/connect/token", post(token))
 }
 
+/// What the audit trail, the metrics and metering learn of a request as it is handled.
+#[derive(Default)]
+struct Seen {
+    client_id: String,
+    plan: Option<Arc<Plan>>,
+    scope: String,
+}
+
+/// What was issued.
+struct Issued {
+    response: TokenResponse,
+    jti: Arc<str>,
+    reused: bool,
+}
+
 /// `POST /connect/token` (RFC 6749 sections 4.4.2 and 4.4.3).
 async fn token(
     State(state): State<AppState>,
+    peer: Peer,
     uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match issue(&state, &uri, &headers, body) {
-        Ok(response) => (StatusCode::OK, NO_STORE, Json(response)).into_response(),
-        Err(error) => {
-            tracing::debug!(error = %error.code(), "token request refused");
-            error.into_response()
+    let started = Instant::now();
+    let source = peer_addr(&peer);
+    let mut seen = Seen::default();
+    let mut rate_headers = HeaderMap::new();
+    let outcome = issue(
+        &state,
+        source,
+        &uri,
+        &headers,
+        body,
+        &mut seen,
+        &mut rate_headers,
+    )
+    .await;
+    let plan = seen.plan.as_ref().map_or(NO_PLAN, |p| p.name.as_str());
+    let subject = Subject {
+        client_id: &seen.client_id,
+        plan,
+        scope: &seen.scope,
+        source,
+    };
+    let response = match outcome {
+        Ok(issued) => {
+            state.metrics().issued(plan, issued.reused);
+            state.usage().count(&seen.client_id, true);
+            audit::issued(&subject, &issued.jti, issued.reused);
+            (
+                StatusCode::OK,
+                NO_STORE,
+                rate_headers,
+                Json(issued.response),
+            )
+                .into_response()
         }
-    }
+        Err(error) => {
+            state.metrics().refused(plan, error.code());
+            if seen.plan.is_some() {
+                state.usage().count(&seen.client_id, false);
+            }
+            audit::refused(&subject, error.code());
+            error.with_headers(rate_headers).into_response()
+        }
+    };
+    state.metrics().observe(started.elapsed());
+    response
 }
 
-fn issue(
+async fn issue(
     state: &AppState,
+    source: Option<std::net::SocketAddr>,
     uri: &Uri,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<TokenResponse, OAuthError> {
+    seen: &mut Seen,
+    rate_headers: &mut HeaderMap,
+) -> Result<Issued, OAuthError> {
     let config = state.config();
-    // RFC 6749 2.3.1 and 3.2: parameters go in the body, never in the URI.
-    if let Some(query) = uri.query() {
-        let names = form::parse(query).unwrap_or_default();
-        if names.iter().any(|(name, _)| {
-            matches!(
-                name.as_str(),
-                "client_id" | "client_secret" | "grant_type" | "scope"
-            )
-        }) {
-            return Err(OAuthError::invalid_request(
-                "token request parameters must be sent in the body, not the query string",
+    let names = ["grant_type", "scope", "client_id", "client_secret"];
+    let pairs = read_form(uri, headers, body, config.body_limit, &names)?;
+    let request = TokenRequest::from_form(&pairs)
+        .map_err(|e| OAuthError::invalid_request(e.error_description.unwrap_or_default()))?;
+    if let Some(scope) = &request.scope {
+        seen.scope.clone_from(scope);
+    }
+
+    let registry = state.registry();
+    let client = authenticate_client(
+        state,
+        &registry,
+        headers,
+        source,
+        request.client_id.as_ref(),
+        request.client_secret.as_ref(),
+        &mut seen.client_id,
+    )
+    .await?;
+    let plan = client.plan.clone();
+    seen.plan = Some(plan.clone());
+
+    // Rate limits apply to every token request of an identified client.
+    if let Some(rate) = plan.token_rate {
+        let decision = state.limiter().check(&seen.client_id, rate).await;
+        *rate_headers = limits::headers(rate, decision);
+        if let Decision::Limited { retry_after_secs } = decision {
+            return Err(OAuthError::rate_limited(
+                format!("too many token requests; retry after {retry_after_secs} s and cache tokens for expires_in"),
+                std::mem::take(rate_headers),
             ));
         }
     }
-    let is_form = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| {
-            v.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        });
-    if !is_form {
-        return Err(OAuthError::invalid_request(
-            "Content-Type must be application/x-www-form-urlencoded",
-        ));
-    }
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => OAuthError::too_large(config.body_limit),
-        _ => OAuthError::invalid_request("could not read the request body"),
-    })?;
-    let body = std::str::from_utf8(&body)
-        .map_err(|_| OAuthError::invalid_request("request body is not UTF-8"))?;
-    let pairs = form::parse(body).map_err(|e| OAuthError::invalid_request(e.to_string()))?;
-    let request = TokenRequest::from_form(&pairs)
-        .map_err(|e| OAuthError::invalid_request(e.error_description.unwrap_or_default()))?;
-
-    let presented = auth::presented(headers, &request, &config.realm)?;
-    let registry = state.registry();
-    let now = tessera_store::now();
-    let client = auth::authenticate(&registry, state.secrets(), &presented, now, &config.realm)?;
 
     if let GrantType::Other(grant) = &request.grant_type {
         return Err(OAuthError::unsupported_grant_type(format!(
@@ -95,7 +153,7 @@ fn issue(
     let scopes = ScopeSet::parse(scope).map_err(|_| {
         OAuthError::invalid_scope("scope must be scope names separated by single spaces")
     })?;
-    let refused = scopes.outside(&client.plan.scopes);
+    let refused = scopes.outside(&plan.scopes);
     if !refused.is_empty() {
         let names: Vec<&str> = refused.iter().map(|s| s.as_str()).collect();
         return Err(OAuthError::invalid_scope(format!(
@@ -103,20 +161,44 @@ fn issue(
             names.join(" ")
         )));
     }
+    let scope = scopes.to_string();
+    let now = tessera_store::now();
+
+    if let Some(percent) = plan.reuse_percent {
+        let kept = state.reuse().get(
+            &seen.client_id,
+            &scope,
+            now,
+            plan.token_ttl,
+            percent,
+            |jti| registry.revoked.contains(jti),
+        );
+        if let Some(kept) = kept {
+            return Ok(Issued {
+                response: TokenResponse {
+                    access_token: kept.token.to_string(),
+                    token_type: TokenType::Bearer,
+                    expires_in: (kept.exp - now) as u64,
+                    scope: scopes,
+                },
+                jti: kept.jti,
+                reused: true,
+            });
+        }
+    }
 
     let key = registry
         .keys
         .signing_key(now)
         .ok_or_else(|| OAuthError::unavailable("no active signing key"))?;
-    let expires_in = u64::from(client.plan.token_ttl);
+    let expires_in = u64::from(plan.token_ttl);
     let iat = now.max(0) as u64;
-    let client_id = presented.client_id.as_str();
     let claims = AccessTokenClaims {
         iss: config.issuer.clone(),
-        sub: client_id.to_owned(),
-        client_id: client_id.to_owned(),
+        sub: seen.client_id.clone(),
+        client_id: seen.client_id.clone(),
         aud: Audience::Many(scopes.iter().map(|s| s.to_string()).collect()),
-        scope: scopes.to_string(),
+        scope,
         iat,
         exp: iat + expires_in,
         nbf: None,
@@ -124,11 +206,23 @@ fn issue(
         app_only: true,
     };
     let access_token = key.sign_jwt(&claims);
-    tracing::debug!(client_id, scope = %claims.scope, jti = %claims.jti, "token issued");
-    Ok(TokenResponse {
-        access_token,
-        token_type: TokenType::Bearer,
-        expires_in,
-        scope: scopes,
+    let jti: Arc<str> = claims.jti.into();
+    if plan.reuse_percent.is_some() {
+        let kept = Kept {
+            token: access_token.as_str().into(),
+            jti: jti.clone(),
+            exp: claims.exp as i64,
+        };
+        state.reuse().put(&seen.client_id, &claims.scope, kept);
+    }
+    Ok(Issued {
+        response: TokenResponse {
+            access_token,
+            token_type: TokenType::Bearer,
+            expires_in,
+            scope: scopes,
+        },
+        jti,
+        reused: false,
     })
 }

@@ -3,5 +3,7 @@
 
 mod discovery;
 mod helpers;
+mod limits;
 mod registry;
 mod token;
+mod tokens;

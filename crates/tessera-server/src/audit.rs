@@ -1,0 +1,56 @@
+//! The audit trail: one structured event per token issued or refused, on the tracing
+//! target `tessera::audit`. Fields: `event` (`token_issued` or `token_refused`),
+//! `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused` or the OAuth error code),
+//! `jti` (issued only) and `source` (the peer address). Never a secret or a token.
+
+use std::net::SocketAddr;
+
+use tessera_proto::ErrorCode;
+
+/// What an audit event is about.
+#[derive(Debug, Default)]
+pub struct Subject<'a> {
+    /// The client id presented or authenticated; empty when none.
+    pub client_id: &'a str,
+    /// Its plan, once known.
+    pub plan: &'a str,
+    /// The scope requested.
+    pub scope: &'a str,
+    /// The peer.
+    pub source: Option<SocketAddr>,
+}
+
+/// A token was issued.
+pub fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
+    tracing::info!(
+        target: "tessera::audit",
+        event = "token_issued",
+        client_id = subject.client_id,
+        plan = subject.plan,
+        scope = subject.scope,
+        outcome = if reused { "reused" } else { "issued" },
+        jti,
+        source = subject.source.map(|a| a.ip().to_string()).unwrap_or_default(),
+    );
+}
+
+/// A token request was refused.
+pub fn refused(subject: &Subject<'_>, error: ErrorCode) {
+    tracing::info!(
+        target: "tessera::audit",
+        event = "token_refused",
+        // Bounded, since an unauthenticated caller chooses it.
+        client_id = truncate(subject.client_id, 64),
+        plan = subject.plan,
+        scope = truncate(subject.scope, 256),
+        outcome = error.as_str(),
+        source = subject.source.map(|a| a.ip().to_string()).unwrap_or_default(),
+    );
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}

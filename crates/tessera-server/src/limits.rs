@@ -1,0 +1,284 @@
+//! Rate limits: per client by plan, failed authentication per source address, and a global
+//! cap on requests in flight.
+//!
+//! Per-client limits use GCRA (the generic cell rate algorithm) through the `governor`
+//! crate, behind the [`Limiter`] trait so that a distributed backend can take its place.
+//! Answers carry the `RateLimit` and `RateLimit-Policy` fields of the IETF httpapi draft
+//! (draft-ietf-httpapi-ratelimit-headers-08) and, when refused, `Retry-After` (RFC 9110 10.2.3).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
+use tessera_store::RateLimit;
+use tokio::sync::Semaphore;
+
+use crate::error::OAuthError;
+
+/// What a limiter decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed; `remaining` more may come at once, and the allowance is whole again in
+    /// `reset_secs`.
+    Allowed {
+        /// Requests left in the burst.
+        remaining: u32,
+        /// Seconds until the burst is whole again.
+        reset_secs: u64,
+    },
+    /// Refused; the next request may come in `retry_after_secs`.
+    Limited {
+        /// Seconds to wait, rounded up.
+        retry_after_secs: u64,
+    },
+}
+
+/// Counts requests against a rate, per key. One implementation per backend.
+#[async_trait]
+pub trait Limiter: Send + Sync + std::fmt::Debug {
+    /// Takes one request from `key`'s allowance under `rate`.
+    async fn check(&self, key: &str, rate: RateLimit) -> Decision;
+    /// Forgets keys whose allowance is whole again, to bound memory.
+    fn prune(&self) {}
+}
+
+type Keyed =
+    RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
+
+/// GCRA in this process's memory (governor). Instances of a cluster each count on their own.
+#[derive(Debug, Default)]
+pub struct LocalLimiter {
+    /// One keyed limiter per distinct rate; plans with the same rate share one, keyed by
+    /// client, so they never interfere.
+    by_rate: RwLock<HashMap<RateLimit, Arc<Keyed>>>,
+    clock: DefaultClock,
+}
+
+fn quota(rate: RateLimit) -> Quota {
+    let period = Duration::from_secs(u64::from(rate.period_secs));
+    let one = NonZeroU32::MIN;
+    let count = NonZeroU32::new(rate.count).unwrap_or(one);
+    let burst = NonZeroU32::new(rate.burst).unwrap_or(one);
+    Quota::with_period(period / count.get())
+        .unwrap_or_else(|| Quota::per_second(count))
+        .allow_burst(burst)
+}
+
+impl LocalLimiter {
+    fn limiter(&self, rate: RateLimit) -> Arc<Keyed> {
+        if let Some(found) = self
+            .by_rate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&rate)
+        {
+            return found.clone();
+        }
+        self.by_rate
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(rate)
+            .or_insert_with(|| {
+                Arc::new(
+                    RateLimiter::dashmap(quota(rate))
+                        .with_middleware::<StateInformationMiddleware>(),
+                )
+            })
+            .clone()
+    }
+}
+
+#[async_trait]
+impl Limiter for LocalLimiter {
+    async fn check(&self, key: &str, rate: RateLimit) -> Decision {
+        let limiter = self.limiter(rate);
+        let emission = Duration::from_secs(u64::from(rate.period_secs)) / rate.count.max(1);
+        match limiter.check_key(&key.to_owned()) {
+            Ok(snapshot) => {
+                let remaining = snapshot.remaining_burst_capacity();
+                let missing = rate.burst.saturating_sub(remaining);
+                Decision::Allowed {
+                    remaining,
+                    reset_secs: (emission * missing).as_secs_f64().ceil() as u64,
+                }
+            }
+            Err(not_until) => Decision::Limited {
+                retry_after_secs: (not_until
+                    .wait_time_from(self.clock.now())
+                    .as_secs_f64()
+                    .ceil() as u64)
+                    .max(1),
+            },
+        }
+    }
+
+    fn prune(&self) {
+        for limiter in self
+            .by_rate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    }
+}
+
+/// The `RateLimit-Policy` and `RateLimit` fields for a decision under `rate`.
+pub fn headers(rate: RateLimit, decision: Decision) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let policy = format!("\"token\";q={};w={}", rate.count, rate.period_secs);
+    let (remaining, reset) = match decision {
+        Decision::Allowed {
+            remaining,
+            reset_secs,
+        } => (remaining, reset_secs),
+        Decision::Limited { retry_after_secs } => (0, retry_after_secs),
+    };
+    let current = format!("\"token\";r={remaining};t={reset}");
+    for (name, value) in [("ratelimit-policy", policy), ("ratelimit", current)] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    if let Decision::Limited { retry_after_secs } = decision {
+        headers.insert(
+            axum::http::header::RETRY_AFTER,
+            HeaderValue::from(retry_after_secs),
+        );
+    }
+    headers
+}
+
+/// Brute-force protection (RFC 6749 section 2.3.1): failed client authentications are
+/// counted per source address; over the rate, the address is refused without a check of
+/// its credentials until the limiter allows again.
+#[derive(Debug)]
+pub struct AuthThrottle {
+    limiter: Arc<dyn Limiter>,
+    rate: RateLimit,
+    blocked: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+impl AuthThrottle {
+    /// Allows `rate` failures per address.
+    pub fn new(limiter: Arc<dyn Limiter>, rate: RateLimit) -> Self {
+        Self {
+            limiter,
+            rate,
+            blocked: Mutex::default(),
+        }
+    }
+
+    /// Seconds left while `ip` is refused.
+    pub fn blocked(&self, ip: IpAddr) -> Option<u64> {
+        let blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        let until = *blocked.get(&ip)?;
+        let left = until.checked_duration_since(Instant::now())?;
+        Some((left.as_secs_f64().ceil() as u64).max(1))
+    }
+
+    /// Counts a failure from `ip`.
+    pub async fn failed(&self, ip: IpAddr) {
+        let key = format!("auth-failure:{ip}");
+        if let Decision::Limited { retry_after_secs } = self.limiter.check(&key, self.rate).await {
+            let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            blocked.retain(|_, until| *until > now);
+            blocked.insert(ip, now + Duration::from_secs(retry_after_secs));
+        }
+    }
+
+    /// The 429 for a blocked address.
+    pub fn refusal(&self, retry_after_secs: u64) -> OAuthError {
+        OAuthError::rate_limited(
+            "too many failed client authentications from this address",
+            headers(self.rate, Decision::Limited { retry_after_secs }),
+        )
+    }
+}
+
+/// Middleware: refuses with 503 and `Retry-After: 1` when more requests are in flight than
+/// the process is configured for, instead of queueing without bound.
+pub async fn cap_in_flight(
+    State(slots): State<Arc<Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match slots.try_acquire() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => {
+            let mut response =
+                OAuthError::unavailable("server busy; retry shortly").into_response();
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from_static("1"),
+            );
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn gcra_allows_the_burst_then_refuses_with_a_wait() {
+        let limiter = LocalLimiter::default();
+        let rate = RateLimit {
+            count: 2,
+            period_secs: 60,
+            burst: 2,
+        };
+        assert!(matches!(
+            limiter.check("a", rate).await,
+            Decision::Allowed { remaining: 1, .. }
+        ));
+        assert!(matches!(
+            limiter.check("a", rate).await,
+            Decision::Allowed { remaining: 0, .. }
+        ));
+        match limiter.check("a", rate).await {
+            Decision::Limited { retry_after_secs } => {
+                assert!((29..=30).contains(&retry_after_secs))
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another key has its own allowance.
+        assert!(matches!(
+            limiter.check("b", rate).await,
+            Decision::Allowed { .. }
+        ));
+    }
+
+    #[test]
+    fn headers_follow_the_draft() {
+        let rate = RateLimit {
+            count: 60,
+            period_secs: 60,
+            burst: 60,
+        };
+        let h = headers(
+            rate,
+            Decision::Limited {
+                retry_after_secs: 3,
+            },
+        );
+        assert_eq!(h["ratelimit-policy"], "\"token\";q=60;w=60");
+        assert_eq!(h["ratelimit"], "\"token\";r=0;t=3");
+        assert_eq!(h["retry-after"], "3");
+    }
+}

@@ -1,0 +1,108 @@
+//! Token introspection (RFC 7662): a caller that authenticates as a client learns whether a
+//! token is active and what it carries.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::json;
+use tessera_proto::{AccessTokenClaims, ClientId, ClientSecret};
+
+use crate::error::{OAuthError, NO_STORE};
+use crate::registry::Registry;
+use crate::routes::{authenticate_client, peer_addr, read_form, single, Peer};
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/connect/introspect", post(introspect))
+}
+
+/// `POST /connect/introspect` (RFC 7662 section 2).
+async fn introspect(
+    State(state): State<AppState>,
+    peer: Peer,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match answer(&state, peer, &uri, &headers, body).await {
+        Ok(body) => (NO_STORE, Json(body)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn answer(
+    state: &AppState,
+    peer: Peer,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<serde_json::Value, OAuthError> {
+    let names = ["token", "token_type_hint", "client_id", "client_secret"];
+    let pairs = read_form(uri, headers, body, state.config().body_limit, &names)?;
+    let (token, id, secret) = credentials_and_token(&pairs)?;
+    let registry = state.registry();
+    let mut presented = String::new();
+    authenticate_client(
+        state,
+        &registry,
+        headers,
+        peer_addr(&peer),
+        id.as_ref(),
+        secret.as_ref(),
+        &mut presented,
+    )
+    .await?;
+    let Some(claims) = active_claims(state, &registry, token) else {
+        return Ok(json!({ "active": false }));
+    };
+    Ok(json!({
+        "active": true,
+        "token_type": "Bearer",
+        "scope": claims.scope,
+        "client_id": claims.client_id,
+        "sub": claims.sub,
+        "aud": claims.aud,
+        "iss": claims.iss,
+        "iat": claims.iat,
+        "exp": claims.exp,
+        "jti": claims.jti,
+        "app_only": claims.app_only,
+    }))
+}
+
+/// The `token` parameter and the body credentials of an introspection or revocation
+/// request.
+pub(crate) fn credentials_and_token(
+    pairs: &[(String, String)],
+) -> Result<(&str, Option<ClientId>, Option<ClientSecret>), OAuthError> {
+    single(pairs, "token_type_hint")?;
+    let token = single(pairs, "token")?
+        .ok_or_else(|| OAuthError::invalid_request("missing parameter token"))?;
+    let id = single(pairs, "client_id")?
+        .map(|id| {
+            ClientId::parse(id).ok_or_else(|| OAuthError::invalid_request("malformed client_id"))
+        })
+        .transpose()?;
+    let secret = single(pairs, "client_secret")?.map(ClientSecret::new);
+    Ok((token, id, secret))
+}
+
+/// The claims of a token this server issued that is still active: signed by one of its keys,
+/// of its issuer, not expired, not revoked.
+pub(crate) fn active_claims(
+    state: &AppState,
+    registry: &Registry,
+    token: &str,
+) -> Option<AccessTokenClaims> {
+    let claims = registry.keys.verify(token)?;
+    let now = tessera_store::now().max(0) as u64;
+    let valid = claims.iss == state.config().issuer
+        && claims.exp > now
+        && claims.nbf.is_none_or(|nbf| nbf <= now)
+        && !registry.revoked.contains(&claims.jti);
+    valid.then_some(claims)
+}

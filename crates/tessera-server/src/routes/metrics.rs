@@ -1,0 +1,29 @@
+//! `GET /metrics` in the Prometheus text format.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics))
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let now = tessera_store::now();
+    let age = state
+        .registry()
+        .keys
+        .signing_key(now)
+        .map(|k| now - k.activates_at.max(k.created_at));
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics().render(age),
+    )
+}

@@ -1,0 +1,84 @@
+//! Token revocation (RFC 7009): a client revokes its own tokens. A revoked `jti` is
+//! remembered until the token's `exp`; introspection then answers inactive and token reuse
+//! never hands it out again.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use tessera_store::Revoked;
+
+use crate::error::{OAuthError, NO_STORE};
+use crate::routes::introspection::{active_claims, credentials_and_token};
+use crate::routes::{authenticate_client, peer_addr, read_form, Peer};
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/connect/revocation", post(revoke))
+}
+
+/// `POST /connect/revocation` (RFC 7009 section 2.1).
+async fn revoke(
+    State(state): State<AppState>,
+    peer: Peer,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match run(&state, peer, &uri, &headers, body).await {
+        Ok(()) => (StatusCode::OK, NO_STORE).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run(
+    state: &AppState,
+    peer: Peer,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(), OAuthError> {
+    let names = ["token", "token_type_hint", "client_id", "client_secret"];
+    let pairs = read_form(uri, headers, body, state.config().body_limit, &names)?;
+    let (token, id, secret) = credentials_and_token(&pairs)?;
+    let registry = state.registry();
+    let mut caller = String::new();
+    authenticate_client(
+        state,
+        &registry,
+        headers,
+        peer_addr(&peer),
+        id.as_ref(),
+        secret.as_ref(),
+        &mut caller,
+    )
+    .await?;
+    // RFC 7009 2.2: an invalid, expired or unknown token is answered with 200 all the same.
+    let Some(claims) = active_claims(state, &registry, token) else {
+        return Ok(());
+    };
+    if claims.client_id != caller {
+        return Err(OAuthError::unauthorized_client(
+            "the token was not issued to this client",
+        ));
+    }
+    let revoked = Revoked {
+        jti: claims.jti.clone(),
+        client_id: claims.client_id,
+        exp: claims.exp as i64,
+    };
+    state
+        .store()
+        .revoke(&revoked)
+        .await
+        .map_err(|e| OAuthError::internal(&e))?;
+    state.reuse().forget_jti(&claims.jti);
+    if let Err(e) = state.sync().await {
+        tracing::warn!(error = %e, "registry reload after a revocation failed; the next poll retries");
+    }
+    tracing::info!(target: "tessera::audit", event = "token_revoked", client_id = %caller, jti = %claims.jti);
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! Introspection (RFC 7662) and revocation (RFC 7009).
+
+use std::time::Duration;
+
+use tessera_proto::{ClientId, ClientSecret};
+use tessera_server::admin;
+
+use crate::helpers::*;
+
+const NEWS: &str = "grant_type=client_credentials&scope=news-api";
+
+async fn issue(app: &TestApp, id: &ClientId, secret: &ClientSecret) -> String {
+    let body: serde_json::Value = app.token(id, secret, NEWS).await.json().await.unwrap();
+    body["access_token"].as_str().unwrap().to_owned()
+}
+
+async fn post(
+    app: &TestApp,
+    path: &str,
+    id: &ClientId,
+    secret: &ClientSecret,
+    body: String,
+) -> reqwest::Response {
+    app.http
+        .post(app.url(path))
+        .header("authorization", basic(id, secret))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn introspect(
+    app: &TestApp,
+    id: &ClientId,
+    secret: &ClientSecret,
+    token: &str,
+) -> serde_json::Value {
+    let r = post(
+        app,
+        "/connect/introspect",
+        id,
+        secret,
+        format!("token={token}"),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["cache-control"], "no-store");
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn introspection_describes_active_tokens_only() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let (api, api_secret) = app.client().await;
+    let token = issue(&app, &id, &secret).await;
+
+    // Any registered client (say, an API) may introspect.
+    let active = introspect(&app, &api, &api_secret, &token).await;
+    assert_eq!(active["active"], true);
+    assert_eq!(active["client_id"], id.as_str());
+    assert_eq!(active["scope"], "news-api");
+    assert_eq!(active["iss"], app.base);
+    assert_eq!(active["token_type"], "Bearer");
+    assert_eq!(active["app_only"], true);
+
+    for junk in [
+        "",
+        "abc",
+        "a.b.c",
+        &format!("{token}x"),
+        &token[..token.len() - 4],
+    ] {
+        if junk.is_empty() {
+            continue;
+        }
+        assert_eq!(
+            introspect(&app, &api, &api_secret, junk).await,
+            serde_json::json!({"active": false}),
+            "{junk}"
+        );
+    }
+
+    // A token from another server (another issuer and keys) is foreign.
+    let other = spawn_app().await;
+    let (oid, osecret) = other.client().await;
+    let foreign = issue(&other, &oid, &osecret).await;
+    assert_eq!(
+        introspect(&app, &api, &api_secret, &foreign).await["active"],
+        false
+    );
+
+    // The caller must authenticate.
+    let anonymous = app
+        .http
+        .post(app.url("/connect/introspect"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    // The token parameter is required.
+    let (status, error, _) = error_of(
+        post(
+            &app,
+            "/connect/introspect",
+            &api,
+            &api_secret,
+            String::new(),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((status, error.as_str()), (400, "invalid_request"));
+}
+
+#[tokio::test]
+async fn expired_tokens_are_inactive() {
+    let app = spawn_app().await;
+    admin::set_plan(app.store.as_ref(), "short", "news-api", Some(1))
+        .await
+        .unwrap();
+    let (id, secret) = app
+        .client_on("short", tessera_store::AuthMethod::ClientSecretBasic)
+        .await;
+    let token = issue(&app, &id, &secret).await;
+    assert_eq!(introspect(&app, &id, &secret, &token).await["active"], true);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(
+        introspect(&app, &id, &secret, &token).await["active"],
+        false
+    );
+}
+
+#[tokio::test]
+async fn a_client_revokes_its_own_tokens_only() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let (other, other_secret) = app.client().await;
+    let token = issue(&app, &id, &secret).await;
+
+    // Another client may not revoke it.
+    let r = post(
+        &app,
+        "/connect/revocation",
+        &other,
+        &other_secret,
+        format!("token={token}"),
+    )
+    .await;
+    let (status, error, _) = error_of(r).await;
+    assert_eq!((status, error.as_str()), (400, "unauthorized_client"));
+    assert_eq!(introspect(&app, &id, &secret, &token).await["active"], true);
+
+    let r = post(
+        &app,
+        "/connect/revocation",
+        &id,
+        &secret,
+        format!("token={token}&token_type_hint=access_token"),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        introspect(&app, &id, &secret, &token).await["active"],
+        false
+    );
+    // Remembered until its exp.
+    let revoked = app.store.revoked(tessera_store::now()).await.unwrap();
+    let claims = claims_of(&token);
+    assert_eq!(revoked.len(), 1);
+    assert_eq!(revoked[0].jti, claims["jti"].as_str().unwrap());
+    assert_eq!(revoked[0].exp, claims["exp"].as_i64().unwrap());
+
+    // Revoking again, or revoking garbage, is answered 200 (RFC 7009 2.2).
+    for body in [format!("token={token}"), "token=garbage".to_owned()] {
+        assert_eq!(
+            post(&app, "/connect/revocation", &id, &secret, body)
+                .await
+                .status(),
+            200
+        );
+    }
+    // Unauthenticated: 401; no token: 400.
+    let wrong = ClientSecret::new("wrong");
+    assert_eq!(
+        post(
+            &app,
+            "/connect/revocation",
+            &id,
+            &wrong,
+            format!("token={token}")
+        )
+        .await
+        .status(),
+        401
+    );
+    assert_eq!(
+        post(&app, "/connect/revocation", &id, &secret, String::new())
+            .await
+            .status(),
+        400
+    );
+    // Other tokens of the client stay active.
+    let fresh = issue(&app, &id, &secret).await;
+    assert_eq!(introspect(&app, &id, &secret, &fresh).await["active"], true);
+}
