@@ -1,0 +1,146 @@
+//! Why a token, a configuration or a key fetch was refused. Nothing here knows HTTP: the
+//! mapping to RFC 6750 responses lives in [`crate::rejection`].
+
+use thiserror::Error;
+
+/// Why an access token was refused.
+///
+/// At the HTTP edge every variant is `invalid_token` (RFC 6750 section 3.1). The messages are
+/// fixed text: they never repeat any part of the token, so they are safe to send back in
+/// `error_description` and to log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The token is longer than the configured bound; refused before any decoding.
+    #[error("the token is longer than {limit} bytes")]
+    TooLarge {
+        /// The configured bound.
+        limit: usize,
+    },
+    /// Five dot-separated parts: an encrypted JWE (RFC 7516 section 7.1), which Tessera never
+    /// issues (RFC 9068 section 4 allows only what the server is known to send).
+    #[error("encrypted tokens are not accepted")]
+    Encrypted,
+    /// Not three base64url parts without padding (RFC 7515 section 7.1).
+    #[error("the token is not a compact JWS")]
+    Malformed,
+    /// The JOSE header is not a JSON object of the expected member types (RFC 7515 section 4),
+    /// or repeats a member.
+    #[error("the token header is malformed")]
+    MalformedHeader,
+    /// `alg` is not in the allow-list: `none`, `HS256` and anything else (RFC 8725 sections
+    /// 3.1 and 3.2, RFC 9068 section 4).
+    #[error("the token algorithm is not accepted")]
+    AlgorithmNotAllowed,
+    /// `typ` is absent or not `at+jwt` (RFC 9068 section 4, RFC 8725 section 3.11).
+    #[error("the token type is not at+jwt")]
+    WrongType,
+    /// The header names a key by URL or embeds one (`jku`, `x5u`, `jwk`, `x5c`,
+    /// RFC 7515 sections 4.1.2 to 4.1.6). Keys come only from the issuer's JWKS.
+    #[error("the token header refers to a key this server does not trust")]
+    UntrustedKeyReference,
+    /// The header has `crit` (RFC 7515 section 4.1.11); no extension is understood here.
+    #[error("the token header has critical extensions")]
+    CriticalHeader,
+    /// `kid` is missing, longer than 128 bytes or not printable ASCII.
+    #[error("the token key identifier is missing or malformed")]
+    BadKeyId,
+    /// No key with this `kid`, even after refreshing the key set when allowed.
+    #[error("the token was signed with an unknown key")]
+    UnknownKey,
+    /// `alg` does not match the key `kid` names (RFC 8725 section 3.1).
+    #[error("the token algorithm does not match its key")]
+    KeyMismatch,
+    /// The signature does not verify.
+    #[error("the token signature is invalid")]
+    BadSignature,
+    /// The claims are not the JSON object of RFC 9068 section 2.2 (a claim missing, of the
+    /// wrong type, or repeated).
+    #[error("the token claims are malformed")]
+    MalformedClaims,
+    /// `iss` is not exactly the configured issuer (RFC 9068 section 4).
+    #[error("the token was issued by another issuer")]
+    WrongIssuer,
+    /// `aud` does not contain this API (RFC 9068 section 4).
+    #[error("the token is not meant for this API")]
+    WrongAudience,
+    /// `exp` has passed, leeway included (RFC 7519 section 4.1.4).
+    #[error("the token has expired")]
+    Expired,
+    /// `nbf` is still ahead, leeway included (RFC 7519 section 4.1.5).
+    #[error("the token is not valid yet")]
+    NotYetValid,
+}
+
+/// Why a [`VerifierBuilder`](crate::VerifierBuilder) could not build.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The issuer is empty or not an `http(s)://` URL.
+    #[error("the issuer must be an http or https URL")]
+    Issuer,
+    /// The audience is empty.
+    #[error("the audience must not be empty")]
+    Audience,
+    /// No algorithm is allowed.
+    #[error("at least one algorithm must be allowed")]
+    NoAlgorithms,
+    /// The leeway is larger than five minutes (RFC 7519 section 4.1.4 asks for a small one).
+    #[error("the leeway must be at most 300 seconds")]
+    Leeway,
+    /// The static key set has no usable key.
+    #[error("the key set has no usable EdDSA or ES256 signing key")]
+    NoUsableKeys,
+    /// The HTTP client could not be built.
+    #[error("HTTP client: {0}")]
+    Http(#[source] reqwest::Error),
+}
+
+/// Why the keys could not be fetched. The verifier keeps its cached keys when this happens.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum KeySourceError {
+    /// The request failed: connection, timeout or body.
+    #[error("fetching {url}: {source}")]
+    Http {
+        /// The document.
+        url: String,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The answer was not 200; redirects are not followed.
+    #[error("fetching {url}: HTTP status {status}")]
+    Status {
+        /// The document.
+        url: String,
+        /// The status received.
+        status: u16,
+    },
+    /// The document is larger than the bound.
+    #[error("fetching {url}: the document is larger than {limit} bytes")]
+    TooLarge {
+        /// The document.
+        url: String,
+        /// The bound.
+        limit: usize,
+    },
+    /// The document is not the expected JSON.
+    #[error("fetching {url}: {source}")]
+    Json {
+        /// The document.
+        url: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The metadata names another issuer (RFC 8414 section 3.3: it must not be used).
+    #[error("the metadata document names another issuer")]
+    IssuerMismatch,
+    /// `jwks_uri` is not https while the issuer is (RFC 8414 section 2).
+    #[error("jwks_uri must use https")]
+    InsecureJwksUri,
+    /// The key set has no key this verifier can use; the cached keys are kept.
+    #[error("the key set has no usable EdDSA or ES256 signing key")]
+    NoUsableKeys,
+}

@@ -1,0 +1,375 @@
+//! The issuer's public keys: parsed once from the JWK Set (RFC 7517 section 5), cached, and
+//! refreshed under two rules that keep the issuer safe from this verifier:
+//!
+//! - at most one fetch per `min_refresh_interval`, however many unknown `kid`s arrive, and
+//!   never two at once (a single flight behind one lock);
+//! - a failed fetch keeps the cached keys, so a down issuer does not stop verification.
+//!
+//! Keys older than `cache_lifetime` are refreshed in the background while still in use.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use aws_lc_rs::signature::{ParsedPublicKey, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, ED25519};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use tessera_proto::{Algorithm, AuthorizationServerMetadata, Jwk};
+
+use crate::error::KeySourceError;
+use crate::validate::is_reasonable_kid;
+
+/// The largest metadata or JWKS document read. A set of a few keys is about 1 KiB.
+const MAX_DOCUMENT: usize = 64 * 1024;
+
+/// A public key ready to verify, and the one algorithm it may be used with.
+#[derive(Debug)]
+pub(crate) struct VerifyingKey {
+    pub alg: Algorithm,
+    key: ParsedPublicKey,
+}
+
+impl VerifyingKey {
+    /// Builds a key from a JWK, or `None` when the JWK is not one this verifier uses: RFC 7517
+    /// section 5 asks to ignore keys that are not understood. The JWK's `kty`, `crv` and `alg`
+    /// must agree (RFC 8037 section 2, RFC 7518 section 6.2), so a token's `alg` is matched
+    /// against a key whose type cannot be reinterpreted.
+    pub fn from_jwk(jwk: &Jwk) -> Option<Self> {
+        if jwk.use_ != "sig" || !is_reasonable_kid(&jwk.kid) {
+            return None;
+        }
+        let coordinate = |b64: &str| {
+            URL_SAFE_NO_PAD
+                .decode(b64)
+                .ok()
+                .filter(|bytes| bytes.len() == 32)
+        };
+        let (alg, key) = match (jwk.kty.as_str(), jwk.crv.as_str(), jwk.alg.as_str()) {
+            ("OKP", "Ed25519", "EdDSA") => {
+                let x = coordinate(&jwk.x)?;
+                (
+                    Algorithm::EdDSA,
+                    UnparsedPublicKey::new(&ED25519, x).parse(),
+                )
+            }
+            ("EC", "P-256", "ES256") => {
+                // SEC1 uncompressed point: 0x04 || x || y.
+                let mut point = vec![0x04];
+                point.extend(coordinate(&jwk.x)?);
+                point.extend(coordinate(jwk.y.as_deref()?)?);
+                (
+                    Algorithm::ES256,
+                    UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, point).parse(),
+                )
+            }
+            _ => return None,
+        };
+        // Parsing once here validates the point and spares it on every verification.
+        Some(Self {
+            alg,
+            key: key.ok()?,
+        })
+    }
+
+    /// Whether `signature` is this key's signature of `message`.
+    pub fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
+        self.key.verify_sig(message, signature).is_ok()
+    }
+}
+
+/// The usable keys of one JWK Set, by `kid`.
+#[derive(Debug, Default)]
+pub(crate) struct KeySet {
+    by_kid: HashMap<String, VerifyingKey>,
+}
+
+impl KeySet {
+    /// The usable keys among `jwks`; the first of two keys with one `kid` wins.
+    pub fn new<'a>(jwks: impl IntoIterator<Item = &'a Jwk>) -> Self {
+        let mut by_kid = HashMap::new();
+        for jwk in jwks {
+            match VerifyingKey::from_jwk(jwk) {
+                Some(key) => {
+                    by_kid.entry(jwk.kid.clone()).or_insert(key);
+                }
+                None => tracing::debug!(kid = %jwk.kid, kty = %jwk.kty, "JWK ignored"),
+            }
+        }
+        Self { by_kid }
+    }
+
+    pub fn get(&self, kid: &str) -> Option<&VerifyingKey> {
+        self.by_kid.get(kid)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_kid.is_empty()
+    }
+}
+
+/// Where keys come from and how often they may be fetched.
+#[derive(Debug)]
+pub(crate) struct Remote {
+    pub client: reqwest::Client,
+    pub issuer: String,
+    /// Set up front by the builder, or learned from the metadata on the first fetch.
+    pub jwks_uri: Option<String>,
+    pub min_refresh_interval: Duration,
+    pub cache_lifetime: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Snapshot {
+    keys: Arc<KeySet>,
+    /// When `keys` were fetched; `None` before the first success.
+    fetched_at: Option<Instant>,
+    /// When the last fetch started, successful or not: the rate limit counts attempts.
+    attempted_at: Option<Instant>,
+}
+
+/// The key cache. Static key sets have no [`Remote`] and never refresh.
+#[derive(Debug)]
+pub(crate) struct KeyCache {
+    snapshot: RwLock<Snapshot>,
+    remote: Option<Remote>,
+    /// The single flight: held for the whole of a fetch; holds the `jwks_uri` once known.
+    fetch: tokio::sync::Mutex<Option<String>>,
+    /// A background refresh is scheduled or running; spares spawning one per request.
+    background: AtomicBool,
+}
+
+impl KeyCache {
+    pub fn fixed(keys: KeySet) -> Self {
+        Self {
+            snapshot: RwLock::new(Snapshot {
+                keys: Arc::new(keys),
+                ..Snapshot::default()
+            }),
+            remote: None,
+            fetch: tokio::sync::Mutex::new(None),
+            background: AtomicBool::new(false),
+        }
+    }
+
+    pub fn remote(remote: Remote) -> Self {
+        let jwks_uri = remote.jwks_uri.clone();
+        Self {
+            snapshot: RwLock::default(),
+            remote: Some(remote),
+            fetch: tokio::sync::Mutex::new(jwks_uri),
+            background: AtomicBool::new(false),
+        }
+    }
+
+    /// The current keys. Also schedules a background refresh when they are older than the
+    /// cache lifetime and the rate limit allows, without waiting for it.
+    pub fn current(self: &Arc<Self>) -> Arc<KeySet> {
+        let (keys, stale) = {
+            let s = self.snapshot.read().unwrap_or_else(PoisonError::into_inner);
+            let stale = match (&self.remote, s.fetched_at) {
+                (Some(r), Some(at)) => at.elapsed() >= r.cache_lifetime && self.may_fetch(&s),
+                _ => false,
+            };
+            (s.keys.clone(), stale)
+        };
+        if stale && !self.background.swap(true, Ordering::AcqRel) {
+            let cache = Arc::clone(self);
+            tokio::spawn(async move {
+                // The outcome is logged; on failure the cached keys stay.
+                let _ = cache.refresh(false).await;
+                cache.background.store(false, Ordering::Release);
+            });
+        }
+        keys
+    }
+
+    /// The keys after a refresh for a `kid` not in the cache, or the cached keys when the rate
+    /// limit says no. Waits for a fetch already in flight, so a new key published during it is
+    /// found.
+    pub async fn after_unknown_kid(&self) -> Arc<KeySet> {
+        let _ = self.refresh(false).await;
+        self.snapshot().keys.clone()
+    }
+
+    /// Fetches the key set if `force` or the rate limit allows, and stores it on success.
+    pub async fn refresh(&self, force: bool) -> Result<(), KeySourceError> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        let mut jwks_uri = self.fetch.lock().await;
+        {
+            // Checked under the lock: whoever held it before us may just have fetched.
+            let mut s = self
+                .snapshot
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !force && !self.may_fetch(&s) {
+                return Ok(());
+            }
+            s.attempted_at = Some(Instant::now());
+        }
+        let result = fetch(remote, &mut jwks_uri).await;
+        match result {
+            Ok(keys) => {
+                let mut s = self
+                    .snapshot
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner);
+                s.keys = Arc::new(keys);
+                s.fetched_at = Some(Instant::now());
+                tracing::debug!("JWKS refreshed");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "JWKS refresh failed; keeping the cached keys");
+                Err(e)
+            }
+        }
+    }
+
+    fn snapshot(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
+        self.snapshot.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn may_fetch(&self, s: &Snapshot) -> bool {
+        match (&self.remote, s.attempted_at) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(r), Some(at)) => at.elapsed() >= r.min_refresh_interval,
+        }
+    }
+}
+
+/// Discovers `jwks_uri` if not yet known (RFC 8414 section 3), then fetches the key set.
+async fn fetch(remote: &Remote, jwks_uri: &mut Option<String>) -> Result<KeySet, KeySourceError> {
+    let uri = match jwks_uri {
+        Some(uri) => uri.clone(),
+        None => {
+            let uri = discover(remote).await?;
+            jwks_uri.insert(uri).clone()
+        }
+    };
+    // Parsed key by key, so one key of an unknown type does not hide the others.
+    #[derive(Deserialize)]
+    struct RawSet {
+        keys: Vec<serde_json::Value>,
+    }
+    let raw: RawSet = get_json(&remote.client, &uri).await?;
+    let jwks: Vec<Jwk> = raw
+        .keys
+        .into_iter()
+        .filter_map(|k| serde_json::from_value(k).ok())
+        .collect();
+    let keys = KeySet::new(&jwks);
+    if keys.is_empty() {
+        // An empty or broken set must not wipe the cache.
+        return Err(KeySourceError::NoUsableKeys);
+    }
+    Ok(keys)
+}
+
+/// Reads the metadata at `{issuer}/.well-known/oauth-authorization-server`, where Tessera
+/// serves it, and returns its `jwks_uri`. For an issuer without a path this is the URL of
+/// RFC 8414 section 3.1.
+async fn discover(remote: &Remote) -> Result<String, KeySourceError> {
+    let url = format!(
+        "{}/.well-known/oauth-authorization-server",
+        remote.issuer.trim_end_matches('/')
+    );
+    let metadata: AuthorizationServerMetadata = get_json(&remote.client, &url).await?;
+    // RFC 8414 section 3.3: the issuer must be identical, or the document must not be used.
+    if metadata.issuer != remote.issuer {
+        return Err(KeySourceError::IssuerMismatch);
+    }
+    // RFC 8414 section 2: jwks_uri uses https. A plain-http issuer (a local setup) may have a
+    // plain-http jwks_uri; an https issuer may not downgrade.
+    if remote.issuer.starts_with("https://") && !metadata.jwks_uri.starts_with("https://") {
+        return Err(KeySourceError::InsecureJwksUri);
+    }
+    Ok(metadata.jwks_uri)
+}
+
+/// GETs a JSON document: status 200 only (redirects are not followed), at most
+/// [`MAX_DOCUMENT`] bytes.
+async fn get_json<T: DeserializeOwned>(
+    client: &reqwest::Client,
+    url: &str,
+) -> Result<T, KeySourceError> {
+    let http = |source| KeySourceError::Http {
+        url: url.to_owned(),
+        source,
+    };
+    let mut response = client
+        .get(url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(http)?;
+    if response.status() != reqwest::StatusCode::OK {
+        return Err(KeySourceError::Status {
+            url: url.to_owned(),
+            status: response.status().as_u16(),
+        });
+    }
+    let too_large = || KeySourceError::TooLarge {
+        url: url.to_owned(),
+        limit: MAX_DOCUMENT,
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_DOCUMENT as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(http)? {
+        if body.len() + chunk.len() > MAX_DOCUMENT {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).map_err(|source| KeySourceError::Json {
+        url: url.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jwk(kty: &str, crv: &str, alg: &str, x: &str, y: Option<&str>) -> Jwk {
+        Jwk {
+            kty: kty.into(),
+            crv: crv.into(),
+            x: x.into(),
+            y: y.map(Into::into),
+            kid: "k".into(),
+            alg: alg.into(),
+            use_: "sig".into(),
+        }
+    }
+
+    #[test]
+    fn only_consistent_keys_are_usable() {
+        let x = URL_SAFE_NO_PAD.encode([7u8; 32]);
+        assert!(VerifyingKey::from_jwk(&jwk("OKP", "Ed25519", "EdDSA", &x, None)).is_some());
+        // kty/crv/alg that disagree, short keys, and a point not on the curve.
+        for bad in [
+            jwk("OKP", "Ed25519", "ES256", &x, None),
+            jwk("EC", "Ed25519", "EdDSA", &x, None),
+            jwk("OKP", "Ed25519", "EdDSA", "AAAA", None),
+            jwk("EC", "P-256", "ES256", &x, None),
+            jwk("EC", "P-256", "ES256", &x, Some(&x)),
+            jwk("oct", "", "HS256", &x, None),
+        ] {
+            assert!(VerifyingKey::from_jwk(&bad).is_none(), "{bad:?}");
+        }
+        let mut enc = jwk("OKP", "Ed25519", "EdDSA", &x, None);
+        enc.use_ = "enc".into();
+        assert!(VerifyingKey::from_jwk(&enc).is_none());
+    }
+}

@@ -1,0 +1,73 @@
+//! Tessera's resource-server kit: validates the JWT access tokens a Tessera server issues
+//! (RFC 9068, with the RFC 8725 best practices) and guards axum handlers with them
+//! (RFC 6750). No database and no server code: an API depends on this crate alone.
+//!
+//! A [`Verifier`] learns the issuer's keys through its metadata (RFC 8414) and JWK Set
+//! (RFC 7517), caches them, and checks each token's form, header, signature and claims. The
+//! extractors turn a request into a [`VerifiedToken`] or an RFC 6750 challenge.
+//!
+//! # Layout
+//!
+//! - [`verifier`]: [`Verifier`], its builder and defaults; the order of the checks.
+//! - `validate`: the compact form and JOSE header, checked before any crypto, and the claims
+//!   (RFC 7515, RFC 8725, RFC 9068 section 4). Pure functions, no I/O.
+//! - `jwks`: JWK parsing (RFC 8037, RFC 7518 6.2), the key cache, discovery and fetching,
+//!   with the refresh rate limit and the keep-keys-when-down rule.
+//! - [`error`]: [`VerifyError`] (why a token was refused), [`ConfigError`],
+//!   [`KeySourceError`]. No HTTP in them.
+//! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`], and
+//!   how the bearer token is read (RFC 6750 section 2).
+//! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
+//!   (RFC 6750 section 3, RFC 9470 section 3).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use axum::routing::get;
+//! use axum::Router;
+//! use tessera_verify::{RequiredScope, Scoped, VerifiedToken, Verifier};
+//!
+//! /// The scope the quotes endpoint needs.
+//! struct QuotesRead;
+//! impl RequiredScope for QuotesRead {
+//!     const SCOPE: &'static str = "quotes:read";
+//! }
+//!
+//! async fn quotes(token: Scoped<QuotesRead>) -> String {
+//!     format!("quotes for {}", token.client_id)
+//! }
+//!
+//! async fn whoami(token: VerifiedToken) -> String {
+//!     token.sub.clone()
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let verifier = Verifier::builder("https://auth.example.com", "market-data-api").build()?;
+//!     // Optional: fail at start-up rather than on the first request if the issuer is down.
+//!     verifier.refresh_keys().await?;
+//!
+//!     let app = Router::new()
+//!         .route("/quotes", get(quotes))
+//!         .route("/whoami", get(whoami))
+//!         .with_state(verifier);
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//!     axum::serve(listener, app).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! With a larger state, implement `FromRef<AppState> for Verifier` and the extractors find it.
+
+pub mod error;
+pub mod extract;
+mod jwks;
+pub mod rejection;
+mod validate;
+pub mod verifier;
+
+pub use error::{ConfigError, KeySourceError, VerifyError};
+pub use extract::{RequiredScope, Scoped, UserToken, VerifiedToken};
+pub use rejection::{AuthError, AuthRejection};
+pub use tessera_proto::{AccessTokenClaims, Algorithm, JwkSet};
+pub use verifier::{defaults, Verifier, VerifierBuilder};

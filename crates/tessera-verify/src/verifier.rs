@@ -1,0 +1,337 @@
+//! The [`Verifier`], its builder, and the validation steps of RFC 9068 section 4 in order.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tessera_proto::{AccessTokenClaims, Algorithm, JwkSet};
+
+use crate::error::{ConfigError, KeySourceError, VerifyError};
+use crate::jwks::{KeyCache, KeySet, Remote};
+use crate::validate::{self, Expected};
+
+/// The defaults, each small enough to be safe and large enough not to get in the way.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// Clock skew tolerated on `exp` and `nbf`: 30 s. Tessera's tokens live minutes, so this
+    /// is a small share of their life, and hosts on NTP stay well within it.
+    pub const LEEWAY: Duration = Duration::from_secs(30);
+    /// The longest token read: 8 KiB. A Tessera token is well under 1 KiB; anything longer is
+    /// refused before it is decoded.
+    pub const MAX_TOKEN_SIZE: usize = 8 * 1024;
+    /// The least time between two JWKS fetches: 30 s. A flood of unknown `kid`s costs the
+    /// issuer at most one request per interval from each verifier.
+    pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(30);
+    /// How long fetched keys are used before a background refresh: 5 minutes, the
+    /// `max-age` Tessera serves its key set with.
+    pub const CACHE_LIFETIME: Duration = Duration::from_secs(300);
+    /// The whole-request timeout of a metadata or JWKS fetch: 5 s.
+    pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+}
+
+/// The largest leeway the builder takes.
+const MAX_LEEWAY: Duration = Duration::from_secs(300);
+
+/// Where the keys come from.
+#[derive(Debug)]
+enum KeysFrom {
+    /// Discovery: metadata (RFC 8414), then its `jwks_uri`.
+    Discovery,
+    /// A known JWKS URL; no metadata fetch.
+    JwksUri(String),
+    /// A fixed set, never refreshed: tests and offline use.
+    Static(JwkSet),
+}
+
+/// Builds a [`Verifier`]. Start from [`Verifier::builder`].
+#[derive(Debug)]
+pub struct VerifierBuilder {
+    issuer: String,
+    audience: String,
+    realm: Option<String>,
+    algorithms: Vec<Algorithm>,
+    leeway: Duration,
+    max_token_size: usize,
+    min_refresh_interval: Duration,
+    cache_lifetime: Duration,
+    http_timeout: Duration,
+    keys: KeysFrom,
+}
+
+impl VerifierBuilder {
+    /// Fetch the keys from this URL instead of discovering it from the issuer's metadata.
+    pub fn jwks_uri(mut self, uri: impl Into<String>) -> Self {
+        self.keys = KeysFrom::JwksUri(uri.into());
+        self
+    }
+
+    /// Use these keys and never fetch any: for tests and offline use.
+    pub fn static_keys(mut self, jwks: JwkSet) -> Self {
+        self.keys = KeysFrom::Static(jwks);
+        self
+    }
+
+    /// The `realm` of the `WWW-Authenticate` challenge (RFC 6750 section 3); defaults to the
+    /// audience. `"` and `\` become `?`, as they cannot appear in the quoted string.
+    pub fn realm(mut self, realm: impl Into<String>) -> Self {
+        self.realm = Some(realm.into());
+        self
+    }
+
+    /// The algorithms accepted; default both `EdDSA` and `ES256`.
+    pub fn algorithms(mut self, algorithms: &[Algorithm]) -> Self {
+        self.algorithms = algorithms.to_vec();
+        self
+    }
+
+    /// Clock skew tolerated on `exp` and `nbf`; default [`defaults::LEEWAY`], at most 300 s.
+    pub fn leeway(mut self, leeway: Duration) -> Self {
+        self.leeway = leeway;
+        self
+    }
+
+    /// The longest token read, in bytes; default [`defaults::MAX_TOKEN_SIZE`].
+    pub fn max_token_size(mut self, bytes: usize) -> Self {
+        self.max_token_size = bytes;
+        self
+    }
+
+    /// The least time between two key fetches; default [`defaults::MIN_REFRESH_INTERVAL`].
+    pub fn min_refresh_interval(mut self, interval: Duration) -> Self {
+        self.min_refresh_interval = interval;
+        self
+    }
+
+    /// How long fetched keys are used before a background refresh; default
+    /// [`defaults::CACHE_LIFETIME`]. Keys are kept past it while the issuer is unreachable.
+    pub fn cache_lifetime(mut self, lifetime: Duration) -> Self {
+        self.cache_lifetime = lifetime;
+        self
+    }
+
+    /// The timeout of one metadata or key fetch; default [`defaults::HTTP_TIMEOUT`].
+    pub fn http_timeout(mut self, timeout: Duration) -> Self {
+        self.http_timeout = timeout;
+        self
+    }
+
+    /// Checks the configuration and builds the verifier. Nothing is fetched yet: the first
+    /// token does it, or [`Verifier::refresh_keys`] for a start that fails fast.
+    pub fn build(self) -> Result<Verifier, ConfigError> {
+        let is_url = |s: &str| s.starts_with("https://") || s.starts_with("http://");
+        if !is_url(&self.issuer) {
+            return Err(ConfigError::Issuer);
+        }
+        if self.audience.is_empty() {
+            return Err(ConfigError::Audience);
+        }
+        if self.algorithms.is_empty() {
+            return Err(ConfigError::NoAlgorithms);
+        }
+        if self.leeway > MAX_LEEWAY {
+            return Err(ConfigError::Leeway);
+        }
+        let cache = match self.keys {
+            KeysFrom::Static(jwks) => {
+                let keys = KeySet::new(&jwks.keys);
+                if keys.is_empty() {
+                    return Err(ConfigError::NoUsableKeys);
+                }
+                KeyCache::fixed(keys)
+            }
+            KeysFrom::Discovery | KeysFrom::JwksUri(_) => {
+                let client = reqwest::Client::builder()
+                    // A redirect could send us to keys the issuer never published.
+                    .redirect(reqwest::redirect::Policy::none())
+                    .timeout(self.http_timeout)
+                    .connect_timeout(self.http_timeout)
+                    // Fetches are minutes apart; an idle connection would be stale by then.
+                    .pool_max_idle_per_host(0)
+                    .user_agent(concat!("tessera-verify/", env!("CARGO_PKG_VERSION")))
+                    .build()
+                    .map_err(ConfigError::Http)?;
+                KeyCache::remote(Remote {
+                    client,
+                    issuer: self.issuer.clone(),
+                    jwks_uri: match self.keys {
+                        KeysFrom::JwksUri(uri) => Some(uri),
+                        _ => None,
+                    },
+                    min_refresh_interval: self.min_refresh_interval,
+                    cache_lifetime: self.cache_lifetime,
+                })
+            }
+        };
+        let realm = self
+            .realm
+            .unwrap_or_else(|| self.audience.clone())
+            .chars()
+            .map(|c| match c {
+                ' '..='~' if c != '"' && c != '\\' => c,
+                _ => '?',
+            })
+            .collect::<String>();
+        Ok(Verifier {
+            inner: Arc::new(Inner {
+                issuer: self.issuer,
+                audience: self.audience,
+                realm: realm.into(),
+                algorithms: self.algorithms,
+                leeway: self.leeway.as_secs(),
+                max_token_size: self.max_token_size,
+                cache: Arc::new(cache),
+            }),
+        })
+    }
+}
+
+/// Validates Tessera access tokens for one API. Cheap to clone (one `Arc`): put it in the
+/// router state and let the extractors find it with `FromRef` (see [`crate::extract`]).
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Compared exactly with `iss` (RFC 9068 section 4 step 3).
+    issuer: String,
+    /// Must be among `aud` (RFC 9068 section 4 step 4).
+    audience: String,
+    /// For the `WWW-Authenticate` challenge; quoted-string safe.
+    realm: Arc<str>,
+    algorithms: Vec<Algorithm>,
+    /// Seconds.
+    leeway: u64,
+    max_token_size: usize,
+    cache: Arc<KeyCache>,
+}
+
+impl Verifier {
+    /// A builder for tokens from `issuer` (compared exactly, so spell it as the server's
+    /// metadata does) meant for `audience`, the API's own name.
+    pub fn builder(issuer: impl Into<String>, audience: impl Into<String>) -> VerifierBuilder {
+        VerifierBuilder {
+            issuer: issuer.into(),
+            audience: audience.into(),
+            realm: None,
+            algorithms: vec![Algorithm::EdDSA, Algorithm::ES256],
+            leeway: defaults::LEEWAY,
+            max_token_size: defaults::MAX_TOKEN_SIZE,
+            min_refresh_interval: defaults::MIN_REFRESH_INTERVAL,
+            cache_lifetime: defaults::CACHE_LIFETIME,
+            http_timeout: defaults::HTTP_TIMEOUT,
+            keys: KeysFrom::Discovery,
+        }
+    }
+
+    /// A verifier with a fixed key set and the defaults otherwise: for tests and offline use.
+    pub fn with_static_keys(
+        issuer: impl Into<String>,
+        audience: impl Into<String>,
+        jwks: JwkSet,
+    ) -> Result<Self, ConfigError> {
+        Self::builder(issuer, audience).static_keys(jwks).build()
+    }
+
+    /// Validates `token` (the bare JWS, without `Bearer `) as RFC 9068 section 4 and RFC 8725
+    /// describe, and returns its claims:
+    ///
+    /// 1. size bound, three base64url parts without padding, the JOSE header (no crypto yet);
+    /// 2. the key named by `kid`, from the cache only; an unknown `kid` refreshes the cache
+    ///    when the rate limit allows;
+    /// 3. `alg` matches the key, and the signature verifies;
+    /// 4. the claims: `iss`, `aud`, `exp`, `nbf`.
+    ///
+    /// Call it within a Tokio runtime: a refresh of stale keys is spawned on it.
+    pub async fn verify(&self, token: &str) -> Result<AccessTokenClaims, VerifyError> {
+        let inner = &*self.inner;
+        let jws = validate::parse(token, inner.max_token_size, &inner.algorithms)?;
+        let mut keys = inner.cache.current();
+        if keys.get(&jws.kid).is_none() {
+            keys = inner.cache.after_unknown_kid().await;
+        }
+        let key = keys.get(&jws.kid).ok_or(VerifyError::UnknownKey)?;
+        if key.alg != jws.alg {
+            return Err(VerifyError::KeyMismatch);
+        }
+        if !key.verify(jws.signing_input, &jws.signature) {
+            return Err(VerifyError::BadSignature);
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        validate::check_claims(
+            &jws.payload,
+            Expected {
+                issuer: &inner.issuer,
+                audience: &inner.audience,
+                leeway: inner.leeway,
+                now,
+            },
+        )
+    }
+
+    /// Fetches the keys now, whatever the rate limit. Call it at start-up to fail fast when the
+    /// issuer is unreachable; on error the cached keys (if any) stay. A no-op for static keys.
+    pub async fn refresh_keys(&self) -> Result<(), KeySourceError> {
+        self.inner.cache.refresh(true).await
+    }
+
+    /// The issuer tokens must come from.
+    pub fn issuer(&self) -> &str {
+        &self.inner.issuer
+    }
+
+    /// The audience tokens must name.
+    pub fn audience(&self) -> &str {
+        &self.inner.audience
+    }
+
+    /// The `realm` of the `WWW-Authenticate` challenge.
+    pub fn realm(&self) -> &str {
+        &self.inner.realm
+    }
+
+    /// Whether `other` is a clone of this verifier.
+    pub(crate) fn same_as(&self, other: &Verifier) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(crate) fn realm_arc(&self) -> Arc<str> {
+        Arc::clone(&self.inner.realm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_refuses_unsafe_settings() {
+        let b = || Verifier::builder("https://auth.example", "api");
+        assert!(matches!(
+            Verifier::builder("auth.example", "api").build(),
+            Err(ConfigError::Issuer)
+        ));
+        assert!(matches!(
+            Verifier::builder("https://auth.example", "").build(),
+            Err(ConfigError::Audience)
+        ));
+        assert!(matches!(
+            b().algorithms(&[]).build(),
+            Err(ConfigError::NoAlgorithms)
+        ));
+        assert!(matches!(
+            b().leeway(Duration::from_secs(301)).build(),
+            Err(ConfigError::Leeway)
+        ));
+        assert!(matches!(
+            b().static_keys(JwkSet::default()).build(),
+            Err(ConfigError::NoUsableKeys)
+        ));
+        let v = b().realm("a \"quoted\" realm").build().unwrap();
+        assert_eq!(v.realm(), "a ?quoted? realm");
+        assert_eq!(b().build().unwrap().realm(), "api");
+    }
+}

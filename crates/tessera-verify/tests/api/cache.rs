@@ -1,0 +1,182 @@
+//! The key cache against a live issuer on 127.0.0.1:0: discovery, the refresh rate limit,
+//! rotation, and carrying on with cached keys when the issuer is down.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tessera_verify::{KeySourceError, Verifier, VerifyError};
+use tokio::task::JoinSet;
+
+use crate::helpers::{claims, jwks, TestIssuer, TestKey, AUDIENCE};
+
+/// `count` tokens signed by `key` under kids nobody published.
+fn random_kid_tokens(key: &TestKey, issuer: &str, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| {
+            let mut kid = [0u8; 16];
+            aws_lc_rs::rand::fill(&mut kid).unwrap();
+            let header = json!({
+                "alg": "EdDSA",
+                "kid": format!("{i}-{}", crate::helpers::b64(kid)),
+                "typ": "at+jwt",
+            });
+            key.sign_with(&header, &claims(issuer))
+        })
+        .collect()
+}
+
+/// Verifies all `tokens` at once and returns the results.
+async fn flood(verifier: &Verifier, tokens: Vec<String>) -> Vec<Result<(), VerifyError>> {
+    let mut set = JoinSet::new();
+    for token in tokens {
+        let verifier = verifier.clone();
+        set.spawn(async move { verifier.verify(&token).await.map(drop) });
+    }
+    set.join_all().await
+}
+
+#[tokio::test]
+async fn unknown_kids_cost_at_most_one_fetch_per_interval() {
+    let key = TestKey::ed25519();
+    let issuer = TestIssuer::spawn(jwks(&[&key])).await;
+    let interval = Duration::from_millis(1500);
+    let verifier = Verifier::builder(&issuer.url, AUDIENCE)
+        .min_refresh_interval(interval)
+        .build()
+        .unwrap();
+
+    // The first token discovers the key set: one metadata and one JWKS fetch.
+    verifier
+        .verify(&key.sign(&claims(&issuer.url)))
+        .await
+        .unwrap();
+    assert_eq!((issuer.hits.metadata(), issuer.hits.jwks()), (1, 1));
+
+    // Within the interval, unknown kids fetch nothing.
+    let results = flood(&verifier, random_kid_tokens(&key, &issuer.url, 300)).await;
+    assert!(results.iter().all(|r| *r == Err(VerifyError::UnknownKey)));
+    assert_eq!(issuer.hits.jwks(), 1);
+
+    // After it, 300 concurrent unknown kids cost exactly one fetch; the next 300 none.
+    tokio::time::sleep(interval + Duration::from_millis(100)).await;
+    let results = flood(&verifier, random_kid_tokens(&key, &issuer.url, 300)).await;
+    assert!(results.iter().all(|r| *r == Err(VerifyError::UnknownKey)));
+    assert_eq!(issuer.hits.jwks(), 2);
+    flood(&verifier, random_kid_tokens(&key, &issuer.url, 300)).await;
+    assert_eq!(issuer.hits.jwks(), 2);
+    assert_eq!(issuer.hits.metadata(), 1, "jwks_uri is discovered once");
+
+    // The known key went on verifying throughout.
+    verifier
+        .verify(&key.sign(&claims(&issuer.url)))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_rotated_key_is_fetched_when_first_seen() {
+    let old = TestKey::ed25519();
+    let new = TestKey::es256();
+    let issuer = TestIssuer::spawn(jwks(&[&old])).await;
+    let verifier = Verifier::builder(&issuer.url, AUDIENCE)
+        .min_refresh_interval(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    verifier.refresh_keys().await.unwrap();
+    assert_eq!(
+        verifier.verify(&new.sign(&claims(&issuer.url))).await,
+        Err(VerifyError::UnknownKey),
+        "not published yet, and within the interval"
+    );
+
+    *issuer.keys.write().unwrap() = jwks(&[&old, &new]);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let before = issuer.hits.jwks();
+    verifier
+        .verify(&new.sign(&claims(&issuer.url)))
+        .await
+        .unwrap();
+    verifier
+        .verify(&old.sign(&claims(&issuer.url)))
+        .await
+        .unwrap();
+    assert_eq!(issuer.hits.jwks(), before + 1);
+}
+
+#[tokio::test]
+async fn cached_keys_keep_working_when_the_issuer_is_down() {
+    let key = TestKey::ed25519();
+    let issuer = TestIssuer::spawn(jwks(&[&key])).await;
+    // Keys go stale at once, and may be refetched every 10 ms: every verification below
+    // tries to refresh, and every try fails.
+    let verifier = Verifier::builder(&issuer.url, AUDIENCE)
+        .cache_lifetime(Duration::ZERO)
+        .min_refresh_interval(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let token = key.sign(&claims(&issuer.url));
+    verifier.verify(&token).await.unwrap();
+
+    // Down with an error status: an empty key set answers 503.
+    issuer.keys.write().unwrap().keys.clear();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        verifier.verify(&token).await.unwrap();
+    }
+    assert!(matches!(
+        verifier.refresh_keys().await,
+        Err(KeySourceError::Status { status: 503, .. })
+    ));
+    assert!(issuer.hits.jwks() >= 3, "refreshes were tried");
+
+    // Down for good: connections are refused.
+    issuer.shut_down().await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        verifier.verify(&token).await.unwrap();
+    }
+    assert!(matches!(
+        verifier.refresh_keys().await,
+        Err(KeySourceError::Http { .. })
+    ));
+    verifier.verify(&token).await.unwrap();
+    let stranger = TestKey::ed25519();
+    assert_eq!(
+        verifier.verify(&stranger.sign(&claims(&issuer.url))).await,
+        Err(VerifyError::UnknownKey)
+    );
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let key = TestKey::ed25519();
+    let issuer = TestIssuer::spawn(jwks(&[&key])).await;
+    let verifier = Verifier::builder(&issuer.url, AUDIENCE)
+        .jwks_uri(format!("{}/moved/jwks.json", issuer.url))
+        .build()
+        .unwrap();
+    assert!(matches!(
+        verifier.refresh_keys().await,
+        Err(KeySourceError::Status { status: 307, .. })
+    ));
+    assert_eq!(issuer.hits.jwks(), 0);
+    assert_eq!(
+        verifier.verify(&key.sign(&claims(&issuer.url))).await,
+        Err(VerifyError::UnknownKey)
+    );
+}
+
+#[tokio::test]
+async fn metadata_for_another_issuer_is_not_used() {
+    let key = TestKey::ed25519();
+    let issuer = TestIssuer::spawn(jwks(&[&key])).await;
+    // RFC 8414 3.3: the document says `http://127.0.0.1:PORT`, not this spelling.
+    let verifier = Verifier::builder(format!("{}/", issuer.url), AUDIENCE)
+        .build()
+        .unwrap();
+    assert!(matches!(
+        verifier.refresh_keys().await,
+        Err(KeySourceError::IssuerMismatch)
+    ));
+    assert_eq!(issuer.hits.jwks(), 0);
+}

@@ -1,0 +1,6 @@
+//! All integration tests of tessera-verify, in one binary.
+
+mod cache;
+mod helpers;
+mod hostile;
+mod router;

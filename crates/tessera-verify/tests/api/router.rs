@@ -1,0 +1,228 @@
+//! The extractors behind a small Router: RFC 6750 section 3 answers for every hostile token,
+//! and the router still serving a good token afterwards.
+
+use axum::body::{to_bytes, Body};
+use axum::http::{header, Request, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use tessera_verify::{RequiredScope, Scoped, UserToken, VerifiedToken, Verifier};
+use tower::ServiceExt;
+
+use crate::helpers::{claims, static_verifier, ISSUER};
+use crate::hostile::{cases, Keys};
+
+struct QuotesRead;
+impl RequiredScope for QuotesRead {
+    const SCOPE: &'static str = "quotes:read";
+}
+
+struct OrdersWrite;
+impl RequiredScope for OrdersWrite {
+    const SCOPE: &'static str = "orders:write";
+}
+
+fn app(verifier: Verifier) -> Router {
+    Router::new()
+        .route(
+            "/whoami",
+            get(|t: VerifiedToken| async move { t.sub.clone() }),
+        )
+        .route(
+            "/quotes",
+            get(|t: Scoped<QuotesRead>| async move { format!("quotes for {}", t.client_id) }),
+        )
+        .route(
+            "/orders",
+            post(|_: Scoped<OrdersWrite>| async { "ordered" }),
+        )
+        .route("/me", get(|t: UserToken| async move { t.sub.clone() }))
+        .route(
+            "/me/quotes",
+            get(|_: Scoped<QuotesRead>, u: UserToken| async move { u.sub.clone() }),
+        )
+        .with_state(verifier)
+}
+
+struct Answer {
+    status: StatusCode,
+    challenge: Option<String>,
+    body: Value,
+}
+
+async fn call(app: &Router, request: Request<Body>) -> Answer {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let challenge = response
+        .headers()
+        .get(header::WWW_AUTHENTICATE)
+        .map(|h| h.to_str().unwrap().to_owned());
+    let bytes = to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    Answer {
+        status,
+        challenge,
+        body,
+    }
+}
+
+fn get_with(uri: &str, authorization: Option<&str>) -> Request<Body> {
+    let mut req = Request::get(uri);
+    if let Some(value) = authorization {
+        req = req.header(header::AUTHORIZATION, value);
+    }
+    req.body(Body::empty()).unwrap()
+}
+
+async fn bearer(app: &Router, uri: &str, token: &str) -> Answer {
+    call(app, get_with(uri, Some(&format!("Bearer {token}")))).await
+}
+
+#[tokio::test]
+async fn hostile_tokens_get_invalid_token_and_good_ones_still_pass() {
+    let keys = Keys::new();
+    let app = app(static_verifier(&[&keys.ed, &keys.es]));
+
+    for (name, token, want) in cases(&keys) {
+        let answer = if token.is_empty() {
+            // An empty value is no b64token: 400 invalid_request, tested below.
+            continue;
+        } else {
+            bearer(&app, "/whoami", &token).await
+        };
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{name}");
+        let description = want.to_string();
+        assert_eq!(
+            answer.challenge.as_deref(),
+            Some(
+                format!(
+                    "Bearer realm=\"market-data-api\", error=\"invalid_token\", \
+                     error_description=\"{description}\""
+                )
+                .as_str()
+            ),
+            "{name}"
+        );
+        assert_eq!(
+            answer.body,
+            json!({"error": "invalid_token", "error_description": description}),
+            "{name}"
+        );
+    }
+
+    for key in [&keys.ed, &keys.es] {
+        let answer = bearer(&app, "/whoami", &key.sign(&claims(ISSUER))).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.body, Value::String("client-1".into()));
+        assert!(answer.challenge.is_none());
+    }
+}
+
+#[tokio::test]
+async fn missing_and_malformed_credentials() {
+    let keys = Keys::new();
+    let app = app(static_verifier(&[&keys.ed]));
+    let good = keys.ed.sign(&claims(ISSUER));
+    let bare = Some("Bearer realm=\"market-data-api\"".to_owned());
+
+    // No token, or another scheme: 401, a bare challenge, no error code, no body.
+    for authorization in [None, Some("Basic Y2xpZW50LTE6c2VjcmV0"), Some("Token abc")] {
+        let answer = call(&app, get_with("/whoami", authorization)).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{authorization:?}");
+        assert_eq!(answer.challenge, bare, "{authorization:?}");
+        assert_eq!(answer.body, Value::String(String::new()));
+    }
+
+    // A malformed Bearer value: 400 invalid_request (RFC 6750 3.1).
+    for authorization in ["Bearer", "Bearer ", "Bearer a b", "Bearer \"x\""] {
+        let answer = call(&app, get_with("/whoami", Some(authorization))).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{authorization}");
+        assert_eq!(answer.body["error"], "invalid_request", "{authorization}");
+        assert!(answer
+            .challenge
+            .unwrap()
+            .starts_with("Bearer realm=\"market-data-api\", error=\"invalid_request\""));
+    }
+
+    // A token in the query is refused, alone or beside a good header.
+    for authorization in [None, Some(format!("Bearer {good}"))] {
+        let uri = format!("/whoami?access_token={good}");
+        let answer = call(&app, get_with(&uri, authorization.as_deref())).await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+        assert_eq!(answer.body["error"], "invalid_request");
+        let text = answer.body.to_string() + &answer.challenge.unwrap();
+        assert!(!text.contains(&good), "the token is not echoed");
+    }
+
+    // A token in a form body is never read.
+    let form = Request::post("/orders")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("access_token={good}")))
+        .unwrap();
+    let answer = call(&app, form).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer.challenge, bare);
+
+    // The same token in the header works.
+    let answer = bearer(&app, "/whoami", &good).await;
+    assert_eq!(answer.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn scope_and_user_requirements() {
+    let keys = Keys::new();
+    let app = app(static_verifier(&[&keys.ed]));
+    let app_token = keys.ed.sign(&claims(ISSUER));
+
+    let answer = bearer(&app, "/quotes", &app_token).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body, Value::String("quotes for client-1".into()));
+
+    let request = Request::post("/orders")
+        .header(header::AUTHORIZATION, format!("Bearer {app_token}"))
+        .body(Body::empty())
+        .unwrap();
+    let answer = call(&app, request).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        answer.challenge.as_deref(),
+        Some(
+            "Bearer realm=\"market-data-api\", error=\"insufficient_scope\", \
+             error_description=\"the token lacks the scope orders:write\", scope=\"orders:write\""
+        )
+    );
+    assert_eq!(answer.body["error"], "insufficient_scope");
+
+    // An application-only token where a user is needed (RFC 9470).
+    let answer = bearer(&app, "/me", &app_token).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    let challenge = answer.challenge.unwrap();
+    assert!(
+        challenge.starts_with(
+            "Bearer realm=\"market-data-api\", error=\"insufficient_user_authentication\", \
+             error_description=\""
+        ),
+        "{challenge}"
+    );
+    assert_eq!(answer.body["error"], "insufficient_user_authentication");
+    assert!(answer.body["error_description"]
+        .as_str()
+        .unwrap()
+        .contains("application-only"));
+
+    // A token that acts for a user.
+    let mut user = claims(ISSUER);
+    user["sub"] = json!("user-42");
+    user["app_only"] = json!(false);
+    let user = keys.ed.sign(&user);
+    let answer = bearer(&app, "/me", &user).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body, Value::String("user-42".into()));
+
+    // Two requirements in one handler.
+    let answer = bearer(&app, "/me/quotes", &user).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let answer = bearer(&app, "/me/quotes", &app_token).await;
+    assert_eq!(answer.body["error"], "insufficient_user_authentication");
+}
