@@ -1,6 +1,8 @@
 //! `tessera plan`, `tessera client` and `tessera keys`: thin wrappers that print what
 //! `tessera_server::admin` does.
 
+use std::io::Write;
+
 use anyhow::Result;
 use clap::Subcommand;
 use serde_json::json;
@@ -55,7 +57,10 @@ pub enum ClientCommand {
         /// client_secret_basic (default) or client_secret_post.
         #[arg(long, default_value = "client_secret_basic", value_parser = parse_method)]
         auth_method: AuthMethod,
-        /// Print one JSON object.
+        /// How many clients to create (in one transaction).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        count: u32,
+        /// Print one JSON object per client, one per line.
         #[arg(long)]
         json: bool,
     },
@@ -229,20 +234,27 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
             plan,
             name,
             auth_method,
+            count,
             json,
         } => {
             let (secrets, _) = data.secrets(store).await?;
-            let (client, secret) =
-                admin::create_client(store, &secrets, &plan, &name, auth_method).await?;
-            if json {
-                let mut out = client_json(&client);
-                out["client_secret"] = secret.expose().into();
-                println!("{out}");
-            } else {
-                println!("client_id:     {}", client.id);
-                println!("client_secret: {}", secret.expose());
-                println!("plan:          {}", client.plan);
-                println!("the secret is shown once; only its hash is stored");
+            let created =
+                admin::create_clients(store, &secrets, &plan, &name, auth_method, count as usize)
+                    .await?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for (client, secret) in &created {
+                if json {
+                    let mut line = client_json(client);
+                    line["client_secret"] = secret.expose().into();
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(out, "client_id:     {}", client.id)?;
+                    writeln!(out, "client_secret: {}", secret.expose())?;
+                    writeln!(out, "plan:          {}", client.plan)?;
+                }
+            }
+            if !json {
+                writeln!(out, "the secret is shown once; only its hash is stored")?;
             }
         }
         ClientCommand::List { json } => {

@@ -129,21 +129,40 @@ pub async fn create_client(
     label: &str,
     auth_method: AuthMethod,
 ) -> Result<(Client, ClientSecret), AdminError> {
-    let secret = secrets::new_client_secret();
+    let mut created = create_clients(store, secrets, plan, label, auth_method, 1).await?;
+    Ok(created.remove(0))
+}
+
+/// Registers `count` clients at once, all or none.
+pub async fn create_clients(
+    store: &dyn Store,
+    secrets: &Secrets,
+    plan: &str,
+    label: &str,
+    auth_method: AuthMethod,
+    count: usize,
+) -> Result<Vec<(Client, ClientSecret)>, AdminError> {
     let now = now();
-    let client = Client {
-        id: secrets::new_client_id(),
-        plan: plan.to_owned(),
-        label: label.to_owned(),
-        secret_hash: secrets.hash_secret(&secret),
-        previous_secret: None,
-        auth_method,
-        enabled: true,
-        created_at: now,
-        updated_at: now,
-    };
-    store.insert_client(&client).await?;
-    Ok((client, secret))
+    let created: Vec<(Client, ClientSecret)> = (0..count)
+        .map(|_| {
+            let secret = secrets::new_client_secret();
+            let client = Client {
+                id: secrets::new_client_id(),
+                plan: plan.to_owned(),
+                label: label.to_owned(),
+                secret_hash: secrets.hash_secret(&secret),
+                previous_secret: None,
+                auth_method,
+                enabled: true,
+                created_at: now,
+                updated_at: now,
+            };
+            (client, secret)
+        })
+        .collect();
+    let clients: Vec<Client> = created.iter().map(|(c, _)| c.clone()).collect();
+    store.insert_clients(&clients).await?;
+    Ok(created)
 }
 
 /// Loads a client or says it is unknown.

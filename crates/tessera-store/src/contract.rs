@@ -66,6 +66,15 @@ pub(crate) async fn contract(store: &dyn Store) {
     let err = store.insert_client(&c1).await.unwrap_err();
     assert!(matches!(err, StoreError::Duplicate(_)));
     assert_eq!(store.clients().await.unwrap().len(), 1);
+    // A batch with one bad client writes none of them.
+    let batch = [client("b1", "basic"), client("b2", "nope")];
+    assert!(store.insert_clients(&batch).await.is_err());
+    assert_eq!(store.clients().await.unwrap().len(), 1);
+    let batch = [client("b1", "basic"), client("b2", "basic")];
+    store.insert_clients(&batch).await.unwrap();
+    assert_eq!(store.clients().await.unwrap().len(), 3);
+    assert!(store.delete_client(&batch[0].id).await.unwrap());
+    assert!(store.delete_client(&batch[1].id).await.unwrap());
 
     c1.previous_secret = Some((vec![2; 32], 42));
     c1.enabled = false;

@@ -224,7 +224,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn plans(&self) -> Result<Vec<Plan>>;
 
     /// Adds a client; its plan must exist.
-    async fn insert_client(&self, client: &Client) -> Result<()>;
+    async fn insert_client(&self, client: &Client) -> Result<()> {
+        self.insert_clients(std::slice::from_ref(client)).await
+    }
+    /// Adds several clients in one transaction: all of them or none.
+    async fn insert_clients(&self, clients: &[Client]) -> Result<()>;
     /// All clients, oldest first.
     async fn clients(&self) -> Result<Vec<Client>>;
     /// One client.

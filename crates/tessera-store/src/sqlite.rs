@@ -172,26 +172,30 @@ impl Store for SqliteStore {
             .collect()
     }
 
-    async fn insert_client(&self, client: &Client) -> Result<()> {
-        let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
-        sqlx::query(
-            "INSERT INTO clients (id, plan, label, secret_hash, previous_secret_hash, \
-             previous_secret_expires_at, auth_method, enabled, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )
-        .bind(client.id.as_str())
-        .bind(&client.plan)
-        .bind(&client.label)
-        .bind(&client.secret_hash)
-        .bind(prev_hash)
-        .bind(prev_until)
-        .bind(client.auth_method.as_str())
-        .bind(client.enabled)
-        .bind(client.created_at)
-        .bind(client.updated_at)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| constraint(e, &format!("client {}", client.id), &client.plan))?;
+    async fn insert_clients(&self, clients: &[Client]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for client in clients {
+            let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
+            sqlx::query(
+                "INSERT INTO clients (id, plan, label, secret_hash, previous_secret_hash, \
+                 previous_secret_expires_at, auth_method, enabled, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .bind(client.id.as_str())
+            .bind(&client.plan)
+            .bind(&client.label)
+            .bind(&client.secret_hash)
+            .bind(prev_hash)
+            .bind(prev_until)
+            .bind(client.auth_method.as_str())
+            .bind(client.enabled)
+            .bind(client.created_at)
+            .bind(client.updated_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| constraint(e, &format!("client {}", client.id), &client.plan))?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 
