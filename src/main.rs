@@ -10,6 +10,7 @@ use tessera_proto::Algorithm;
 
 mod admin;
 mod serve;
+mod token;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -54,6 +55,8 @@ enum Command {
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(admin::KeysCommand),
+    /// Get an access token as a client (cached on disk for its lifetime).
+    Token(token::TokenArgs),
 }
 
 /// Parses `EdDSA` or `ES256`.
@@ -69,6 +72,7 @@ async fn main() -> std::process::ExitCode {
         Command::Plan(cmd) => admin::plan(&cli.data, cmd).await,
         Command::Client(cmd) => admin::client(&cli.data, cmd).await,
         Command::Keys(cmd) => admin::keys(&cli.data, cmd).await,
+        Command::Token(args) => token::run(args).await,
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -277,3 +277,166 @@ async fn demo_leads_to_a_first_token_and_sigterm_stops_cleanly() {
     let exit = child.wait().unwrap();
     assert!(exit.success(), "graceful exit on SIGTERM: {exit:?}");
 }
+
+fn token_cmd(dir: &Path, cache: &Path, id: &str, secret: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("token")
+        .args(args)
+        .current_dir(dir)
+        .env("TESSERA_CLIENT_ID", id)
+        .env("TESSERA_CLIENT_SECRET", secret)
+        .env("TESSERA_TOKEN_CACHE", cache)
+        .output()
+        .unwrap()
+}
+
+async fn issued_total(base: &str) -> u64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("tessera_tokens_issued_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn token_command_caches_on_disk_for_the_lifetime() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        d,
+        &["plan", "set", "pro", "--scopes", "market-data-api news-api"],
+    );
+    let (id, secret) = create_client(d, "pro");
+    let server = Server::start(d, &[]);
+    let cache = d.join("cache").join("tokens.json");
+    let base = server.base.as_str();
+
+    let first = token_cmd(
+        d,
+        &cache,
+        &id,
+        &secret,
+        &["--env", base, "--scope", "news-api"],
+    );
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let token = String::from_utf8(first.stdout).unwrap().trim().to_owned();
+    assert_eq!(token.split('.').count(), 3);
+    assert!(!String::from_utf8_lossy(&first.stderr).contains(&secret));
+
+    // The second call is served from the file: same token, no request.
+    let second = token_cmd(
+        d,
+        &cache,
+        &id,
+        &secret,
+        &["--env", base, "--scope", "news-api", "--json"],
+    );
+    let json: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(json["access_token"], token);
+    assert_eq!(json["token_type"], "Bearer");
+    assert!(json["expires_in"].as_u64().unwrap() <= 3600);
+    assert_eq!(issued_total(base).await, 1);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let text = std::fs::read_to_string(&cache).unwrap();
+        assert!(!text.contains(&secret), "the secret is never cached");
+    }
+
+    // Another scope set is another entry; --no-cache always asks.
+    let other = token_cmd(
+        d,
+        &cache,
+        &id,
+        &secret,
+        &["--env", base, "--scope", "market-data-api"],
+    );
+    assert!(other.status.success());
+    assert_ne!(String::from_utf8(other.stdout).unwrap().trim(), token);
+    let fresh = token_cmd(
+        d,
+        &cache,
+        &id,
+        &secret,
+        &["--env", base, "--scope", "news-api", "--no-cache"],
+    );
+    assert_ne!(String::from_utf8(fresh.stdout).unwrap().trim(), token);
+    assert_eq!(issued_total(base).await, 3);
+
+    // A damaged cache file does not fail the command; it is rewritten.
+    std::fs::write(&cache, b"{not json").unwrap();
+    let repaired = token_cmd(
+        d,
+        &cache,
+        &id,
+        &secret,
+        &["--env", base, "--scope", "news-api"],
+    );
+    assert!(
+        repaired.status.success(),
+        "{}",
+        String::from_utf8_lossy(&repaired.stderr)
+    );
+    assert!(String::from_utf8_lossy(&repaired.stderr).contains("damaged"));
+    assert!(serde_json::from_slice::<serde_json::Value>(&std::fs::read(&cache).unwrap()).is_ok());
+
+    // Production and staging are kept apart: staging credentials fail at production.
+    let staging_dir = d.join("staging");
+    std::fs::create_dir_all(&staging_dir).unwrap();
+    ok(
+        &staging_dir,
+        &["plan", "set", "pro", "--scopes", "news-api"],
+    );
+    let (sid, ssecret) = create_client(&staging_dir, "pro");
+    let staging = Server::start(&staging_dir, &[]);
+    let staged = Command::new(BIN)
+        .args(["token", "--env", "staging", "--scope", "news-api"])
+        .env("TESSERA_CLIENT_ID", &sid)
+        .env("TESSERA_CLIENT_SECRET", &ssecret)
+        .env("TESSERA_TOKEN_CACHE", &cache)
+        .env("TESSERA_AUTH_URL_STAGE", &staging.base)
+        .env("TESSERA_AUTH_URL", base)
+        .output()
+        .unwrap();
+    assert!(
+        staged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&staged.stderr)
+    );
+    let wrong_env = Command::new(BIN)
+        .args(["token", "--env", "production", "--scope", "news-api"])
+        .env("TESSERA_CLIENT_ID", &sid)
+        .env("TESSERA_CLIENT_SECRET", &ssecret)
+        .env("TESSERA_TOKEN_CACHE", &cache)
+        .env("TESSERA_AUTH_URL", base)
+        .output()
+        .unwrap();
+    assert!(!wrong_env.status.success());
+    assert!(String::from_utf8_lossy(&wrong_env.stderr).contains("invalid_client"));
+
+    // OAuth errors are reported with their code, and name the refused scopes.
+    let refused = token_cmd(
+        d,
+        &cache,
+        &id,
+        &secret,
+        &["--env", base, "--scope", "oms-api"],
+    );
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("invalid_scope") && err.contains("oms-api"),
+        "{err}"
+    );
+}

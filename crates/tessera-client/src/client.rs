@@ -63,7 +63,24 @@ impl TokenClient {
     /// when it has expired or is within the [`RefreshSkew`] of expiry. However many tasks call
     /// at once, one token request is in flight per [`CacheKey`].
     pub async fn token(&self) -> Result<AccessToken, Error> {
-        self.entry.get(|| self.fetch()).await
+        self.entry
+            .get(|| async {
+                let (response, received_at) = self.fetch().await?;
+                Ok(CachedToken::new(
+                    AccessToken::new(&response.access_token),
+                    response.expires_in,
+                    received_at,
+                    self.skew,
+                ))
+            })
+            .await
+    }
+
+    /// Asks the token endpoint now, past the cache but with the same retries, and returns the
+    /// whole answer (RFC 6749 section 5.1). For callers that keep tokens themselves, such as
+    /// a cache on disk; `expires_in` counts from the moment this returns.
+    pub async fn request_token(&self) -> Result<TokenResponse, Error> {
+        self.fetch().await.map(|(response, _)| response)
     }
 
     /// Drops `token` from the cache if it is still the cached one, so that the next
@@ -83,7 +100,7 @@ impl TokenClient {
     }
 
     /// Asks the token endpoint, retrying as the [`RetryPolicy`] says.
-    async fn fetch(&self) -> Result<CachedToken, Error> {
+    async fn fetch(&self) -> Result<(TokenResponse, Instant), Error> {
         let attempts = self.retry.attempts();
         let mut attempt = 1;
         loop {
@@ -194,25 +211,20 @@ impl TokenClient {
         status: StatusCode,
         body: &[u8],
         received_at: Instant,
-    ) -> Result<CachedToken, Error> {
+    ) -> Result<(TokenResponse, Instant), Error> {
         let unexpected = |detail: String| Error::UnexpectedResponse { status, detail };
         let response: TokenResponse = serde_json::from_slice(body)
             .map_err(|e| unexpected(format!("not a token response: {e}")))?;
         if response.access_token.is_empty() {
             return Err(unexpected("empty access_token".into()));
         }
-        Ok(CachedToken::new(
-            AccessToken::new(&response.access_token),
-            response.expires_in,
-            received_at,
-            self.skew,
-        ))
+        Ok((response, received_at))
     }
 }
 
 enum Outcome {
     /// A token or an error that another attempt would not change.
-    Done(Result<CachedToken, Error>),
+    Done(Result<(TokenResponse, Instant), Error>),
     /// Worth another attempt, after `after` if the server said.
     Retry {
         error: Error,

@@ -63,4 +63,4 @@ pub use error::{BuildError, Error, OAuthError};
 pub use retry::RetryPolicy;
 
 pub use reqwest::Url;
-pub use tessera_proto::{ClientId, ClientSecret, ErrorCode, Scope, ScopeSet};
+pub use tessera_proto::{ClientId, ClientSecret, ErrorCode, Scope, ScopeSet, TokenResponse};

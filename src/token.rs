@@ -1,0 +1,187 @@
+//! `tessera token`: gets an access token with the client credentials grant and caches it on
+//! disk for `expires_in`, so that repeated calls within the lifetime make no request (the
+//! seed's rule: rate limits count token requests too).
+//!
+//! The cache is one JSON file per user (`$TESSERA_TOKEN_CACHE`, else
+//! `$XDG_CACHE_HOME/tessera/tokens.json`, else `~/.cache/tessera/tokens.json`), mode 0600 in a
+//! 0700 folder, keyed by environment, token endpoint, client id and scope set. A damaged file
+//! is ignored and rewritten; it never fails the command.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use serde::{Deserialize, Serialize};
+use tessera_client::{
+    CacheKey, ClientId, ClientSecret, Environment, RefreshSkew, ScopeSet, TokenClient,
+    TokenResponse, Url,
+};
+
+#[derive(Debug, clap::Args)]
+pub struct TokenArgs {
+    /// production, staging, or a base URL. Production and staging addresses come from
+    /// TESSERA_AUTH_URL and TESSERA_AUTH_URL_STAGE.
+    #[arg(long = "env", default_value = "production")]
+    environment: String,
+    /// Space-separated scopes.
+    #[arg(long)]
+    scope: String,
+    /// Print the whole token response as JSON (expires_in is what is left).
+    #[arg(long)]
+    json: bool,
+    /// Ask the server even if a cached token is still valid, and do not cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// The client id.
+    #[arg(long, env = "TESSERA_CLIENT_ID", hide_env_values = true)]
+    client_id: String,
+    /// The client secret; prefer the environment over the command line.
+    #[arg(long, env = "TESSERA_CLIENT_SECRET", hide_env_values = true)]
+    client_secret: String,
+}
+
+/// One cached token.
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    key: CacheKey,
+    endpoint: String,
+    access_token: String,
+    scope: ScopeSet,
+    /// Unix seconds: when the response was received plus `expires_in`.
+    expires_at: i64,
+    /// Unix seconds: when the response was received.
+    received_at: i64,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct CacheFile {
+    tokens: Vec<Entry>,
+}
+
+pub async fn run(args: TokenArgs) -> Result<()> {
+    let environment =
+        match args.environment.as_str() {
+            "production" => Environment::Production,
+            "staging" => Environment::Staging,
+            url => Environment::Custom(Url::parse(url).with_context(|| {
+                format!("--env must be production, staging or a URL, not {url:?}")
+            })?),
+        };
+    let client_id =
+        ClientId::parse(&args.client_id).ok_or_else(|| anyhow!("TESSERA_CLIENT_ID is empty"))?;
+    let scopes = ScopeSet::parse(&args.scope).map_err(|e| anyhow!("--scope: {e}"))?;
+    let client = TokenClient::builder()
+        .environment(environment)
+        .client_id(client_id)
+        .client_secret(ClientSecret::new(args.client_secret))
+        .scopes(scopes)
+        .build()?;
+
+    let path = cache_path();
+    let now = now();
+    let mut file = if args.no_cache {
+        CacheFile::default()
+    } else {
+        path.as_deref().map(load).unwrap_or_default()
+    };
+    let skew = |entry: &Entry| {
+        let lifetime =
+            std::time::Duration::from_secs((entry.expires_at - entry.received_at).max(0) as u64);
+        RefreshSkew::default().for_lifetime(lifetime).as_secs() as i64
+    };
+    let cached = file.tokens.iter().find(|e| {
+        e.key == *client.key()
+            && e.endpoint == client.token_endpoint().as_str()
+            && now < e.expires_at - skew(e)
+    });
+    let response = match cached {
+        Some(entry) => TokenResponse {
+            access_token: entry.access_token.clone(),
+            token_type: tessera_proto::token::TokenType::Bearer,
+            expires_in: (entry.expires_at - now) as u64,
+            scope: entry.scope.clone(),
+        },
+        None => {
+            let response = client.request_token().await?;
+            if !args.no_cache {
+                if let Some(path) = &path {
+                    let received_at = now;
+                    file.tokens
+                        .retain(|e| e.expires_at > received_at && e.key != *client.key());
+                    file.tokens.push(Entry {
+                        key: client.key().clone(),
+                        endpoint: client.token_endpoint().to_string(),
+                        access_token: response.access_token.clone(),
+                        scope: response.scope.clone(),
+                        expires_at: received_at + response.expires_in as i64,
+                        received_at,
+                    });
+                    if let Err(e) = save(path, &file) {
+                        eprintln!(
+                            "warning: could not write the token cache {}: {e:#}",
+                            path.display()
+                        );
+                    }
+                }
+            }
+            response
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string(&response)?)?;
+    } else {
+        writeln!(out, "{}", response.access_token)?;
+    }
+    Ok(())
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn cache_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("TESSERA_TOKEN_CACHE") {
+        return Some(PathBuf::from(path));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("tessera").join("tokens.json"))
+}
+
+/// Reads the cache; a missing or damaged file is an empty cache.
+fn load(path: &Path) -> CacheFile {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+            eprintln!(
+                "warning: ignoring a damaged token cache at {}",
+                path.display()
+            );
+            CacheFile::default()
+        }),
+        Err(_) => CacheFile::default(),
+    }
+}
+
+/// Writes the cache atomically (a 0600 temporary file renamed over the old one).
+fn save(path: &Path, file: &CacheFile) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| anyhow!("no folder"))?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)?;
+    let tmp = dir.join(format!(".tokens.{}.tmp", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut out = options.open(&tmp)?;
+    out.write_all(&serde_json::to_vec(file)?)?;
+    out.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
