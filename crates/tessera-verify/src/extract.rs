@@ -99,32 +99,54 @@ where
     type Rejection = AuthRejection;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let verifier = Verifier::from_ref(state);
-        if let Some(done) = parts.extensions.get::<VerifiedBy>() {
-            if done.verifier.same_as(&verifier) {
-                return Ok(done.token.clone());
-            }
-        }
-        let reject = |error| AuthRejection::new(verifier.realm_arc(), error);
-        let token = bearer_token(parts).map_err(reject)?;
-        match verifier.verify(token).await {
-            Ok(claims) => {
-                let token = VerifiedToken {
-                    claims,
-                    realm: verifier.realm_arc(),
-                };
-                parts.extensions.insert(VerifiedBy {
-                    verifier: verifier.clone(),
-                    token: token.clone(),
-                });
-                Ok(token)
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "bearer token refused");
-                Err(reject(AuthError::InvalidToken(e)))
-            }
+        verified(parts, &Verifier::from_ref(state), None).await
+    }
+}
+
+/// Verifies the request's bearer token once per verifier and request. With `scope`, the
+/// scope is checked before the audience: Tessera's audiences are the APIs its scopes name, so
+/// an authentic, unexpired token for other APIs lacks both, and the helpful answer is
+/// 403 `insufficient_scope` naming the scope, not 401 `invalid_token`. A token with the scope
+/// but without this API's audience is still 401 `invalid_token`.
+async fn verified(
+    parts: &mut Parts,
+    verifier: &Verifier,
+    scope: Option<&'static str>,
+) -> Result<VerifiedToken, AuthRejection> {
+    if let Some(done) = parts.extensions.get::<VerifiedBy>() {
+        if done.verifier.same_as(verifier) {
+            return match scope {
+                Some(scope) => done.token.require_scope(scope).map(|()| done.token.clone()),
+                None => Ok(done.token.clone()),
+            };
         }
     }
+    let reject = |error| AuthRejection::new(verifier.realm_arc(), error);
+    let token = bearer_token(parts).map_err(reject)?;
+    let audience = scope.is_none().then(|| verifier.audience());
+    let claims = verifier.verify_for(token, audience).await.map_err(|e| {
+        tracing::debug!(error = %e, "bearer token refused");
+        reject(AuthError::InvalidToken(e))
+    })?;
+    if let Some(scope) = scope {
+        if !claims.has_scope(scope) {
+            return Err(reject(AuthError::InsufficientScope(scope.into())));
+        }
+        if !claims.aud.contains(verifier.audience()) {
+            return Err(reject(AuthError::InvalidToken(
+                crate::VerifyError::WrongAudience,
+            )));
+        }
+    }
+    let token = VerifiedToken {
+        claims,
+        realm: verifier.realm_arc(),
+    };
+    parts.extensions.insert(VerifiedBy {
+        verifier: verifier.clone(),
+        token: token.clone(),
+    });
+    Ok(token)
 }
 
 /// A token already verified in this request, and by which verifier: two routers with
@@ -189,10 +211,7 @@ where
     type Rejection = AuthRejection;
 
     async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, Self::Rejection> {
-        let token = VerifiedToken::from_request_parts(parts, state).await?;
-        if !token.has_scope(S::SCOPE) {
-            return Err(token.reject(AuthError::InsufficientScope(S::SCOPE.into())));
-        }
+        let token = verified(parts, &Verifier::from_ref(state), Some(S::SCOPE)).await?;
         Ok(Self {
             token,
             _scope: PhantomData,

@@ -157,7 +157,8 @@ pub(crate) fn is_reasonable_kid(kid: &str) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Expected<'a> {
     pub issuer: &'a str,
-    pub audience: &'a str,
+    /// `None` leaves the audience to the caller (see `Scoped`, which checks the scope first).
+    pub audience: Option<&'a str>,
     pub leeway: u64,
     /// Seconds since the epoch.
     pub now: u64,
@@ -177,9 +178,6 @@ pub(crate) fn check_claims(
     if claims.iss != expected.issuer {
         return Err(VerifyError::WrongIssuer);
     }
-    if !claims.aud.contains(expected.audience) {
-        return Err(VerifyError::WrongAudience);
-    }
     // Valid while now < exp (RFC 7519 4.1.4) and now >= nbf (4.1.5), each give or take leeway.
     if expected.now >= claims.exp.saturating_add(expected.leeway) {
         return Err(VerifyError::Expired);
@@ -189,6 +187,12 @@ pub(crate) fn check_claims(
         .is_some_and(|nbf| expected.now.saturating_add(expected.leeway) < nbf)
     {
         return Err(VerifyError::NotYetValid);
+    }
+    if expected
+        .audience
+        .is_some_and(|aud| !claims.aud.contains(aud))
+    {
+        return Err(VerifyError::WrongAudience);
     }
     Ok(claims)
 }
@@ -303,7 +307,7 @@ mod tests {
         };
         let at = |now| Expected {
             issuer: "i",
-            audience: "api",
+            audience: Some("api"),
             leeway: 10,
             now,
         };

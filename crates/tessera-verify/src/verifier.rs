@@ -245,6 +245,17 @@ impl Verifier {
     ///
     /// Call it within a Tokio runtime: a refresh of stale keys is spawned on it.
     pub async fn verify(&self, token: &str) -> Result<AccessTokenClaims, VerifyError> {
+        self.verify_for(token, Some(&self.inner.audience)).await
+    }
+
+    /// [`verify`](Self::verify), with the audience check left out when `audience` is `None`:
+    /// `Scoped` checks the scope first, so that an authentic token for other APIs gets
+    /// 403 `insufficient_scope` naming the scope it lacks, then checks the audience itself.
+    pub(crate) async fn verify_for(
+        &self,
+        token: &str,
+        audience: Option<&str>,
+    ) -> Result<AccessTokenClaims, VerifyError> {
         let inner = &*self.inner;
         let jws = validate::parse(token, inner.max_token_size, &inner.algorithms)?;
         let mut keys = inner.cache.current();
@@ -265,7 +276,7 @@ impl Verifier {
             &jws.payload,
             Expected {
                 issuer: &inner.issuer,
-                audience: &inner.audience,
+                audience,
                 leeway: inner.leeway,
                 now,
             },
