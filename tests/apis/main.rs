@@ -1,0 +1,296 @@
+//! Real tokens from a real Tessera to the real example APIs (`examples/protected_apis.rs`),
+//! both on port 0: every answer of RFC 6750 section 3 and RFC 9470, and the isolation of
+//! staging from production (seed section 4).
+
+#[path = "../../examples/protected_apis.rs"]
+#[allow(dead_code)]
+mod protected_apis;
+
+use std::sync::Arc;
+
+use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
+use tessera_server::secrets::Secrets;
+use tessera_server::{admin, AppState, Config};
+use tessera_store::{AuthMethod, Store};
+
+/// A running Tessera with plans `all` (the three APIs) and `news` (news-api only).
+struct Issuer {
+    base: String,
+    store: Arc<dyn Store>,
+    secrets: Arc<Secrets>,
+    state: AppState,
+    _dir: tempfile::TempDir,
+}
+
+async fn issuer(alg: tessera_proto::Algorithm) -> Issuer {
+    let dir = tempfile::tempdir().unwrap();
+    let store = tessera_store::open(&format!("sqlite://{}", dir.path().join("t.db").display()))
+        .await
+        .unwrap();
+    let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let mut config = Config::new(base.clone());
+    config.signing_alg = alg;
+    admin::set_plan(
+        store.as_ref(),
+        "all",
+        "market-data-api news-api oms-api",
+        None,
+    )
+    .await
+    .unwrap();
+    admin::set_plan(store.as_ref(), "news", "news-api", None)
+        .await
+        .unwrap();
+    let state = AppState::prepare(config, store.clone(), secrets.clone())
+        .await
+        .unwrap();
+    tokio::spawn(tessera_server::run(
+        listener,
+        state.clone(),
+        std::future::pending(),
+    ));
+    Issuer {
+        base,
+        store,
+        secrets,
+        state,
+        _dir: dir,
+    }
+}
+
+impl Issuer {
+    async fn client(&self, plan: &str) -> (ClientId, ClientSecret) {
+        let (client, secret) = admin::create_client(
+            self.store.as_ref(),
+            &self.secrets,
+            plan,
+            "t",
+            AuthMethod::ClientSecretBasic,
+        )
+        .await
+        .unwrap();
+        self.state.sync().await.unwrap();
+        (client.id, secret)
+    }
+
+    async fn token_response(
+        &self,
+        id: &ClientId,
+        secret: &ClientSecret,
+        scope: &str,
+    ) -> reqwest::Response {
+        let basic = BasicCredentials {
+            client_id: id.clone(),
+            client_secret: secret.clone(),
+        };
+        reqwest::Client::new()
+            .post(format!("{}/connect/token", self.base))
+            .header("authorization", basic.to_header())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!(
+                "grant_type=client_credentials&scope={}",
+                scope.replace(' ', "%20")
+            ))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A token of a new client on `plan` for `scope`.
+    async fn token(&self, plan: &str, scope: &str) -> String {
+        let (id, secret) = self.client(plan).await;
+        let body: serde_json::Value = self
+            .token_response(&id, &secret, scope)
+            .await
+            .json()
+            .await
+            .unwrap();
+        body["access_token"].as_str().unwrap().to_owned()
+    }
+}
+
+/// The example APIs for `issuer`, on port 0.
+async fn apis(issuer: &str) -> String {
+    let app = protected_apis::app(issuer).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+async fn get(url: String, token: Option<&str>) -> reqwest::Response {
+    let mut request = reqwest::Client::new().get(url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap()
+}
+
+fn challenge(response: &reqwest::Response) -> String {
+    response.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn each_api_serves_a_token_with_its_scope() {
+    for alg in [
+        tessera_proto::Algorithm::EdDSA,
+        tessera_proto::Algorithm::ES256,
+    ] {
+        let issuer = issuer(alg).await;
+        let apis = apis(&issuer.base).await;
+        let token = issuer
+            .token("all", "market-data-api news-api oms-api")
+            .await;
+        for (path, field) in [
+            ("/market-data/v1/quotes", "quotes"),
+            ("/news/v1/headlines", "headlines"),
+            ("/oms/v1/orders", "orders"),
+        ] {
+            let response = get(format!("{apis}{path}"), Some(&token)).await;
+            assert_eq!(response.status(), 200, "{alg:?} {path}");
+            let body: serde_json::Value = response.json().await.unwrap();
+            assert!(
+                body[field]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty() || field == "orders"),
+                "{body}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_token_without_the_scope_gets_403_insufficient_scope() {
+    let issuer = issuer(tessera_proto::Algorithm::EdDSA).await;
+    let apis = apis(&issuer.base).await;
+    let news_only = issuer.token("news", "news-api").await;
+    assert_eq!(
+        get(format!("{apis}/news/v1/headlines"), Some(&news_only))
+            .await
+            .status(),
+        200
+    );
+    for (path, scope) in [
+        ("/market-data/v1/quotes", "market-data-api"),
+        ("/oms/v1/orders", "oms-api"),
+    ] {
+        let response = get(format!("{apis}{path}"), Some(&news_only)).await;
+        assert_eq!(response.status(), 403, "{path}");
+        let challenge = challenge(&response);
+        assert!(challenge.starts_with("Bearer realm="), "{challenge}");
+        assert!(
+            challenge.contains("error=\"insufficient_scope\""),
+            "{challenge}"
+        );
+        assert!(
+            challenge.contains(&format!("scope=\"{scope}\"")),
+            "{challenge}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_app_token_is_unauthorised_where_a_user_is_required() {
+    let issuer = issuer(tessera_proto::Algorithm::EdDSA).await;
+    let apis = apis(&issuer.base).await;
+    let token = issuer.token("all", "oms-api").await;
+    assert_eq!(
+        get(format!("{apis}/oms/v1/orders"), Some(&token))
+            .await
+            .status(),
+        200
+    );
+    let response = get(format!("{apis}/oms/v1/me/orders"), Some(&token)).await;
+    assert_eq!(response.status(), 401);
+    let challenge = challenge(&response);
+    assert!(
+        challenge.contains("error=\"insufficient_user_authentication\""),
+        "{challenge}"
+    );
+    assert!(challenge.contains("error_description="), "{challenge}");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "insufficient_user_authentication");
+}
+
+#[tokio::test]
+async fn missing_invalid_and_misplaced_tokens() {
+    let issuer = issuer(tessera_proto::Algorithm::EdDSA).await;
+    let apis = apis(&issuer.base).await;
+    let url = format!("{apis}/news/v1/headlines");
+
+    // No token: 401, a bare challenge without an error code.
+    let response = get(url.clone(), None).await;
+    assert_eq!(response.status(), 401);
+    let bare = challenge(&response);
+    assert!(
+        bare.starts_with("Bearer realm=\"") && !bare.contains("error="),
+        "{bare}"
+    );
+
+    // A damaged token: 401 invalid_token.
+    let token = issuer.token("all", "news-api").await;
+    let mut damaged = token.clone();
+    damaged.pop();
+    damaged.push(if token.ends_with('A') { 'B' } else { 'A' });
+    for bad in [damaged.as_str(), "not-a-jwt", "a.b.c"] {
+        let response = get(url.clone(), Some(bad)).await;
+        assert_eq!(response.status(), 401, "{bad}");
+        assert!(challenge(&response).contains("error=\"invalid_token\""));
+    }
+
+    // A token in the query string is not accepted.
+    let response = get(format!("{url}?access_token={token}"), None).await;
+    assert_eq!(response.status(), 400);
+    assert!(
+        !response.text().await.unwrap().contains(&token),
+        "the token is not echoed"
+    );
+    // The API goes on serving good tokens.
+    assert_eq!(get(url, Some(&token)).await.status(), 200);
+}
+
+#[tokio::test]
+async fn staging_and_production_are_isolated() {
+    let production = issuer(tessera_proto::Algorithm::EdDSA).await;
+    let staging = issuer(tessera_proto::Algorithm::EdDSA).await;
+    let production_apis = apis(&production.base).await;
+    let staging_apis = apis(&staging.base).await;
+    let path = "/market-data/v1/quotes";
+    let production_token = production.token("all", "market-data-api").await;
+    let staging_token = staging.token("all", "market-data-api").await;
+
+    assert_eq!(
+        get(format!("{production_apis}{path}"), Some(&production_token))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        get(format!("{staging_apis}{path}"), Some(&staging_token))
+            .await
+            .status(),
+        200
+    );
+    for (apis, token) in [
+        (&production_apis, &staging_token),
+        (&staging_apis, &production_token),
+    ] {
+        let response = get(format!("{apis}{path}"), Some(token)).await;
+        assert_eq!(response.status(), 401);
+        assert!(challenge(&response).contains("error=\"invalid_token\""));
+    }
+
+    // Staging credentials are unknown to production.
+    let (id, secret) = staging.client("all").await;
+    let response = production
+        .token_response(&id, &secret, "market-data-api")
+        .await;
+    assert_eq!(response.status(), 401);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_client");
+}
