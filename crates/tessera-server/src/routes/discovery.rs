@@ -48,8 +48,8 @@ async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMeta
         ],
         scopes_supported: state.registry().scopes_supported(),
         response_types_supported: vec![],
-        introspection_endpoint: None,
-        revocation_endpoint: None,
+        introspection_endpoint: Some(format!("{issuer}/connect/introspect")),
+        revocation_endpoint: Some(format!("{issuer}/connect/revocation")),
         issuer: state.config().issuer.clone(),
     })
 }
