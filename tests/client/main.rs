@@ -438,3 +438,35 @@ async fn the_bearer_helper_retries_only_once() {
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(server.requests(), 2);
 }
+
+#[tokio::test]
+async fn the_servers_own_rate_limit_is_waited_out() {
+    let server = TestServer::spawn(3600).await;
+    // A real per-plan limit: one token request a second.
+    let settings = tessera_server::admin::PlanSettings {
+        token_rate: Some(Some(tessera_store::RateLimit {
+            count: 1,
+            period_secs: 1,
+            burst: 1,
+        })),
+        ..Default::default()
+    };
+    tessera_server::admin::set_plan_with(server.store.as_ref(), "pro", "news-api", &settings)
+        .await
+        .unwrap();
+    let client = server.token_client("news-api").await;
+    let first = client.token().await.unwrap();
+    client.invalidate(&first);
+    let started = Instant::now();
+    let second = client.token().await.unwrap();
+    assert_ne!(second, first);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "waited for Retry-After"
+    );
+    assert_eq!(
+        server.requests(),
+        3,
+        "one refused with 429, then one granted"
+    );
+}
