@@ -53,6 +53,8 @@ pub struct Config {
     pub sync_interval: Duration,
     /// How long a request may take, body upload included.
     pub request_timeout: Duration,
+    /// How long a client may take to send a request head.
+    pub header_timeout: Duration,
     /// The largest request body accepted.
     pub body_limit: usize,
     /// The realm of `WWW-Authenticate` challenges.
@@ -73,6 +75,7 @@ impl Config {
             signing_alg: Algorithm::EdDSA,
             sync_interval: Duration::from_millis(250),
             request_timeout: routes::DEFAULT_TIMEOUT,
+            header_timeout: routes::DEFAULT_TIMEOUT,
             body_limit: 8 * 1024,
             realm: "tessera".into(),
             auth_failure_rate: RateLimit {
@@ -236,14 +239,71 @@ pub async fn run(
             house_state.housekeeping().await;
         }
     });
-    let service = app(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let served = axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let served = serve(listener, app(state.clone()), state.config(), shutdown).await;
     sync.abort();
     housekeeping.abort();
     state.housekeeping().await;
     served
+}
+
+/// Accepts HTTP/1.1 connections until `shutdown`, then lets each connection finish its
+/// in-flight request. A client gets `header_timeout` to send its request head (a slowloris
+/// defence; the body is bounded by the request timeout layer), and every request sees its
+/// peer as `ConnectInfo<SocketAddr>`.
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    config: &Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::extract::ConnectInfo;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt;
+
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.header_timeout)
+        .keep_alive(true);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = router
+            .clone()
+            .map_request(move |mut request: axum::extract::Request<_>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            });
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(config.request_timeout * 3, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the grace period; closing them");
+    }
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -584,6 +584,22 @@ async fn a_client_that_sends_too_slowly_is_timed_out() {
 }
 
 #[tokio::test]
+async fn a_client_that_sends_its_head_too_slowly_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = spawn_with(|c| c.header_timeout = Duration::from_millis(500)).await;
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stream
+        .write_all(b"POST /connect/token HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "the server keeps a half-sent head open");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
 async fn in_flight_requests_finish_on_shutdown() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut app = spawn_app().await;
