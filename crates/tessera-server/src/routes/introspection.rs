@@ -1,6 +1,8 @@
 //! Token introspection (RFC 7662): a caller that authenticates as a client learns whether a
 //! token is active and what it carries.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -41,22 +43,8 @@ async fn answer(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<serde_json::Value, OAuthError> {
-    let names = ["token", "token_type_hint", "client_id", "client_secret"];
-    let pairs = read_form(uri, headers, body, state.config().body_limit, &names)?;
-    let (token, id, secret) = credentials_and_token(&pairs)?;
-    let registry = state.registry();
-    let mut presented = String::new();
-    authenticate_client(
-        state,
-        &registry,
-        headers,
-        peer_addr(&peer),
-        id.as_ref(),
-        secret.as_ref(),
-        &mut presented,
-    )
-    .await?;
-    let Some(claims) = active_claims(state, &registry, token) else {
+    let request = TokenRequestOfClient::read(state, peer, uri, headers, body).await?;
+    let Some(claims) = active_claims(state, &request.registry, &request.token) else {
         return Ok(json!({ "active": false }));
     };
     Ok(json!({
@@ -74,21 +62,57 @@ async fn answer(
     }))
 }
 
-/// The `token` parameter and the body credentials of an introspection or revocation
-/// request.
-pub(crate) fn credentials_and_token(
-    pairs: &[(String, String)],
-) -> Result<(&str, Option<ClientId>, Option<ClientSecret>), OAuthError> {
-    single(pairs, "token_type_hint")?;
-    let token = single(pairs, "token")?
-        .ok_or_else(|| OAuthError::invalid_request("missing parameter token"))?;
-    let id = single(pairs, "client_id")?
-        .map(|id| {
-            ClientId::parse(id).ok_or_else(|| OAuthError::invalid_request("malformed client_id"))
+/// An introspection or revocation request (RFC 7662 2.1, RFC 7009 2.1): a `token`
+/// parameter, sent by an authenticated client.
+pub(crate) struct TokenRequestOfClient {
+    /// The registry the caller was authenticated against.
+    pub registry: Arc<Registry>,
+    /// The authenticated caller's client id.
+    pub caller: String,
+    /// The `token` parameter.
+    pub token: String,
+}
+
+impl TokenRequestOfClient {
+    /// Reads the form and authenticates the caller as the token endpoint does.
+    pub(crate) async fn read(
+        state: &AppState,
+        peer: Peer,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Self, OAuthError> {
+        let names = ["token", "token_type_hint", "client_id", "client_secret"];
+        let pairs = read_form(uri, headers, body, state.config().body_limit, &names)?;
+        single(&pairs, "token_type_hint")?;
+        let token = single(&pairs, "token")?
+            .ok_or_else(|| OAuthError::invalid_request("missing parameter token"))?
+            .to_owned();
+        let id = single(&pairs, "client_id")?
+            .map(|id| {
+                ClientId::parse(id)
+                    .ok_or_else(|| OAuthError::invalid_request("malformed client_id"))
+            })
+            .transpose()?;
+        let secret = single(&pairs, "client_secret")?.map(ClientSecret::new);
+        let registry = state.registry();
+        let mut caller = String::new();
+        authenticate_client(
+            state,
+            &registry,
+            headers,
+            peer_addr(&peer),
+            id.as_ref(),
+            secret.as_ref(),
+            &mut caller,
+        )
+        .await?;
+        Ok(Self {
+            registry,
+            caller,
+            token,
         })
-        .transpose()?;
-    let secret = single(pairs, "client_secret")?.map(ClientSecret::new);
-    Ok((token, id, secret))
+    }
 }
 
 /// The claims of a token this server issued that is still active: signed by one of its keys,

@@ -12,8 +12,8 @@ use axum::Router;
 use tessera_store::Revoked;
 
 use crate::error::{OAuthError, NO_STORE};
-use crate::routes::introspection::{active_claims, credentials_and_token};
-use crate::routes::{authenticate_client, peer_addr, read_form, Peer};
+use crate::routes::introspection::{active_claims, TokenRequestOfClient};
+use crate::routes::Peer;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -41,23 +41,13 @@ async fn run(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(), OAuthError> {
-    let names = ["token", "token_type_hint", "client_id", "client_secret"];
-    let pairs = read_form(uri, headers, body, state.config().body_limit, &names)?;
-    let (token, id, secret) = credentials_and_token(&pairs)?;
-    let registry = state.registry();
-    let mut caller = String::new();
-    authenticate_client(
-        state,
-        &registry,
-        headers,
-        peer_addr(&peer),
-        id.as_ref(),
-        secret.as_ref(),
-        &mut caller,
-    )
-    .await?;
+    let TokenRequestOfClient {
+        registry,
+        caller,
+        token,
+    } = TokenRequestOfClient::read(state, peer, uri, headers, body).await?;
     // RFC 7009 2.2: an invalid, expired or unknown token is answered with 200 all the same.
-    let Some(claims) = active_claims(state, &registry, token) else {
+    let Some(claims) = active_claims(state, &registry, &token) else {
         return Ok(());
     };
     if claims.client_id != caller {
