@@ -31,7 +31,8 @@ pub struct ServeArgs {
 }
 
 pub async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
-    init_logging(args.log_json);
+    // Held until the server stops, so that buffered log lines are written out.
+    let _log_guard = init_logging(args.log_json);
     let store = data.store().await?;
     let (secrets, origin) = data.secrets(store.as_ref()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -105,16 +106,23 @@ async fn demo(
     Ok(())
 }
 
-fn init_logging(json: bool) {
+/// Logs to stderr through a background writer, so that the token path never waits on a
+/// write system call. Lossless: when the buffer is full, logging waits rather than drop an
+/// audit event.
+fn init_logging(json: bool) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     if json {
         builder.json().init();
     } else {
         builder.init();
     }
+    guard
 }
