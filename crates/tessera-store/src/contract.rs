@@ -168,3 +168,13 @@ async fn sqlite_keeps_the_contract() {
     let again = crate::open(&url).await.unwrap();
     assert_eq!(again.plans().await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn postgres_keeps_the_contract() {
+    let schema = crate::testing::scratch_postgres().await;
+    let store = crate::open(&schema.url).await.unwrap();
+    contract(store.as_ref()).await;
+    drop(store);
+    let again = crate::open(&schema.url).await.unwrap();
+    assert_eq!(again.plans().await.unwrap().len(), 2);
+}

@@ -4,6 +4,8 @@
 //!
 //! - [`Store`]: the trait every backend implements; callers know nothing else.
 //! - [`sqlite`]: the embedded default, one file, migrations in `migrations/sqlite/`.
+//! - [`postgres`]: for many instances sharing one database, migrations in
+//!   `migrations/postgres/`. Both map rows with the same code (`rows.rs`).
 //! - [`open`]: the one place where a database URL picks a backend.
 //!
 //! The token hot path never calls the store: the server holds the registry in memory and
@@ -15,7 +17,11 @@ use async_trait::async_trait;
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 use thiserror::Error;
 
+pub mod postgres;
+mod rows;
 pub mod sqlite;
+#[cfg(feature = "test-support")]
+pub mod testing;
 
 /// Seconds since the Unix epoch.
 pub type Timestamp = i64;
@@ -30,7 +36,7 @@ pub enum StoreError {
     #[error("{0} already exists")]
     Duplicate(String),
     /// The database URL is not one this build understands.
-    #[error("unsupported database URL {0:?}: use sqlite://PATH or a file path")]
+    #[error("unsupported database URL {0:?}: use sqlite://PATH, a file path or postgres://…")]
     UnsupportedUrl(String),
     /// The backend failed.
     #[error("database error: {0}")]
@@ -258,9 +264,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
 /// Opens the store a URL names, creating and migrating it when needed.
 ///
-/// `sqlite://PATH`, `sqlite:PATH` or a bare file path select the embedded SQLite backend.
+/// `postgres://…` (or `postgresql://…`) selects PostgreSQL; `sqlite://PATH`, `sqlite:PATH` or
+/// a bare file path select the embedded SQLite backend.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(postgres::PostgresStore::open(url).await?));
+    }
+    if url.contains("://") && !url.starts_with("sqlite://") {
         return Err(StoreError::UnsupportedUrl(url.to_owned()));
     }
     Ok(Arc::new(sqlite::SqliteStore::open(url).await?))

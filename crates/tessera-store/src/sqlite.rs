@@ -6,16 +6,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{Row, SqlitePool};
-use tessera_proto::{Algorithm, ClientId, ScopeSet};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+use tessera_proto::ClientId;
 
-use crate::{
-    AuthMethod, Client, Plan, RateLimit, Result, Revoked, SigningKey, Store, StoreError, Timestamp,
-    Usage,
-};
+use crate::{rows, Client, Plan, Result, Revoked, SigningKey, Store, StoreError, Timestamp, Usage};
 
 /// A store in one SQLite file.
 #[derive(Debug, Clone)]
@@ -57,80 +52,6 @@ impl SqliteStore {
     }
 }
 
-fn plan_from(row: &SqliteRow) -> Result<Plan> {
-    let scopes: String = row.try_get("scopes")?;
-    Ok(Plan {
-        name: row.try_get("name")?,
-        scopes: ScopeSet::parse_names(&scopes).map_err(|e| corrupt("plans.scopes", e))?,
-        token_ttl: row.try_get("token_ttl")?,
-        token_rate: match (
-            row.try_get::<Option<u32>, _>("rate_count")?,
-            row.try_get::<Option<u32>, _>("rate_period")?,
-            row.try_get::<Option<u32>, _>("rate_burst")?,
-        ) {
-            (Some(count), Some(period_secs), Some(burst)) => Some(RateLimit {
-                count,
-                period_secs,
-                burst,
-            }),
-            _ => None,
-        },
-        reuse_percent: row.try_get("reuse_percent")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn client_from(row: &SqliteRow) -> Result<Client> {
-    let id: String = row.try_get("id")?;
-    let method: String = row.try_get("auth_method")?;
-    let previous_hash: Option<Vec<u8>> = row.try_get("previous_secret_hash")?;
-    let previous_until: Option<i64> = row.try_get("previous_secret_expires_at")?;
-    Ok(Client {
-        id: ClientId::parse(&id).ok_or_else(|| corrupt("clients.id", "empty"))?,
-        plan: row.try_get("plan")?,
-        label: row.try_get("label")?,
-        secret_hash: row.try_get("secret_hash")?,
-        previous_secret: previous_hash.zip(previous_until),
-        auth_method: AuthMethod::parse(&method)
-            .ok_or_else(|| corrupt("clients.auth_method", &method))?,
-        enabled: row.try_get("enabled")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-fn key_from(row: &SqliteRow) -> Result<SigningKey> {
-    let alg: String = row.try_get("alg")?;
-    Ok(SigningKey {
-        kid: row.try_get("kid")?,
-        alg: Algorithm::from_str(&alg).map_err(|e| corrupt("signing_keys.alg", e))?,
-        public_jwk: row.try_get("public_jwk")?,
-        private_sealed: row.try_get("private_sealed")?,
-        created_at: row.try_get("created_at")?,
-        activates_at: row.try_get("activates_at")?,
-    })
-}
-
-fn corrupt(column: &str, detail: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(sqlx::Error::Decode(
-        format!("bad value in {column}: {detail}").into(),
-    ))
-}
-
-/// Maps constraint failures to the domain's words.
-fn constraint(err: sqlx::Error, what: &str, plan: &str) -> StoreError {
-    if let sqlx::Error::Database(db) = &err {
-        if db.is_unique_violation() {
-            return StoreError::Duplicate(what.to_owned());
-        }
-        if db.is_foreign_key_violation() {
-            return StoreError::UnknownPlan(plan.to_owned());
-        }
-    }
-    StoreError::Backend(err)
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     async fn revision(&self) -> Result<i64> {
@@ -168,7 +89,7 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(plan_from)
+            .map(rows::plan)
             .collect()
     }
 
@@ -193,7 +114,7 @@ impl Store for SqliteStore {
             .bind(client.updated_at)
             .execute(&mut *tx)
             .await
-            .map_err(|e| constraint(e, &format!("client {}", client.id), &client.plan))?;
+            .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
         }
         tx.commit().await?;
         Ok(())
@@ -204,7 +125,7 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(client_from)
+            .map(rows::client)
             .collect()
     }
 
@@ -214,7 +135,7 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await?
             .as_ref()
-            .map(client_from)
+            .map(rows::client)
             .transpose()
     }
 
@@ -236,7 +157,7 @@ impl Store for SqliteStore {
         .bind(client.updated_at)
         .execute(&self.pool)
         .await
-        .map_err(|e| constraint(e, &format!("client {}", client.id), &client.plan))?;
+        .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -261,7 +182,7 @@ impl Store for SqliteStore {
         .bind(key.activates_at)
         .execute(&self.pool)
         .await
-        .map_err(|e| constraint(e, &format!("key {}", key.kid), ""))?;
+        .map_err(|e| rows::constraint(e, &format!("key {}", key.kid), ""))?;
         Ok(())
     }
 
@@ -270,7 +191,7 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(key_from)
+            .map(rows::key)
             .collect()
     }
 
@@ -300,17 +221,11 @@ impl Store for SqliteStore {
             .bind(now)
             .execute(&self.pool)
             .await?;
-        let rows = sqlx::query("SELECT jti, client_id, exp FROM revoked_tokens")
+        sqlx::query("SELECT jti, client_id, exp FROM revoked_tokens")
             .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Revoked {
-                    jti: row.try_get("jti")?,
-                    client_id: row.try_get("client_id")?,
-                    exp: row.try_get("exp")?,
-                })
-            })
+            .await?
+            .iter()
+            .map(rows::revoked)
             .collect()
     }
 
@@ -333,21 +248,14 @@ impl Store for SqliteStore {
     }
 
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
-        let rows = sqlx::query(
+        sqlx::query(
             "SELECT client_id, day, issued, refused FROM usage WHERE client_id = ?1 ORDER BY day",
         )
         .bind(client_id.as_str())
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Usage {
-                    client_id: row.try_get("client_id")?,
-                    day: row.try_get("day")?,
-                    issued: row.try_get::<i64, _>("issued")? as u64,
-                    refused: row.try_get::<i64, _>("refused")? as u64,
-                })
-            })
-            .collect()
+        .await?
+        .iter()
+        .map(rows::usage)
+        .collect()
     }
 }

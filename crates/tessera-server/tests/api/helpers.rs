@@ -27,10 +27,18 @@ pub async fn spawn_app() -> TestApp {
     spawn_with(|_| {}).await
 }
 
-/// Starts a server on port 0 with a plan `pro` granting [`SCOPES`].
+/// Starts a server on port 0 with a plan `pro` granting [`SCOPES`], on a fresh SQLite file.
 pub async fn spawn_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_on(None, tweak).await
+}
+
+/// Starts a server on `db_url`, or on a fresh SQLite file.
+pub async fn spawn_on(db_url: Option<&str>, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
-    let db_url = format!("sqlite://{}", dir.path().join("tessera.db").display());
+    let db_url = db_url.map_or_else(
+        || format!("sqlite://{}", dir.path().join("tessera.db").display()),
+        str::to_owned,
+    );
     let store = tessera_store::open(&db_url).await.unwrap();
     let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

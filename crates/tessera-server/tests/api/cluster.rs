@@ -1,0 +1,103 @@
+//! Several stateless instances sharing one PostgreSQL database behave as one server.
+
+use std::time::Duration;
+
+use tessera_server::admin;
+use tessera_store::AuthMethod;
+
+use crate::helpers::*;
+
+const NEWS: &str = "grant_type=client_credentials&scope=news-api";
+
+#[tokio::test]
+async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
+    let schema = tessera_store::testing::scratch_postgres().await;
+    let issuer = "https://auth.cluster.test";
+    let a = spawn_on(Some(&schema.url), |c| c.issuer = issuer.into()).await;
+    let b = spawn_on(Some(&schema.url), |c| c.issuer = issuer.into()).await;
+
+    // A client registered through one instance's store (as the CLI would) works at both.
+    let (client, secret) = admin::create_client(
+        a.store.as_ref(),
+        &a.secrets,
+        "pro",
+        "shared",
+        AuthMethod::ClientSecretBasic,
+    )
+    .await
+    .unwrap();
+    a.state.sync().await.unwrap();
+    b.state.sync().await.unwrap();
+    let from_a: serde_json::Value = a
+        .token(&client.id, &secret, NEWS)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let from_b: serde_json::Value = b
+        .token(&client.id, &secret, NEWS)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let (token_a, token_b) = (
+        from_a["access_token"].as_str().unwrap(),
+        from_b["access_token"].as_str().unwrap(),
+    );
+
+    // One key set: both publish the same keys, and each verifies the other's tokens.
+    let jwks = |app: &TestApp| {
+        let url = app.url("/.well-known/jwks.json");
+        let http = app.http.clone();
+        async move { http.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    assert_eq!(jwks(&a).await, jwks(&b).await);
+    let introspect = |app: &TestApp, token: &str| {
+        let request = app
+            .http
+            .post(app.url("/connect/introspect"))
+            .header("authorization", basic(&client.id, &secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"));
+        async move {
+            request
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(introspect(&b, token_a).await["active"], true);
+    assert_eq!(introspect(&a, token_b).await["active"], true);
+
+    // A revocation at one instance reaches the other through the database.
+    let revoked = a
+        .http
+        .post(a.url("/connect/revocation"))
+        .header("authorization", basic(&client.id, &secret))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token_a}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    let started = std::time::Instant::now();
+    while introspect(&b, token_a).await["active"] != false {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "revocation not seen by the other instance"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Disabling the client through the database stops both instances.
+    admin::update_client(b.store.as_ref(), client.id.as_str(), |c| c.enabled = false)
+        .await
+        .unwrap();
+    a.state.sync().await.unwrap();
+    b.state.sync().await.unwrap();
+    assert_eq!(a.token(&client.id, &secret, NEWS).await.status(), 401);
+    assert_eq!(b.token(&client.id, &secret, NEWS).await.status(), 401);
+}

@@ -1,0 +1,165 @@
+//! Rows to domain types, once for every backend: each schema gives the same column names and
+//! the same SQL types (64-bit integers, text, bytes, booleans), so one generic mapping serves.
+
+use std::str::FromStr;
+
+use sqlx::{ColumnIndex, Decode, Row, Type};
+use tessera_proto::{Algorithm, ClientId, ScopeSet};
+
+use crate::{AuthMethod, Client, Plan, RateLimit, Revoked, SigningKey, StoreError, Usage};
+
+/// Reads column `name` as `T`.
+fn get<'r, R, T>(row: &'r R, name: &str) -> Result<T, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    T: Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(row.try_get(name)?)
+}
+
+/// Reads an integer column that must fit in `T` (an `u32` count, an `u8` percentage).
+fn get_small<'r, R, T>(row: &'r R, name: &str) -> Result<Option<T>, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    Option<i64>: Decode<'r, R::Database> + Type<R::Database>,
+    T: TryFrom<i64>,
+{
+    get::<R, Option<i64>>(row, name)?
+        .map(|v| T::try_from(v).map_err(|_| corrupt(name, v)))
+        .transpose()
+}
+
+pub(crate) fn plan<R>(row: &R) -> Result<Plan, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Option<i64>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    let scopes: String = get(row, "scopes")?;
+    let rate = (
+        get_small::<R, u32>(row, "rate_count")?,
+        get_small::<R, u32>(row, "rate_period")?,
+        get_small::<R, u32>(row, "rate_burst")?,
+    );
+    Ok(Plan {
+        name: get(row, "name")?,
+        scopes: ScopeSet::parse_names(&scopes).map_err(|e| corrupt("plans.scopes", e))?,
+        token_ttl: get_small::<R, u32>(row, "token_ttl")?
+            .ok_or_else(|| corrupt("plans.token_ttl", "null"))?,
+        token_rate: match rate {
+            (Some(count), Some(period_secs), Some(burst)) => Some(RateLimit {
+                count,
+                period_secs,
+                burst,
+            }),
+            _ => None,
+        },
+        reuse_percent: get_small::<R, u8>(row, "reuse_percent")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+    })
+}
+
+pub(crate) fn client<R>(row: &R) -> Result<Client, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Option<i64>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Vec<u8>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Option<Vec<u8>>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    bool: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    let id: String = get(row, "id")?;
+    let method: String = get(row, "auth_method")?;
+    let previous_hash: Option<Vec<u8>> = get(row, "previous_secret_hash")?;
+    let previous_until: Option<i64> = get(row, "previous_secret_expires_at")?;
+    Ok(Client {
+        id: ClientId::parse(&id).ok_or_else(|| corrupt("clients.id", "empty"))?,
+        plan: get(row, "plan")?,
+        label: get(row, "label")?,
+        secret_hash: get(row, "secret_hash")?,
+        previous_secret: previous_hash.zip(previous_until),
+        auth_method: AuthMethod::parse(&method)
+            .ok_or_else(|| corrupt("clients.auth_method", &method))?,
+        enabled: get(row, "enabled")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+    })
+}
+
+pub(crate) fn key<R>(row: &R) -> Result<SigningKey, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Vec<u8>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    let alg: String = get(row, "alg")?;
+    Ok(SigningKey {
+        kid: get(row, "kid")?,
+        alg: Algorithm::from_str(&alg).map_err(|e| corrupt("signing_keys.alg", e))?,
+        public_jwk: get(row, "public_jwk")?,
+        private_sealed: get(row, "private_sealed")?,
+        created_at: get(row, "created_at")?,
+        activates_at: get(row, "activates_at")?,
+    })
+}
+
+pub(crate) fn revoked<R>(row: &R) -> Result<Revoked, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(Revoked {
+        jti: get(row, "jti")?,
+        client_id: get(row, "client_id")?,
+        exp: get(row, "exp")?,
+    })
+}
+
+pub(crate) fn usage<R>(row: &R) -> Result<Usage, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    let count = |name: &str| -> Result<u64, StoreError> {
+        let v: i64 = get(row, name)?;
+        u64::try_from(v).map_err(|_| corrupt(name, v))
+    };
+    Ok(Usage {
+        client_id: get(row, "client_id")?,
+        day: get(row, "day")?,
+        issued: count("issued")?,
+        refused: count("refused")?,
+    })
+}
+
+pub(crate) fn corrupt(column: &str, detail: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(sqlx::Error::Decode(
+        format!("bad value in {column}: {detail}").into(),
+    ))
+}
+
+/// Maps constraint failures to the domain's words.
+pub(crate) fn constraint(err: sqlx::Error, what: &str, plan: &str) -> StoreError {
+    if let sqlx::Error::Database(db) = &err {
+        if db.is_unique_violation() {
+            return StoreError::Duplicate(what.to_owned());
+        }
+        if db.is_foreign_key_violation() {
+            return StoreError::UnknownPlan(plan.to_owned());
+        }
+    }
+    StoreError::Backend(err)
+}
