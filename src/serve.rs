@@ -25,6 +25,10 @@ pub struct ServeArgs {
     /// print a ready curl command.
     #[arg(long)]
     demo: bool,
+    /// Redis for rate limits shared by every instance (redis://host:port); by default each
+    /// instance counts in its own memory.
+    #[arg(long, env = "TESSERA_REDIS_URL")]
+    redis_url: Option<String>,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "TESSERA_LOG_JSON")]
     log_json: bool,
@@ -42,11 +46,15 @@ pub async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     let issuer = args.issuer.unwrap_or_else(|| format!("http://{local}"));
     let mut config = Config::new(issuer.clone());
     config.signing_alg = args.signing_alg;
+    config.redis_url = args.redis_url.clone();
     let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
 
     println!("tessera listening on http://{local}");
     println!("  issuer:   {issuer}");
-    println!("  database: {}", data.database);
+    println!("  database: {}", crate::redact_url(&data.database));
+    if let Some(redis) = &args.redis_url {
+        println!("  rate limits shared through {}", crate::redact_url(redis));
+    }
     match origin {
         MasterKeyOrigin::Env => println!("  master key: from TESSERA_MASTER_KEY"),
         MasterKeyOrigin::File(path) => println!("  master key: {}", path.display()),

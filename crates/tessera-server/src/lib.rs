@@ -65,6 +65,10 @@ pub struct Config {
     pub max_in_flight: usize,
     /// How often usage counts are written to the store and limiter state is pruned.
     pub housekeeping_interval: Duration,
+    /// Redis for rate limits shared by every instance (`redis://…`); `None` counts in memory.
+    pub redis_url: Option<String>,
+    /// The prefix of this deployment's keys in Redis.
+    pub redis_prefix: String,
 }
 
 impl Config {
@@ -85,6 +89,8 @@ impl Config {
             },
             max_in_flight: 1024,
             housekeeping_interval: Duration::from_secs(5),
+            redis_url: None,
+            redis_prefix: "tessera:rate:".into(),
         }
     }
 }
@@ -130,7 +136,14 @@ impl AppState {
             tracing::info!(kid = %key.kid, alg = %key.alg, "generated a signing key");
             Registry::load(store.as_ref(), &secrets).await?
         };
-        let limiter: Arc<dyn Limiter> = Arc::new(LocalLimiter::default());
+        let limiter: Arc<dyn Limiter> = match &config.redis_url {
+            Some(url) => Arc::new(
+                limits::redis::RedisLimiter::connect(url, &config.redis_prefix)
+                    .await
+                    .map_err(|e| LoadError::Limiter(e.to_string()))?,
+            ),
+            None => Arc::new(LocalLimiter::default()),
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 throttle: AuthThrottle::new(limiter.clone(), config.auth_failure_rate),

@@ -22,6 +22,9 @@ pub enum LoadError {
     /// A signing key could not be opened.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// The shared rate limiter could not be reached.
+    #[error("rate limiter: {0}")]
+    Limiter(String),
 }
 
 /// A client as the token endpoint needs it.

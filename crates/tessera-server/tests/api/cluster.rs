@@ -101,3 +101,64 @@ async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
     assert_eq!(a.token(&client.id, &secret, NEWS).await.status(), 401);
     assert_eq!(b.token(&client.id, &secret, NEWS).await.status(), 401);
 }
+
+#[tokio::test]
+async fn instances_sharing_redis_share_each_clients_rate_limit() {
+    let schema = tessera_store::testing::scratch_postgres().await;
+    let redis = std::env::var("TESSERA_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    // A prefix of this run's own, so runs never share counts.
+    let prefix = format!(
+        "tessera-test:{}:{}:",
+        std::process::id(),
+        tessera_store::now()
+    );
+    let shared = |c: &mut tessera_server::Config| {
+        c.issuer = "https://auth.cluster.test".into();
+        c.redis_url = Some(redis.clone());
+        c.redis_prefix = prefix.clone();
+    };
+    let a = spawn_on(Some(&schema.url), shared).await;
+    let b = spawn_on(Some(&schema.url), shared).await;
+    let settings = admin::PlanSettings {
+        token_rate: Some(tessera_store::RateLimit::parse("2/min")),
+        ..Default::default()
+    };
+    admin::set_plan_with(a.store.as_ref(), "metered", "news-api", &settings)
+        .await
+        .unwrap();
+    let (client, secret) = admin::create_client(
+        a.store.as_ref(),
+        &a.secrets,
+        "metered",
+        "shared",
+        AuthMethod::ClientSecretBasic,
+    )
+    .await
+    .unwrap();
+    a.state.sync().await.unwrap();
+    b.state.sync().await.unwrap();
+
+    // Two requests, one at each instance, use up the allowance of both.
+    let first = a.token(&client.id, &secret, NEWS).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(
+        first.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .nth(1),
+        Some("r=1")
+    );
+    assert_eq!(b.token(&client.id, &secret, NEWS).await.status(), 200);
+    for app in [&a, &b] {
+        let limited = app.token(&client.id, &secret, NEWS).await;
+        assert_eq!(limited.status(), 429);
+        let retry: u64 = limited.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=30).contains(&retry), "{retry}");
+    }
+}

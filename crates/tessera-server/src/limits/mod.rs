@@ -26,6 +26,8 @@ use tokio::sync::Semaphore;
 
 use crate::error::OAuthError;
 
+pub mod redis;
+
 /// What a limiter decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -56,7 +58,8 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
 type Keyed =
     RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
 
-/// GCRA in this process's memory (governor). Instances of a cluster each count on their own.
+/// GCRA in this process's memory (governor). Instances of a cluster each count on their own;
+/// [`redis::RedisLimiter`] counts for all of them.
 #[derive(Debug, Default)]
 pub struct LocalLimiter {
     /// One keyed limiter per distinct rate; plans with the same rate share one, keyed by
