@@ -100,7 +100,7 @@ pub enum ClientCommand {
         /// Client id.
         id: String,
         /// Seconds the old secret stays valid.
-        #[arg(long, default_value_t = 86_400)]
+        #[arg(long, default_value_t = 86_400, value_parser = clap::value_parser!(i64).range(0..=MAX_DELAY))]
         grace: i64,
         /// Print one JSON object.
         #[arg(long)]
@@ -132,13 +132,16 @@ pub enum KeysCommand {
     /// Add a key that is published now and signs after --activate-in seconds.
     Rotate {
         /// Seconds between publication and first signature, so verifiers learn the key first.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(i64).range(0..=MAX_DELAY))]
         activate_in: i64,
         /// EdDSA or ES256.
         #[arg(long, default_value = "EdDSA", value_parser = crate::parse_alg)]
         alg: Algorithm,
     },
 }
+
+/// The longest grace period or activation delay: a year.
+const MAX_DELAY: i64 = 365 * 86_400;
 
 fn parse_method(s: &str) -> Result<AuthMethod, String> {
     AuthMethod::parse(s).ok_or_else(|| {
@@ -292,7 +295,18 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
         }
         ClientCommand::RotateSecret { id, grace, json } => {
             let (secrets, _) = data.secrets(store).await?;
+            let before = admin::client(store, &id).await?;
+            let cut_short = before
+                .previous_secret
+                .as_ref()
+                .is_some_and(|(_, until)| *until > tessera_store::now());
             let (client, secret) = admin::rotate_secret(store, &secrets, &id, grace).await?;
+            if cut_short {
+                eprintln!(
+                    "note: the secret replaced by the earlier rotation stops working now; \
+                     only one previous secret is kept"
+                );
+            }
             if json {
                 let mut out = client_json(&client);
                 out["client_secret"] = secret.expose().into();

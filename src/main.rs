@@ -138,6 +138,13 @@ impl DataArgs {
                 "{e}; the master key is needed to read this database's keys and secrets"
             )
         })?;
+        let check = secrets.check_value();
+        if store.check_value("master_key_check", &check).await? != check {
+            anyhow::bail!(
+                "this master key does not belong to this database: its signing keys and client \
+                 secrets were sealed under another one"
+            );
+        }
         Ok((std::sync::Arc::new(secrets), origin))
     }
 }

@@ -29,6 +29,14 @@ pub struct ServeArgs {
     /// instance counts in its own memory.
     #[arg(long, env = "TESSERA_REDIS_URL")]
     redis_url: Option<String>,
+    /// Proxies (IP addresses) whose X-Forwarded-For is believed for rate limits and audit
+    /// events; repeat or separate with commas.
+    #[arg(
+        long = "trusted-proxy",
+        env = "TESSERA_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    trusted_proxies: Vec<std::net::IpAddr>,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "TESSERA_LOG_JSON")]
     log_json: bool,
@@ -43,10 +51,18 @@ pub async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
-    let issuer = args.issuer.unwrap_or_else(|| format!("http://{local}"));
+    let issuer = match args.issuer {
+        Some(issuer) => issuer,
+        // Clients and APIs must be able to reach the issuer; 0.0.0.0 is not an address.
+        None if local.ip().is_unspecified() => anyhow::bail!(
+            "listening on {local}: give the address clients use with --issuer (TESSERA_ISSUER)"
+        ),
+        None => format!("http://{local}"),
+    };
     let mut config = Config::new(issuer.clone());
     config.signing_alg = args.signing_alg;
     config.redis_url = args.redis_url.clone();
+    config.trusted_proxies = args.trusted_proxies.clone();
     let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
 
     println!("tessera listening on http://{local}");

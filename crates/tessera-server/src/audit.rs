@@ -1,9 +1,9 @@
 //! The audit trail: one structured event per token issued or refused, on the tracing
 //! target `tessera::audit`. Fields: `event` (`token_issued` or `token_refused`),
 //! `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused` or the OAuth error code),
-//! `jti` (issued only) and `source` (the peer address). Never a secret or a token.
+//! `jti` (issued only) and `source` (the caller's address, see `routes::client_ip`). Never a secret or a token.
 
-use std::net::SocketAddr;
+use std::net::IpAddr;
 
 use tessera_proto::ErrorCode;
 
@@ -17,7 +17,7 @@ pub struct Subject<'a> {
     /// The scope requested.
     pub scope: &'a str,
     /// The peer.
-    pub source: Option<SocketAddr>,
+    pub source: Option<IpAddr>,
 }
 
 /// A token was issued.
@@ -30,7 +30,7 @@ pub fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
         scope = subject.scope,
         outcome = if reused { "reused" } else { "issued" },
         jti,
-        source = subject.source.map(|a| a.ip().to_string()).unwrap_or_default(),
+        source = subject.source.map(|ip| ip.to_string()).unwrap_or_default(),
     );
 }
 
@@ -44,7 +44,7 @@ pub fn refused(subject: &Subject<'_>, error: ErrorCode) {
         plan = subject.plan,
         scope = truncate(subject.scope, 256),
         outcome = error.as_str(),
-        source = subject.source.map(|a| a.ip().to_string()).unwrap_or_default(),
+        source = subject.source.map(|ip| ip.to_string()).unwrap_or_default(),
     );
 }
 

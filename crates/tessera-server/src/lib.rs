@@ -61,14 +61,18 @@ pub struct Config {
     pub realm: String,
     /// Failed client authentications allowed per source address.
     pub auth_failure_rate: RateLimit,
-    /// Requests in flight before new ones get 503.
+    /// OAuth requests worked on at once (bodies received) before new ones get 503.
     pub max_in_flight: usize,
+    /// Connections open at once; past this the server stops accepting until one closes.
+    pub max_connections: usize,
     /// How often usage counts are written to the store and limiter state is pruned.
     pub housekeeping_interval: Duration,
     /// Redis for rate limits shared by every instance (`redis://…`); `None` counts in memory.
     pub redis_url: Option<String>,
     /// The prefix of this deployment's keys in Redis.
     pub redis_prefix: String,
+    /// Proxies whose `X-Forwarded-For` is believed, for rate limits and the audit trail.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Config {
@@ -88,9 +92,11 @@ impl Config {
                 burst: 10,
             },
             max_in_flight: 1024,
+            max_connections: 10_000,
             housekeeping_interval: Duration::from_secs(5),
             redis_url: None,
             redis_prefix: "tessera:rate:".into(),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -112,6 +118,7 @@ struct Inner {
     metrics: Metrics,
     usage: UsageCounter,
     reuse: ReuseCache,
+    in_flight: limits::InFlight,
 }
 
 impl AppState {
@@ -124,18 +131,33 @@ impl AppState {
     ) -> Result<Self, LoadError> {
         let registry = Registry::load(store.as_ref(), &secrets).await?;
         let now = tessera_store::now();
-        let has_key = registry
-            .keys
-            .signing_key(now)
-            .is_some_and(|k| k.alg == config.signing_alg);
-        let registry = if has_key {
-            registry
-        } else {
-            let key = keys::generate(&secrets, config.signing_alg, now, now);
-            store.insert_key(&key).await?;
-            tracing::info!(kid = %key.kid, alg = %key.alg, "generated a signing key");
-            Registry::load(store.as_ref(), &secrets).await?
+        // Generate a key on first start only. A server configured for another algorithm
+        // than the active key's does not replace it unannounced: rotation publishes first.
+        let registry = match registry.keys.signing_key(now) {
+            Some(key) => {
+                if key.alg != config.signing_alg {
+                    tracing::warn!(
+                        active = %key.alg,
+                        configured = %config.signing_alg,
+                        "the active signing key uses another algorithm than configured; \
+                         run `tessera keys rotate --alg {}` to change it",
+                        config.signing_alg
+                    );
+                }
+                registry
+            }
+            // The store's keys, not the ring: a key that would not open is no reason for
+            // another.
+            None if store.keys().await?.is_empty() => {
+                let key = keys::generate(&secrets, config.signing_alg, now, now);
+                store.insert_key(&key).await?;
+                tracing::info!(kid = %key.kid, alg = %key.alg, "generated a signing key");
+                Registry::load(store.as_ref(), &secrets).await?
+            }
+            // Only keys that are not active yet: wait for the first one (readiness says so).
+            None => registry,
         };
+        let max_in_flight = config.max_in_flight;
         let limiter: Arc<dyn Limiter> = match &config.redis_url {
             Some(url) => Arc::new(
                 limits::redis::RedisLimiter::connect(url, &config.redis_prefix)
@@ -155,6 +177,7 @@ impl AppState {
                 metrics: Metrics::default(),
                 usage: UsageCounter::default(),
                 reuse: ReuseCache::default(),
+                in_flight: limits::InFlight::new(max_in_flight),
             }),
         })
     }
@@ -201,13 +224,26 @@ impl AppState {
         &self.inner.reuse
     }
 
+    pub(crate) fn in_flight(&self) -> &limits::InFlight {
+        &self.inner.in_flight
+    }
+
     /// Writes usage counts, prunes limiter and reuse state.
+    /// Writes usage counts, prunes limiter and reuse state, forgets expired revocations and
+    /// reads the live ones again.
     pub async fn housekeeping(&self) {
         if let Err(error) = self.inner.usage.flush(self.store()).await {
             tracing::warn!(%error, "writing usage counts failed; kept for the next try");
         }
         self.inner.limiter.prune();
-        self.inner.reuse.prune(tessera_store::now());
+        let now = tessera_store::now();
+        self.inner.reuse.prune(now);
+        if let Err(error) = self.store().prune_revoked(now).await {
+            tracing::warn!(%error, "forgetting expired revocations failed");
+        }
+        if let Err(error) = self.inner.live.reload_revocations(self.store()).await {
+            tracing::warn!(%error, "reading revocations failed");
+        }
     }
 
     /// Polls the store once; tests use it to avoid waiting for the background sync.
@@ -277,10 +313,19 @@ async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
+        // A request head (and what is buffered of a body) fits in 16 KiB; bounding the
+        // buffer bounds the memory an unfinished head can hold.
+        .max_buf_size(16 * 1024)
         .keep_alive(true);
+    let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // At the cap, stop accepting (the kernel's backlog holds the rest) until one closes.
+        let slot = tokio::select! {
+            () = &mut shutdown => break,
+            slot = connections.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
@@ -304,6 +349,7 @@ async fn serve(
             http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
+            let _slot = slot;
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }

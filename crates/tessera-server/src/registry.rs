@@ -2,7 +2,7 @@
 //! touches no database. A background task polls the store's revision counter and reloads the
 //! whole registry when another process (the CLI, another instance) changed it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -10,7 +10,7 @@ use std::time::Duration;
 use tessera_store::{AuthMethod, Plan, Store, StoreError, Timestamp};
 use thiserror::Error;
 
-use crate::keys::{self, KeyError, KeyRing};
+use crate::keys::{self, KeyRing};
 use crate::secrets::Secrets;
 
 /// Why the registry could not be loaded.
@@ -19,16 +19,12 @@ pub enum LoadError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A signing key could not be opened.
-    #[error(transparent)]
-    Key(#[from] KeyError),
     /// The shared rate limiter could not be reached.
     #[error("rate limiter: {0}")]
     Limiter(String),
 }
 
-/// A client as the token endpoint needs it.
-#[derive(Debug)]
+/// A client as the token endpoint needs it. `Debug` leaves the hashes out.
 pub struct ClientEntry {
     /// Its plan, shared with the other clients of the plan.
     pub plan: Arc<Plan>,
@@ -42,6 +38,21 @@ pub struct ClientEntry {
     pub enabled: bool,
 }
 
+impl std::fmt::Debug for ClientEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientEntry")
+            .field("plan", &self.plan.name)
+            .field("secret_hash", &"[redacted]")
+            .field(
+                "previous_secret_until",
+                &self.previous_secret.as_ref().map(|(_, t)| t),
+            )
+            .field("auth_method", &self.auth_method)
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
 /// A consistent snapshot of the registry.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -53,8 +64,6 @@ pub struct Registry {
     pub plans: Vec<Arc<Plan>>,
     /// The signing keys.
     pub keys: KeyRing,
-    /// `jti`s of revoked tokens that have not expired yet.
-    pub revoked: HashSet<String>,
 }
 
 impl Registry {
@@ -85,17 +94,19 @@ impl Registry {
                 Some((c.id.as_str().to_owned(), entry))
             })
             .collect();
+        // A key that will not open is left out and logged, not allowed to stop every other
+        // change from loading.
         let keys = store
             .keys()
             .await?
             .iter()
-            .map(|k| keys::load(secrets, k).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
-        let revoked = store
-            .revoked(tessera_store::now())
-            .await?
-            .into_iter()
-            .map(|r| r.jti)
+            .filter_map(|k| match keys::load(secrets, k) {
+                Ok(key) => Some(Arc::new(key)),
+                Err(error) => {
+                    tracing::error!(%error, "signing key left out");
+                    None
+                }
+            })
             .collect();
         let mut plans: Vec<_> = plans.into_values().collect();
         plans.sort_by(|a, b| a.name.cmp(&b.name));
@@ -104,20 +115,7 @@ impl Registry {
             clients,
             plans,
             keys: KeyRing::new(keys),
-            revoked,
         })
-    }
-
-    /// The longest token lifetime of any plan: how long a retired key stays published.
-    /// Never less than an hour, so that a plan shortened since still has its old tokens
-    /// verifiable for the lifetime they were issued with.
-    pub fn max_token_ttl(&self) -> i64 {
-        self.plans
-            .iter()
-            .map(|p| i64::from(p.token_ttl))
-            .max()
-            .unwrap_or(0)
-            .max(3600)
     }
 
     /// Every scope some plan grants.
@@ -133,12 +131,19 @@ impl Registry {
     }
 }
 
-/// The live registry: a snapshot swapped whole when the store changes.
+/// The live registry: a snapshot swapped whole when the store changes, and the revoked
+/// tokens, read incrementally.
 #[derive(Debug)]
 pub struct Live {
     current: RwLock<Arc<Registry>>,
     /// When the last poll of the store succeeded, for readiness.
     last_sync: AtomicI64,
+    /// Revoked `jti`s and their `exp`, until then.
+    revoked: RwLock<HashMap<String, Timestamp>>,
+    /// The highest revocation sequence number read.
+    revoked_seq: AtomicI64,
+    /// One sync at a time, so that a slow load never replaces a newer snapshot.
+    syncing: tokio::sync::Mutex<()>,
 }
 
 impl Live {
@@ -147,6 +152,9 @@ impl Live {
         Self {
             current: RwLock::new(Arc::new(registry)),
             last_sync: AtomicI64::new(tessera_store::now()),
+            revoked: RwLock::default(),
+            revoked_seq: AtomicI64::new(0),
+            syncing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -163,8 +171,26 @@ impl Live {
         self.last_sync.load(Ordering::Relaxed)
     }
 
-    /// Polls the store once and swaps in a new snapshot if it changed.
+    /// Whether the token with this `jti` was revoked.
+    pub fn is_revoked(&self, jti: &str) -> bool {
+        self.revoked
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(jti)
+    }
+
+    /// Remembers a revocation made here, before the next poll reads it back.
+    pub fn add_revoked(&self, jti: &str, exp: Timestamp) {
+        self.revoked
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(jti.to_owned(), exp);
+    }
+
+    /// Polls the store once: swaps in a new snapshot if the registry changed, and reads the
+    /// revocations made since the last poll.
     pub async fn sync(&self, store: &dyn Store, secrets: &Secrets) -> Result<bool, LoadError> {
+        let _one_at_a_time = self.syncing.lock().await;
         let revision = store.revision().await?;
         let changed = revision != self.get().revision;
         if changed {
@@ -174,9 +200,35 @@ impl Live {
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(fresh);
         }
+        let after = self.revoked_seq.load(Ordering::Relaxed);
+        let fresh = store.revoked_since(after, tessera_store::now()).await?;
+        if let Some((last, _)) = fresh.last() {
+            self.revoked_seq.store(*last, Ordering::Relaxed);
+            let mut revoked = self.revoked.write().unwrap_or_else(|p| p.into_inner());
+            for (_, r) in fresh {
+                revoked.insert(r.jti, r.exp);
+            }
+        }
         self.last_sync
             .store(tessera_store::now(), Ordering::Relaxed);
         Ok(changed)
+    }
+
+    /// Reads every live revocation again and forgets expired ones. Run now and then: a
+    /// database may make a revocation visible after a later one was read.
+    pub async fn reload_revocations(&self, store: &dyn Store) -> Result<(), LoadError> {
+        let _one_at_a_time = self.syncing.lock().await;
+        let now = tessera_store::now();
+        let all = store.revoked_since(0, now).await?;
+        let last = all.last().map_or(0, |(seq, _)| *seq);
+        let mut revoked = self.revoked.write().unwrap_or_else(|p| p.into_inner());
+        // Keep revocations made here that the database may not show yet.
+        revoked.retain(|_, exp| *exp > now);
+        for (_, r) in all {
+            revoked.insert(r.jti, r.exp);
+        }
+        self.revoked_seq.fetch_max(last, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Polls every `interval` until the task is dropped. Failures are logged, and the last

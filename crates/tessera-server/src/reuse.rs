@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tessera_store::Timestamp;
 
-/// A token kept for reuse.
-#[derive(Debug, Clone)]
+/// A token kept for reuse. `Debug` leaves the token out.
+#[derive(Clone)]
 pub struct Kept {
     /// The token itself.
     pub token: Arc<str>,
@@ -17,6 +17,16 @@ pub struct Kept {
     pub jti: Arc<str>,
     /// Its `exp`.
     pub exp: Timestamp,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("token", &"[redacted]")
+            .field("jti", &self.jti)
+            .field("exp", &self.exp)
+            .finish()
+    }
 }
 
 /// Last token per (client, scope set).

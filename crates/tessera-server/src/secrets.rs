@@ -144,6 +144,15 @@ impl Secrets {
         }
     }
 
+    /// A value that identifies the master key without revealing it: stored in the database
+    /// on first use, so that a different key is refused instead of silently sealing keys and
+    /// hashing secrets that no server can use.
+    pub fn check_value(&self) -> Vec<u8> {
+        hmac::sign(&self.pepper, b"tessera master key check v1")
+            .as_ref()
+            .to_vec()
+    }
+
     /// The keyed hash stored for a client secret.
     pub fn hash_secret(&self, secret: &ClientSecret) -> Vec<u8> {
         hmac::sign(&self.pepper, secret.expose().as_bytes())

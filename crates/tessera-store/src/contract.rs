@@ -121,7 +121,8 @@ pub(crate) async fn contract(store: &dyn Store) {
     let r3 = store.revision().await.unwrap();
     assert!(r3 > r2);
 
-    // Revocations: remembered until exp, bumping the revision, idempotent.
+    // Revocations: remembered until exp, read incrementally, idempotent; the registry
+    // revision is left alone.
     let live = Revoked {
         jti: "j1".into(),
         client_id: "c1".into(),
@@ -135,8 +136,28 @@ pub(crate) async fn contract(store: &dyn Store) {
     store.revoke(&live).await.unwrap();
     store.revoke(&live).await.unwrap();
     store.revoke(&dead).await.unwrap();
-    assert_eq!(store.revoked(now()).await.unwrap(), vec![live]);
-    assert!(store.revision().await.unwrap() > r3);
+    let all = store.revoked_since(0, now()).await.unwrap();
+    assert_eq!(
+        all.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
+        vec![live.clone()]
+    );
+    let later = Revoked {
+        jti: "j2".into(),
+        client_id: "c1".into(),
+        exp: now() + 60,
+    };
+    store.revoke(&later).await.unwrap();
+    let newer = store.revoked_since(all[0].0, now()).await.unwrap();
+    assert_eq!(newer.len(), 1);
+    assert_eq!(newer[0].1, later);
+    assert!(newer[0].0 > all[0].0);
+    assert_eq!(store.revision().await.unwrap(), r3);
+    store.prune_revoked(now() + 120).await.unwrap();
+    assert!(store.revoked_since(0, 0).await.unwrap().is_empty());
+
+    // The first check value stored under a name stays.
+    assert_eq!(store.check_value("k", b"one").await.unwrap(), b"one");
+    assert_eq!(store.check_value("k", b"two").await.unwrap(), b"one");
 
     // Usage adds up per client and day.
     let id = ClientId::parse("c9").unwrap();

@@ -251,10 +251,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Removes a key that is no longer published.
     async fn delete_key(&self, kid: &str) -> Result<bool>;
 
-    /// Remembers a revoked token (RFC 7009); revoking twice is harmless.
+    /// Remembers a revoked token (RFC 7009); revoking twice is harmless. Revocations do not
+    /// bump the [`revision`](Store::revision): servers read them incrementally with
+    /// [`revoked_since`](Store::revoked_since), so that one revocation never reloads the
+    /// whole registry.
     async fn revoke(&self, revoked: &Revoked) -> Result<()>;
-    /// Revoked tokens that have not expired by `now`; forgets the others.
-    async fn revoked(&self, now: Timestamp) -> Result<Vec<Revoked>>;
+    /// Revoked tokens not expired by `now` whose sequence number is above `after`, in
+    /// sequence order, each with its sequence number.
+    async fn revoked_since(&self, after: i64, now: Timestamp) -> Result<Vec<(i64, Revoked)>>;
+    /// Forgets revocations of tokens that have expired by `now`.
+    async fn prune_revoked(&self, now: Timestamp) -> Result<()>;
+
+    /// The value stored under `name`, storing `proposed` first if there is none: a check
+    /// value that ties the database to its master key.
+    async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>>;
 
     /// Adds counts to the usage table.
     async fn add_usage(&self, usage: &[Usage]) -> Result<()>;

@@ -200,17 +200,38 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn revoked(&self, now: Timestamp) -> Result<Vec<Revoked>> {
+    async fn revoked_since(&self, after: i64, now: Timestamp) -> Result<Vec<(i64, Revoked)>> {
+        sqlx::query(
+            "SELECT seq AS seq, jti, client_id, exp FROM revoked_tokens \
+             WHERE seq > $1 AND exp > $2 ORDER BY seq",
+        )
+        .bind(after)
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| Ok((sqlx::Row::try_get(row, "seq")?, rows::revoked(row)?)))
+        .collect()
+    }
+
+    async fn prune_revoked(&self, now: Timestamp) -> Result<()> {
         sqlx::query("DELETE FROM revoked_tokens WHERE exp <= $1")
             .bind(now)
             .execute(&self.pool)
             .await?;
-        sqlx::query("SELECT jti, client_id, exp FROM revoked_tokens")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::revoked)
-            .collect()
+        Ok(())
+    }
+
+    async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
+        sqlx::query("INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(proposed)
+            .execute(&self.pool)
+            .await?;
+        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     async fn add_usage(&self, usage: &[Usage]) -> Result<()> {

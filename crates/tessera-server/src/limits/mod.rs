@@ -13,10 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
@@ -213,24 +210,28 @@ impl AuthThrottle {
     }
 }
 
-/// Middleware: refuses with 503 and `Retry-After: 1` when more requests are in flight than
-/// the process is configured for, instead of queueing without bound.
-pub async fn cap_in_flight(
-    State(slots): State<Arc<Semaphore>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    match slots.try_acquire() {
-        Ok(_permit) => next.run(request).await,
-        Err(_) => {
-            let mut response =
-                OAuthError::unavailable("server busy; retry shortly").into_response();
-            response.headers_mut().insert(
+/// A cap on requests being worked on. A request is admitted once its body has arrived, so
+/// slow uploads (bounded by the request timeout) cannot take the slots; over the cap the
+/// answer is 503 with `Retry-After: 1` rather than an unbounded queue.
+#[derive(Debug)]
+pub struct InFlight(Semaphore);
+
+impl InFlight {
+    /// Allows `slots` requests at once.
+    pub fn new(slots: usize) -> Self {
+        Self(Semaphore::new(slots))
+    }
+
+    /// A slot for one request, held until the permit is dropped.
+    pub fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, OAuthError> {
+        self.0.try_acquire().map_err(|_| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
                 axum::http::header::RETRY_AFTER,
                 HeaderValue::from_static("1"),
             );
-            response
-        }
+            OAuthError::unavailable("server busy; retry shortly").with_headers(headers)
+        })
     }
 }
 
@@ -265,6 +266,19 @@ mod tests {
             limiter.check("b", rate).await,
             Decision::Allowed { .. }
         ));
+    }
+
+    #[test]
+    fn in_flight_slots_are_returned() {
+        let cap = InFlight::new(1);
+        let first = cap.admit().unwrap();
+        let refused = cap.admit().unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tessera_proto::ErrorCode::TemporarilyUnavailable
+        );
+        drop(first);
+        assert!(cap.admit().is_ok());
     }
 
     #[test]

@@ -22,7 +22,9 @@ async fn jwks(State(state): State<AppState>) -> impl IntoResponse {
     let now = tessera_store::now();
     let keys = registry
         .keys
-        .published(now, registry.max_token_ttl())
+        // A retired key stays published for the longest lifetime any token may have, not
+        // the current plans' longest: a plan shortened since may still have tokens out.
+        .published(now, i64::from(crate::admin::MAX_TOKEN_TTL))
         .into_iter()
         .map(|k| k.jwk.clone())
         .collect();

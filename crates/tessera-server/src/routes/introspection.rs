@@ -15,7 +15,7 @@ use tessera_proto::{AccessTokenClaims, ClientId, ClientSecret};
 
 use crate::error::{OAuthError, NO_STORE};
 use crate::registry::Registry;
-use crate::routes::{authenticate_client, peer_addr, read_form, single, Peer};
+use crate::routes::{authenticate_client, client_ip, read_form, single, Peer};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -30,6 +30,10 @@ async fn introspect(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let _slot = match state.in_flight().admit() {
+        Ok(slot) => slot,
+        Err(busy) => return busy.into_response(),
+    };
     match answer(&state, peer, &uri, &headers, body).await {
         Ok(body) => (NO_STORE, Json(body)).into_response(),
         Err(e) => e.into_response(),
@@ -101,7 +105,7 @@ impl TokenRequestOfClient {
             state,
             &registry,
             headers,
-            peer_addr(&peer),
+            client_ip(state, &peer, headers),
             id.as_ref(),
             secret.as_ref(),
             &mut caller,
@@ -116,7 +120,8 @@ impl TokenRequestOfClient {
 }
 
 /// The claims of a token this server issued that is still active: signed by one of its keys,
-/// of its issuer, not expired, not revoked.
+/// of its issuer, not expired, not revoked, and of a client that still exists and is
+/// enabled (disabling or deleting a client ends its tokens here, RFC 7662 2.2).
 pub(crate) fn active_claims(
     state: &AppState,
     registry: &Registry,
@@ -127,6 +132,10 @@ pub(crate) fn active_claims(
     let valid = claims.iss == state.config().issuer
         && claims.exp > now
         && claims.nbf.is_none_or(|nbf| nbf <= now)
-        && !registry.revoked.contains(&claims.jti);
+        && !state.live().is_revoked(&claims.jti)
+        && registry
+            .clients
+            .get(&claims.client_id)
+            .is_some_and(|client| client.enabled);
     valid.then_some(claims)
 }

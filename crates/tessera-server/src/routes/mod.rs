@@ -2,7 +2,6 @@
 //! pieces the OAuth endpoints share: form bodies and client authentication.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -11,13 +10,12 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::Router;
 use tessera_proto::{form, ClientId, ClientSecret};
-use tokio::sync::Semaphore;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::error::OAuthError;
 use crate::registry::{ClientEntry, Registry};
-use crate::{auth, limits, AppState};
+use crate::{auth, AppState};
 
 pub mod discovery;
 pub mod health;
@@ -31,7 +29,6 @@ pub fn router(state: AppState) -> Router {
     let config = state.config();
     let timeout = config.request_timeout;
     let body_limit = config.body_limit;
-    let slots = Arc::new(Semaphore::new(config.max_in_flight));
     Router::new()
         .merge(token::router())
         .merge(introspection::router())
@@ -46,10 +43,6 @@ pub fn router(state: AppState) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             timeout,
         ))
-        .layer(axum::middleware::from_fn_with_state(
-            slots,
-            limits::cap_in_flight,
-        ))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
         ]))
@@ -61,9 +54,32 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The peer address, when the server was started with connection info.
 pub(crate) type Peer = Option<axum::Extension<ConnectInfo<SocketAddr>>>;
 
-pub(crate) fn peer_addr(peer: &Peer) -> Option<SocketAddr> {
-    peer.as_ref()
-        .map(|axum::Extension(ConnectInfo(addr))| *addr)
+/// The caller's address: the peer's, or, when the peer is a trusted proxy, the last address
+/// in `X-Forwarded-For` that is not a trusted proxy itself (the leftmost entries are the
+/// client's to write, so only what trusted proxies appended is believed).
+pub(crate) fn client_ip(state: &AppState, peer: &Peer, headers: &HeaderMap) -> Option<IpAddr> {
+    let peer = peer
+        .as_ref()
+        .map(|axum::Extension(ConnectInfo(addr))| addr.ip())?;
+    let trusted = &state.config().trusted_proxies;
+    if !trusted.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    for hop in forwarded.iter().rev() {
+        match hop.parse::<IpAddr>() {
+            Ok(ip) if trusted.contains(&ip) => continue,
+            Ok(ip) => return Some(ip),
+            Err(_) => break,
+        }
+    }
+    Some(peer)
 }
 
 /// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).
@@ -125,35 +141,33 @@ pub(crate) fn single<'a>(
 }
 
 /// Authenticates the calling client (RFC 6749 2.3.1), with brute-force protection per
-/// source address. `presented_id` receives the client id presented, for the audit trail.
+/// source address: wrong credentials count against the address, a request without any
+/// (a client waiting for the challenge) does not. `presented_id` receives the client id
+/// presented, for the audit trail.
 pub(crate) async fn authenticate_client<'r>(
     state: &AppState,
     registry: &'r Registry,
     headers: &HeaderMap,
-    source: Option<SocketAddr>,
+    ip: Option<IpAddr>,
     body_id: Option<&ClientId>,
     body_secret: Option<&ClientSecret>,
     presented_id: &mut String,
 ) -> Result<&'r ClientEntry, OAuthError> {
-    let ip: Option<IpAddr> = source.map(|a| a.ip());
     if let Some(retry) = ip.and_then(|ip| state.throttle().blocked(ip)) {
         return Err(state.throttle().refusal(retry));
     }
     let realm = &state.config().realm;
-    let result = auth::presented(headers, body_id, body_secret, realm).and_then(|presented| {
-        presented_id.push_str(presented.client_id.as_str());
-        auth::authenticate(
-            registry,
-            state.secrets(),
-            &presented,
-            tessera_store::now(),
-            realm,
-        )
-    });
-    if let (Err(e), Some(ip)) = (&result, ip) {
-        if e.code() == tessera_proto::ErrorCode::InvalidClient {
-            state.throttle().failed(ip).await;
-        }
+    let presented = auth::presented(headers, body_id, body_secret, realm)?;
+    presented_id.push_str(presented.client_id.as_str());
+    let result = auth::authenticate(
+        registry,
+        state.secrets(),
+        &presented,
+        tessera_store::now(),
+        realm,
+    );
+    if let (Err(_), Some(ip)) = (&result, ip) {
+        state.throttle().failed(ip).await;
     }
     result
 }

@@ -28,6 +28,10 @@ async fn revoke(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let _slot = match state.in_flight().admit() {
+        Ok(slot) => slot,
+        Err(busy) => return busy.into_response(),
+    };
     match run(&state, peer, &uri, &headers, body).await {
         Ok(()) => (StatusCode::OK, NO_STORE).into_response(),
         Err(e) => e.into_response(),
@@ -66,9 +70,7 @@ async fn run(
         .await
         .map_err(|e| OAuthError::internal(&e))?;
     state.reuse().forget_jti(&claims.jti);
-    if let Err(e) = state.sync().await {
-        tracing::warn!(error = %e, "registry reload after a revocation failed; the next poll retries");
-    }
+    state.live().add_revoked(&revoked.jti, revoked.exp);
     tracing::info!(target: "tessera::audit", event = "token_revoked", client_id = %caller, jti = %claims.jti);
     Ok(())
 }

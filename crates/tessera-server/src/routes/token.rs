@@ -20,7 +20,7 @@ use crate::error::{OAuthError, NO_STORE};
 use crate::limits::{self, Decision};
 use crate::metrics::NO_PLAN;
 use crate::reuse::Kept;
-use crate::routes::{authenticate_client, peer_addr, read_form, Peer};
+use crate::routes::{authenticate_client, client_ip, read_form, Peer};
 use crate::{secrets, AppState};
 
 pub(crate) fn router() -> Router<AppState> {
@@ -51,7 +51,14 @@ async fn token(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = Instant::now();
-    let source = peer_addr(&peer);
+    let _slot = match state.in_flight().admit() {
+        Ok(slot) => slot,
+        Err(busy) => {
+            state.metrics().refused(NO_PLAN, busy.code());
+            return busy.into_response();
+        }
+    };
+    let source = client_ip(&state, &peer, &headers);
     let mut seen = Seen::default();
     let mut rate_headers = HeaderMap::new();
     let outcome = issue(
@@ -99,7 +106,7 @@ async fn token(
 
 async fn issue(
     state: &AppState,
-    source: Option<std::net::SocketAddr>,
+    source: Option<std::net::IpAddr>,
     uri: &Uri,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -171,7 +178,7 @@ async fn issue(
             now,
             plan.token_ttl,
             percent,
-            |jti| registry.revoked.contains(jti),
+            |jti| state.live().is_revoked(jti),
         );
         if let Some(kept) = kept {
             return Ok(Issued {

@@ -169,7 +169,14 @@ async fn a_client_revokes_its_own_tokens_only() {
         false
     );
     // Remembered until its exp.
-    let revoked = app.store.revoked(tessera_store::now()).await.unwrap();
+    let revoked: Vec<_> = app
+        .store
+        .revoked_since(0, tessera_store::now())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
     let claims = claims_of(&token);
     assert_eq!(revoked.len(), 1);
     assert_eq!(revoked[0].jti, claims["jti"].as_str().unwrap());
@@ -207,4 +214,40 @@ async fn a_client_revokes_its_own_tokens_only() {
     // Other tokens of the client stay active.
     let fresh = issue(&app, &id, &secret).await;
     assert_eq!(introspect(&app, &id, &secret, &fresh).await["active"], true);
+}
+
+#[tokio::test]
+async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let (api, api_secret) = app.client().await;
+    let token = issue(&app, &id, &secret).await;
+    assert_eq!(
+        introspect(&app, &api, &api_secret, &token).await["active"],
+        true
+    );
+    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = false)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(
+        introspect(&app, &api, &api_secret, &token).await["active"],
+        false
+    );
+    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = true)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(
+        introspect(&app, &api, &api_secret, &token).await["active"],
+        true
+    );
+    admin::delete_client(app.store.as_ref(), id.as_str())
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(
+        introspect(&app, &api, &api_secret, &token).await["active"],
+        false
+    );
 }
