@@ -4,9 +4,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -15,7 +14,7 @@ use tessera_proto::{AccessTokenClaims, ClientId, ClientSecret};
 
 use crate::error::{OAuthError, NO_STORE};
 use crate::registry::Registry;
-use crate::routes::{authenticate_client, client_ip, read_form, single, Peer};
+use crate::routes::{authenticate_client, client_ip, read_form, single, split};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -23,18 +22,13 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 /// `POST /connect/introspect` (RFC 7662 section 2).
-async fn introspect(
-    State(state): State<AppState>,
-    peer: Peer,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn introspect(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = split(request, state.config().body_limit).await;
     let _slot = match state.in_flight().admit() {
         Ok(slot) => slot,
         Err(busy) => return busy.into_response(),
     };
-    match answer(&state, peer, &uri, &headers, body).await {
+    match answer(&state, &parts, body).await {
         Ok(body) => (NO_STORE, Json(body)).into_response(),
         Err(e) => e.into_response(),
     }
@@ -42,12 +36,10 @@ async fn introspect(
 
 async fn answer(
     state: &AppState,
-    peer: Peer,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    parts: &Parts,
+    body: Result<Bytes, OAuthError>,
 ) -> Result<serde_json::Value, OAuthError> {
-    let request = TokenRequestOfClient::read(state, peer, uri, headers, body).await?;
+    let request = TokenRequestOfClient::read(state, parts, body).await?;
     let Some(claims) = active_claims(state, &request.registry, &request.token) else {
         return Ok(json!({ "active": false }));
     };
@@ -81,13 +73,11 @@ impl TokenRequestOfClient {
     /// Reads the form and authenticates the caller as the token endpoint does.
     pub(crate) async fn read(
         state: &AppState,
-        peer: Peer,
-        uri: &Uri,
-        headers: &HeaderMap,
-        body: Result<Bytes, BytesRejection>,
+        parts: &Parts,
+        body: Result<Bytes, OAuthError>,
     ) -> Result<Self, OAuthError> {
         let names = ["token", "token_type_hint", "client_id", "client_secret"];
-        let pairs = read_form(uri, headers, body, state.config().body_limit, &names)?;
+        let pairs = read_form(parts, body, &names)?;
         single(&pairs, "token_type_hint")?;
         let token = single(&pairs, "token")?
             .ok_or_else(|| OAuthError::invalid_request("missing parameter token"))?
@@ -104,8 +94,8 @@ impl TokenRequestOfClient {
         authenticate_client(
             state,
             &registry,
-            headers,
-            client_ip(state, &peer, headers),
+            &parts.headers,
+            client_ip(state, parts),
             id.as_ref(),
             secret.as_ref(),
             &mut caller,

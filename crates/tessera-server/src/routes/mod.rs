@@ -5,9 +5,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit};
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::extract::{ConnectInfo, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::Router;
 use tessera_proto::{form, ClientId, ClientSecret};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
@@ -28,7 +28,6 @@ pub mod token;
 pub fn router(state: AppState) -> Router {
     let config = state.config();
     let timeout = config.request_timeout;
-    let body_limit = config.body_limit;
     Router::new()
         .merge(token::router())
         .merge(introspection::router())
@@ -37,7 +36,6 @@ pub fn router(state: AppState) -> Router {
         .merge(health::router())
         .merge(metrics::router())
         .with_state(state)
-        .layer(DefaultBodyLimit::max(body_limit))
         // A client that sends its request too slowly is cut off (408).
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -51,16 +49,33 @@ pub fn router(state: AppState) -> Router {
 /// The default time a request may take, body upload included.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The peer address, when the server was started with connection info.
-pub(crate) type Peer = Option<axum::Extension<ConnectInfo<SocketAddr>>>;
+/// Splits a request into its head and its body, read up to `limit` bytes (413 past it).
+/// The endpoints take the whole request rather than extractors, so that the head is
+/// borrowed, not copied, on the token path.
+pub(crate) async fn split(request: Request, limit: usize) -> (Parts, Result<Bytes, OAuthError>) {
+    use http_body_util::{BodyExt, LengthLimitError, Limited};
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(OAuthError::too_large(limit))
+        }
+        Err(_) => Err(OAuthError::invalid_request(
+            "could not read the request body",
+        )),
+    };
+    (parts, body)
+}
 
 /// The caller's address: the peer's, or, when the peer is a trusted proxy, the last address
 /// in `X-Forwarded-For` that is not a trusted proxy itself (the leftmost entries are the
 /// client's to write, so only what trusted proxies appended is believed).
-pub(crate) fn client_ip(state: &AppState, peer: &Peer, headers: &HeaderMap) -> Option<IpAddr> {
-    let peer = peer
-        .as_ref()
-        .map(|axum::Extension(ConnectInfo(addr))| addr.ip())?;
+pub(crate) fn client_ip(state: &AppState, parts: &Parts) -> Option<IpAddr> {
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip())?;
+    let headers = &parts.headers;
     let trusted = &state.config().trusted_proxies;
     if !trusted.contains(&peer) {
         return Some(peer);
@@ -85,13 +100,12 @@ pub(crate) fn client_ip(state: &AppState, peer: &Peer, headers: &HeaderMap) -> O
 /// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).
 /// OAuth parameters in the query string are refused (RFC 6749 2.3.1 and 3.2).
 pub(crate) fn read_form(
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    limit: usize,
+    parts: &Parts,
+    body: Result<Bytes, OAuthError>,
     names: &[&str],
 ) -> Result<Vec<(String, String)>, OAuthError> {
-    if let Some(query) = uri.query() {
+    let headers = &parts.headers;
+    if let Some(query) = parts.uri.query() {
         let pairs = form::parse(query).unwrap_or_default();
         if pairs.iter().any(|(name, _)| names.contains(&name.as_str())) {
             return Err(OAuthError::invalid_request(
@@ -112,10 +126,7 @@ pub(crate) fn read_form(
             "Content-Type must be application/x-www-form-urlencoded",
         ));
     }
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => OAuthError::too_large(limit),
-        _ => OAuthError::invalid_request("could not read the request body"),
-    })?;
+    let body = body?;
     let body = std::str::from_utf8(&body)
         .map_err(|_| OAuthError::invalid_request("request body is not UTF-8"))?;
     form::parse(body).map_err(|e| OAuthError::invalid_request(e.to_string()))

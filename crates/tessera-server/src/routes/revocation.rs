@@ -3,9 +3,9 @@
 //! never hands it out again.
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
@@ -13,7 +13,7 @@ use tessera_store::Revoked;
 
 use crate::error::{OAuthError, NO_STORE};
 use crate::routes::introspection::{active_claims, TokenRequestOfClient};
-use crate::routes::Peer;
+use crate::routes::split;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -21,18 +21,13 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 /// `POST /connect/revocation` (RFC 7009 section 2.1).
-async fn revoke(
-    State(state): State<AppState>,
-    peer: Peer,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn revoke(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = split(request, state.config().body_limit).await;
     let _slot = match state.in_flight().admit() {
         Ok(slot) => slot,
         Err(busy) => return busy.into_response(),
     };
-    match run(&state, peer, &uri, &headers, body).await {
+    match run(&state, &parts, body).await {
         Ok(()) => (StatusCode::OK, NO_STORE).into_response(),
         Err(e) => e.into_response(),
     }
@@ -40,16 +35,14 @@ async fn revoke(
 
 async fn run(
     state: &AppState,
-    peer: Peer,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    parts: &Parts,
+    body: Result<Bytes, OAuthError>,
 ) -> Result<(), OAuthError> {
     let TokenRequestOfClient {
         registry,
         caller,
         token,
-    } = TokenRequestOfClient::read(state, peer, uri, headers, body).await?;
+    } = TokenRequestOfClient::read(state, parts, body).await?;
     // RFC 7009 2.2: an invalid, expired or unknown token is answered with 200 all the same.
     let Some(claims) = active_claims(state, &registry, &token) else {
         return Ok(());

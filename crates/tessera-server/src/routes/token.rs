@@ -4,15 +4,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use tessera_proto::claims::Audience;
 use tessera_proto::token::TokenType;
-use tessera_proto::{AccessTokenClaims, GrantType, ScopeSet, TokenRequest, TokenResponse};
+use tessera_proto::{GrantType, ScopeSet, TokenRequest, TokenResponse};
 use tessera_store::Plan;
 
 use crate::audit::{self, Subject};
@@ -20,7 +19,7 @@ use crate::error::{OAuthError, NO_STORE};
 use crate::limits::{self, Decision};
 use crate::metrics::NO_PLAN;
 use crate::reuse::Kept;
-use crate::routes::{authenticate_client, client_ip, read_form, Peer};
+use crate::routes::{authenticate_client, client_ip, read_form, split};
 use crate::{secrets, AppState};
 
 pub(crate) fn router() -> Router<AppState> {
@@ -35,6 +34,30 @@ struct Seen {
     scope: String,
 }
 
+/// The claims of RFC 9068 section 2.2 as signed: the fields of [`AccessTokenClaims`],
+/// borrowed, so that issuing a token copies none of them (a test holds the two together).
+#[derive(serde::Serialize)]
+struct SignedClaims<'a> {
+    iss: &'a str,
+    sub: &'a str,
+    client_id: &'a str,
+    aud: Audiences<'a>,
+    scope: &'a str,
+    iat: u64,
+    exp: u64,
+    jti: &'a str,
+    app_only: bool,
+}
+
+/// The audience: one API per granted scope, as a JSON array.
+struct Audiences<'a>(&'a ScopeSet);
+
+impl serde::Serialize for Audiences<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|s| s.as_str()))
+    }
+}
+
 /// What was issued.
 struct Issued {
     response: TokenResponse,
@@ -43,14 +66,9 @@ struct Issued {
 }
 
 /// `POST /connect/token` (RFC 6749 sections 4.4.2 and 4.4.3).
-async fn token(
-    State(state): State<AppState>,
-    peer: Peer,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn token(State(state): State<AppState>, request: Request) -> Response {
     let started = Instant::now();
+    let (parts, body) = split(request, state.config().body_limit).await;
     let _slot = match state.in_flight().admit() {
         Ok(slot) => slot,
         Err(busy) => {
@@ -58,19 +76,10 @@ async fn token(
             return busy.into_response();
         }
     };
-    let source = client_ip(&state, &peer, &headers);
+    let source = client_ip(&state, &parts);
     let mut seen = Seen::default();
     let mut rate_headers = HeaderMap::new();
-    let outcome = issue(
-        &state,
-        source,
-        &uri,
-        &headers,
-        body,
-        &mut seen,
-        &mut rate_headers,
-    )
-    .await;
+    let outcome = issue(&state, source, &parts, body, &mut seen, &mut rate_headers).await;
     let plan = seen.plan.as_ref().map_or(NO_PLAN, |p| p.name.as_str());
     let subject = Subject {
         client_id: &seen.client_id,
@@ -107,15 +116,14 @@ async fn token(
 async fn issue(
     state: &AppState,
     source: Option<std::net::IpAddr>,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    parts: &Parts,
+    body: Result<Bytes, OAuthError>,
     seen: &mut Seen,
     rate_headers: &mut HeaderMap,
 ) -> Result<Issued, OAuthError> {
     let config = state.config();
     let names = ["grant_type", "scope", "client_id", "client_secret"];
-    let pairs = read_form(uri, headers, body, config.body_limit, &names)?;
+    let pairs = read_form(parts, body, &names)?;
     let request = TokenRequest::from_form(&pairs)
         .map_err(|e| OAuthError::invalid_request(e.error_description.unwrap_or_default()))?;
     if let Some(scope) = &request.scope {
@@ -126,7 +134,7 @@ async fn issue(
     let client = authenticate_client(
         state,
         &registry,
-        headers,
+        &parts.headers,
         source,
         request.client_id.as_ref(),
         request.client_secret.as_ref(),
@@ -200,27 +208,28 @@ async fn issue(
         .ok_or_else(|| OAuthError::unavailable("no active signing key"))?;
     let expires_in = u64::from(plan.token_ttl);
     let iat = now.max(0) as u64;
-    let claims = AccessTokenClaims {
-        iss: config.issuer.clone(),
-        sub: seen.client_id.clone(),
-        client_id: seen.client_id.clone(),
-        aud: Audience::Many(scopes.iter().map(|s| s.to_string()).collect()),
-        scope,
+    let jti = secrets::random_token(16);
+    let claims = SignedClaims {
+        iss: &config.issuer,
+        sub: &seen.client_id,
+        client_id: &seen.client_id,
+        aud: Audiences(&scopes),
+        scope: &scope,
         iat,
         exp: iat + expires_in,
-        nbf: None,
-        jti: secrets::random_token(16),
+        jti: &jti,
         app_only: true,
     };
     let access_token = key.sign_jwt(&claims);
-    let jti: Arc<str> = claims.jti.into();
+    let exp = claims.exp;
+    let jti: Arc<str> = jti.into();
     if plan.reuse_percent.is_some() {
         let kept = Kept {
             token: access_token.as_str().into(),
             jti: jti.clone(),
-            exp: claims.exp as i64,
+            exp: exp as i64,
         };
-        state.reuse().put(&seen.client_id, &claims.scope, kept);
+        state.reuse().put(&seen.client_id, &scope, kept);
     }
     Ok(Issued {
         response: TokenResponse {
@@ -232,4 +241,44 @@ async fn issue(
         jti,
         reused: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_proto::claims::Audience;
+    use tessera_proto::AccessTokenClaims;
+
+    #[test]
+    fn signed_claims_read_back_as_access_token_claims() {
+        let scopes = ScopeSet::parse("news-api market-data-api").unwrap();
+        let claims = SignedClaims {
+            iss: "https://issuer",
+            sub: "tc_1",
+            client_id: "tc_1",
+            aud: Audiences(&scopes),
+            scope: "market-data-api news-api",
+            iat: 10,
+            exp: 70,
+            jti: "j",
+            app_only: true,
+        };
+        let json = serde_json::to_vec(&claims).unwrap();
+        let read: AccessTokenClaims = serde_json::from_slice(&json).unwrap();
+        assert_eq!(
+            read,
+            AccessTokenClaims {
+                iss: "https://issuer".into(),
+                sub: "tc_1".into(),
+                client_id: "tc_1".into(),
+                aud: Audience::Many(vec!["market-data-api".into(), "news-api".into()]),
+                scope: "market-data-api news-api".into(),
+                iat: 10,
+                exp: 70,
+                nbf: None,
+                jti: "j".into(),
+                app_only: true,
+            }
+        );
+    }
 }
