@@ -138,7 +138,9 @@ fn init_logging(json: bool) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
-        .finish(std::io::stderr());
+        // Buffered: the writer thread flushes after each batch it drains, so under load
+        // many lines go out in one write, and when idle each line goes out at once.
+        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
