@@ -1,0 +1,68 @@
+-- wrk script for bench/run.sh: POSTs client credentials token requests, spreading HTTP Basic
+-- authentication over many clients, and counts every answer that is not 2xx.
+--
+-- BENCH_AUTH_FILE names a file of precomputed Authorization header values, one a line
+-- ("Basic base64(id:secret)"). Each request is built once in init(), so request() only picks
+-- the next client (round robin) and the generator stays cheap at 100,000 clients.
+-- done() prints one line for run.sh to parse:
+--   RESULT requests=.. duration_us=.. non2xx=.. socket_errors=.. p50_us=.. p99_us=.. max_us=..
+
+local auth_file = os.getenv("BENCH_AUTH_FILE")
+local body = "grant_type=client_credentials&scope=market-data-api"
+
+local reqs = {}
+local count = 0
+local next_index = 0
+
+-- Per-thread state that done() reads back; globals, since thread:get reads globals.
+non2xx = 0
+thread_id = 0
+
+local threads = {}
+
+function setup(thread)
+  thread:set("thread_id", #threads)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  assert(auth_file, "set BENCH_AUTH_FILE")
+  local f = assert(io.open(auth_file, "r"))
+  for line in f:lines() do
+    if line ~= "" then
+      count = count + 1
+      reqs[count] = wrk.format("POST", nil, {
+        ["Content-Type"] = "application/x-www-form-urlencoded",
+        ["Authorization"] = line,
+      }, body)
+    end
+  end
+  f:close()
+  assert(count > 0, "no Authorization values in " .. auth_file)
+  -- Threads start at different clients.
+  next_index = (thread_id * 7919) % count
+end
+
+function request()
+  next_index = next_index % count + 1
+  return reqs[next_index]
+end
+
+function response(status, headers, body)
+  if status < 200 or status > 299 then
+    non2xx = non2xx + 1
+  end
+end
+
+function done(summary, latency, requests)
+  local bad = 0
+  for _, thread in ipairs(threads) do
+    bad = bad + thread:get("non2xx")
+  end
+  local e = summary.errors
+  io.write(string.format(
+    "RESULT requests=%d duration_us=%d non2xx=%d socket_errors=%d p50_us=%d p99_us=%d max_us=%d\n",
+    summary.requests, summary.duration, bad,
+    e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
+end
