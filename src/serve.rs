@@ -140,7 +140,10 @@ fn init_logging(json: bool) -> tracing_appender::non_blocking::WorkerGuard {
         .lossy(false)
         // Buffered: the writer thread flushes after each batch it drains, so under load
         // many lines go out in one write, and when idle each line goes out at once.
-        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
+        .finish(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            std::io::stderr(),
+        ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
