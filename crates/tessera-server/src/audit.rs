@@ -30,7 +30,7 @@ pub fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
         scope = subject.scope,
         outcome = if reused { "reused" } else { "issued" },
         jti,
-        source = subject.source.map(|ip| ip.to_string()).unwrap_or_default(),
+        source = subject.source.map(tracing::field::display),
     );
 }
 
@@ -44,7 +44,7 @@ pub fn refused(subject: &Subject<'_>, error: ErrorCode) {
         plan = subject.plan,
         scope = truncate(subject.scope, 256),
         outcome = error.as_str(),
-        source = subject.source.map(|ip| ip.to_string()).unwrap_or_default(),
+        source = subject.source.map(tracing::field::display),
     );
 }
 

@@ -235,19 +235,23 @@ impl Store for PostgresStore {
     }
 
     async fn add_usage(&self, usage: &[Usage]) -> Result<()> {
+        // Many rows per statement: a flush carries one row per active client.
         let mut tx = self.pool.begin().await?;
-        for u in usage {
-            sqlx::query(
-                "INSERT INTO usage (client_id, day, issued, refused) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (client_id, day) DO UPDATE \
-                 SET issued = usage.issued + EXCLUDED.issued, refused = usage.refused + EXCLUDED.refused",
-            )
-            .bind(&u.client_id)
-            .bind(&u.day)
-            .bind(u.issued as i64)
-            .bind(u.refused as i64)
-            .execute(&mut *tx)
-            .await?;
+        for chunk in usage.chunks(1000) {
+            let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+                "INSERT INTO usage (client_id, day, issued, refused) ",
+            );
+            insert.push_values(chunk, |mut row, u| {
+                row.push_bind(&u.client_id)
+                    .push_bind(&u.day)
+                    .push_bind(u.issued as i64)
+                    .push_bind(u.refused as i64);
+            });
+            insert.push(
+                " ON CONFLICT (client_id, day) DO UPDATE \
+                 SET issued = usage.issued + excluded.issued, refused = usage.refused + excluded.refused",
+            );
+            insert.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())

@@ -5,11 +5,12 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Request, State};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use tessera_proto::token::TokenType;
 use tessera_proto::{GrantType, ScopeSet, TokenRequest, TokenResponse};
 use tessera_store::Plan;
@@ -58,6 +59,16 @@ impl serde::Serialize for Audiences<'_> {
     }
 }
 
+/// The body of RFC 6749 section 5.1, written directly rather than through a JSON encoder:
+/// the token is base64url and dots, and scopes are scope-tokens (RFC 6749 section 3.3: no
+/// `"`, no `\`, no control characters), so nothing in it needs escaping.
+fn response_body(response: &TokenResponse) -> String {
+    format!(
+        r#"{{"access_token":"{}","token_type":"Bearer","expires_in":{},"scope":"{}"}}"#,
+        response.access_token, response.expires_in, response.scope
+    )
+}
+
 /// What was issued.
 struct Issued {
     response: TokenResponse,
@@ -95,8 +106,9 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
             (
                 StatusCode::OK,
                 NO_STORE,
+                [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
                 rate_headers,
-                Json(issued.response),
+                response_body(&issued.response),
             )
                 .into_response()
         }
@@ -248,6 +260,18 @@ mod tests {
     use super::*;
     use tessera_proto::claims::Audience;
     use tessera_proto::AccessTokenClaims;
+
+    #[test]
+    fn the_written_body_is_the_json_of_the_response() {
+        let response = TokenResponse {
+            access_token: "eyJh.eyJz.c2ln-_".into(),
+            token_type: TokenType::Bearer,
+            expires_in: 3600,
+            scope: ScopeSet::parse("news-api a!#$%&'()*+,-./:;<=>?@[]^_`{|}~").unwrap(),
+        };
+        let written: TokenResponse = serde_json::from_str(&response_body(&response)).unwrap();
+        assert_eq!(written, response);
+    }
 
     #[test]
     fn signed_claims_read_back_as_access_token_claims() {
