@@ -135,7 +135,8 @@ async fn demo(
 /// audit event.
 fn init_logging(json: bool) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
         // Buffered: the writer thread flushes after each batch it drains, so under load
