@@ -276,11 +276,6 @@ impl KeyRing {
         }
         serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
     }
-
-    /// Every loaded key.
-    pub fn all(&self) -> &[Arc<LoadedKey>] {
-        &self.keys
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The embedded SQLite backend: one file, created on first use, WAL with `synchronous=FULL`
 //! so that an acknowledged write survives a crash.
 
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -16,7 +15,6 @@ use crate::{rows, Client, Plan, Result, Revoked, SigningKey, Store, StoreError, 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    path: PathBuf,
 }
 
 impl SqliteStore {
@@ -40,15 +38,7 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         sqlx::migrate!("migrations/sqlite").run(&pool).await?;
-        Ok(Self {
-            pool,
-            path: PathBuf::from(path),
-        })
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
+        Ok(Self { pool })
     }
 }
 
