@@ -45,6 +45,9 @@ pub struct TokenArgs {
 struct Entry {
     key: CacheKey,
     endpoint: String,
+    /// SHA-256 of the client secret, so that a token is only handed to whoever holds the
+    /// secret it was issued for (a rotated or wrong secret asks the server).
+    secret_digest: String,
     access_token: String,
     scope: ScopeSet,
     /// Unix seconds: when the response was received plus `expires_in`.
@@ -73,32 +76,34 @@ pub async fn run(args: TokenArgs) -> Result<()> {
     let client = TokenClient::builder()
         .environment(environment)
         .client_id(client_id)
-        .client_secret(ClientSecret::new(args.client_secret))
+        .client_secret(ClientSecret::new(args.client_secret.clone()))
         .scopes(scopes)
         .build()?;
 
     let path = cache_path();
     let now = now();
+    let digest = secret_digest(&args.client_secret);
     let mut file = if args.no_cache {
         CacheFile::default()
     } else {
         path.as_deref().map(load).unwrap_or_default()
     };
     let skew = |entry: &Entry| {
-        let lifetime =
-            std::time::Duration::from_secs((entry.expires_at - entry.received_at).max(0) as u64);
+        let lifetime = entry.expires_at.saturating_sub(entry.received_at).max(0);
+        let lifetime = std::time::Duration::from_secs(lifetime as u64);
         RefreshSkew::default().for_lifetime(lifetime).as_secs() as i64
     };
     let cached = file.tokens.iter().find(|e| {
         e.key == *client.key()
             && e.endpoint == client.token_endpoint().as_str()
-            && now < e.expires_at - skew(e)
+            && e.secret_digest == digest
+            && now < e.expires_at.saturating_sub(skew(e))
     });
     let response = match cached {
         Some(entry) => TokenResponse {
             access_token: entry.access_token.clone(),
             token_type: tessera_proto::token::TokenType::Bearer,
-            expires_in: (entry.expires_at - now) as u64,
+            expires_in: entry.expires_at.saturating_sub(now).max(0) as u64,
             scope: entry.scope.clone(),
         },
         None => {
@@ -111,9 +116,11 @@ pub async fn run(args: TokenArgs) -> Result<()> {
                     file.tokens.push(Entry {
                         key: client.key().clone(),
                         endpoint: client.token_endpoint().to_string(),
+                        secret_digest: digest.clone(),
                         access_token: response.access_token.clone(),
                         scope: response.scope.clone(),
-                        expires_at: received_at + response.expires_in as i64,
+                        expires_at: received_at
+                            .saturating_add(i64::try_from(response.expires_in).unwrap_or(i64::MAX)),
                         received_at,
                     });
                     if let Err(e) = save(path, &file) {
@@ -152,8 +159,20 @@ fn cache_path() -> Option<PathBuf> {
     Some(base.join("tessera").join("tokens.json"))
 }
 
-/// Reads the cache; a missing or damaged file is an empty cache.
+/// Reads the cache; a missing or damaged file is an empty cache, and so is one that others
+/// could have written or read (group or other permission bits).
 fn load(path: &Path) -> CacheFile {
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(path) {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            eprintln!(
+                "warning: ignoring the token cache at {}: it is open to other users",
+                path.display()
+            );
+            return CacheFile::default();
+        }
+    }
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|_| {
             eprintln!(
@@ -166,7 +185,9 @@ fn load(path: &Path) -> CacheFile {
     }
 }
 
-/// Writes the cache atomically (a 0600 temporary file renamed over the old one).
+/// Writes the cache atomically: a new temporary file with a random name, mode 0600, created
+/// exclusively (never one that someone else prepared), then renamed over the old one. The
+/// folder is made 0700.
 fn save(path: &Path, file: &CacheFile) -> Result<()> {
     let dir = path.parent().ok_or_else(|| anyhow!("no folder"))?;
     let mut builder = std::fs::DirBuilder::new();
@@ -174,14 +195,20 @@ fn save(path: &Path, file: &CacheFile) -> Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
     builder.create(dir)?;
-    let tmp = dir.join(format!(".tokens.{}.tmp", std::process::id()));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut out = options.open(&tmp)?;
+    let mut out = tempfile::Builder::new()
+        .prefix(".tokens.")
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
     out.write_all(&serde_json::to_vec(file)?)?;
-    out.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    out.as_file().sync_all()?;
+    out.persist(path)?;
     Ok(())
+}
+
+/// SHA-256 of the secret, base64url: it identifies the secret without revealing it (the
+/// secret has 256 random bits, so a fast hash is enough).
+fn secret_digest(secret: &str) -> String {
+    use base64::Engine;
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, secret.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
 }

@@ -404,6 +404,21 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
         assert!(!text.contains(&secret), "the secret is never cached");
     }
 
+    // The cached token goes only to the secret it was issued for.
+    let wrong = token_cmd(
+        d,
+        &cache,
+        &id,
+        "tcs_wrong",
+        &["--env", base, "--scope", "news-api"],
+    );
+    assert!(
+        !wrong.status.success(),
+        "a wrong secret must not get the cached token"
+    );
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("invalid_client"));
+    assert_eq!(issued_total(base).await, 1);
+
     // Another scope set is another entry; --no-cache always asks.
     let other = token_cmd(
         d,
@@ -423,6 +438,24 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
     );
     assert_ne!(String::from_utf8(fresh.stdout).unwrap().trim(), token);
     assert_eq!(issued_total(base).await, 3);
+
+    // A cache file others could read or write is not trusted.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = token_cmd(
+            d,
+            &cache,
+            &id,
+            &secret,
+            &["--env", base, "--scope", "news-api"],
+        );
+        assert!(open.status.success());
+        assert!(String::from_utf8_lossy(&open.stderr).contains("open to other users"));
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "rewritten as 0600");
+    }
 
     // A damaged cache file does not fail the command; it is rewritten.
     std::fs::write(&cache, b"{not json").unwrap();
