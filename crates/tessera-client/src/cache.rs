@@ -82,6 +82,9 @@ impl RefreshSkew {
     }
 }
 
+/// The least time between two tokens forgotten on an API's word.
+pub(crate) const INVALIDATE_INTERVAL: Duration = Duration::from_secs(30);
+
 /// Lifetimes beyond this are taken as this, so that instants cannot overflow.
 const LONGEST_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -158,6 +161,8 @@ struct State {
     finished: u64,
     /// How the last finished refresh failed, for those who waited on it.
     failure: Option<Error>,
+    /// When a token was last forgotten on an API's word; see [`CacheEntry::invalidate`].
+    last_invalidated: Option<Instant>,
 }
 
 impl State {
@@ -223,12 +228,22 @@ impl CacheEntry {
 
     /// Forgets `token` if it is still the cached one, so that the next call refreshes. A
     /// token that has already been replaced stays replaced: many requests rejected with the
-    /// same old token cause one refresh.
+    /// same old token cause one refresh. At most one token is forgotten per
+    /// [`INVALIDATE_INTERVAL`]: an API that refuses every token (a wrong audience, say) must
+    /// not turn each of its calls into a token request against the issuer's rate limit.
     pub(crate) fn invalidate(&self, token: &AccessToken) -> bool {
         let mut state = lock(&self.state);
+        let now = Instant::now();
+        if state
+            .last_invalidated
+            .is_some_and(|at| now.duration_since(at) < INVALIDATE_INTERVAL)
+        {
+            return false;
+        }
         let current = state.token.as_ref().is_some_and(|t| t.token == *token);
         if current {
             state.token = None;
+            state.last_invalidated = Some(now);
         }
         current
     }
@@ -438,5 +453,21 @@ mod tests {
         let printed = format!("{entry:?} {:?}", AccessToken::new("token-7"));
         assert!(!printed.contains("token-7"), "{printed}");
         assert!(printed.contains("[redacted]"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_api_refusing_every_token_forces_one_refresh_per_interval() {
+        let entry = CacheEntry::default();
+        let first = token(1, 3600);
+        entry.put(first.clone());
+        assert!(entry.invalidate(&first.token));
+        let second = token(2, 3600);
+        entry.put(second.clone());
+        assert!(
+            !entry.invalidate(&second.token),
+            "a second refusal right away is ignored"
+        );
+        tokio::time::advance(INVALIDATE_INTERVAL).await;
+        assert!(entry.invalidate(&second.token));
     }
 }
