@@ -16,7 +16,9 @@ impl TokenClient {
     /// (RFC 6750 section 3.1; a token revoked or signed with a retired key, say), the token is
     /// dropped from the cache, a new one is fetched, and the request is sent once more. A
     /// request whose body cannot be cloned (a stream) is not sent again: its first answer is
-    /// returned. Any other answer, a second 401 included, is returned as it is.
+    /// returned. Any other answer, a second 401 included, is returned as it is. At most one
+    /// token is dropped this way per 30 s, so an API that refuses every token (a wrong
+    /// audience, say) does not turn each call into a token request.
     pub async fn send_authorized(&self, request: RequestBuilder) -> Result<Response, Error> {
         let again = request.try_clone();
         let token = self.token().await?;
