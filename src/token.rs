@@ -44,7 +44,6 @@ pub struct TokenArgs {
 #[derive(Serialize, Deserialize)]
 struct Entry {
     key: CacheKey,
-    endpoint: String,
     /// SHA-256 of the client secret, so that a token is only handed to whoever holds the
     /// secret it was issued for (a rotated or wrong secret asks the server).
     secret_digest: String,
@@ -95,7 +94,6 @@ pub async fn run(args: TokenArgs) -> Result<()> {
     };
     let cached = file.tokens.iter().find(|e| {
         e.key == *client.key()
-            && e.endpoint == client.token_endpoint().as_str()
             && e.secret_digest == digest
             && now < e.expires_at.saturating_sub(skew(e))
     });
@@ -115,7 +113,6 @@ pub async fn run(args: TokenArgs) -> Result<()> {
                         .retain(|e| e.expires_at > received_at && e.key != *client.key());
                     file.tokens.push(Entry {
                         key: client.key().clone(),
-                        endpoint: client.token_endpoint().to_string(),
                         secret_digest: digest.clone(),
                         access_token: response.access_token.clone(),
                         scope: response.scope.clone(),

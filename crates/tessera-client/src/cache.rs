@@ -27,6 +27,9 @@ use crate::error::Error;
 pub struct CacheKey {
     /// The deployment that issued the token.
     pub environment: Environment,
+    /// Its token endpoint, as resolved: two clients that both say `Production` but were
+    /// given different addresses must not share a token.
+    pub token_endpoint: String,
     /// The client it was issued to.
     pub client_id: ClientId,
     /// The scopes requested.
@@ -429,6 +432,7 @@ mod tests {
         let cache = TokenCache::new();
         let key = |scopes: &str| CacheKey {
             environment: Environment::Staging,
+            token_endpoint: "https://staging.example/connect/token".into(),
             client_id: ClientId::parse("app").unwrap(),
             scopes: ScopeSet::parse(scopes).unwrap(),
         };
@@ -441,9 +445,15 @@ mod tests {
         let json = serde_json::to_string(&key("b a")).unwrap();
         assert_eq!(
             json,
-            r#"{"environment":"staging","client_id":"app","scopes":"a b"}"#
+            r#"{"environment":"staging","token_endpoint":"https://staging.example/connect/token","client_id":"app","scopes":"a b"}"#
         );
         assert_eq!(serde_json::from_str::<CacheKey>(&json).unwrap(), key("a b"));
+        // The same environment name at another address is another entry.
+        let elsewhere = CacheKey {
+            token_endpoint: "https://other.example/connect/token".into(),
+            ..key("a b")
+        };
+        assert!(!Arc::ptr_eq(&a, &cache.entry(&elsewhere)));
     }
 
     #[test]

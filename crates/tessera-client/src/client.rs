@@ -400,6 +400,7 @@ impl TokenClientBuilder {
 
         let key = CacheKey {
             environment,
+            token_endpoint: endpoint.to_string(),
             client_id,
             scopes,
         };
