@@ -127,11 +127,13 @@ impl DataArgs {
             })?;
             let mut path = db.into_os_string();
             path.push(".key");
-            let empty = store.keys().await?.is_empty() && store.clients().await?.is_empty();
-            MasterKeySource::File {
-                path: path.into(),
-                generate: empty,
-            }
+            let path = PathBuf::from(path);
+            // Generating is allowed only while nothing is sealed or hashed under another key;
+            // that takes reading the registry, so it is asked only when the file is missing.
+            let generate = !path.exists()
+                && store.keys().await?.is_empty()
+                && store.clients().await?.is_empty();
+            MasterKeySource::File { path, generate }
         };
         let (secrets, origin) = Secrets::load(&source).map_err(|e| {
             anyhow::anyhow!(
