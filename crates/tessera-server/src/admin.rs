@@ -231,16 +231,11 @@ pub async fn rotate_keys(
     Ok(key)
 }
 
-/// Deletes keys whose last token has expired: superseded for longer than any plan's TTL.
+/// Deletes keys whose last token has expired: superseded for longer than MAX_TOKEN_TTL.
 async fn prune_keys(store: &dyn Store, now: i64) -> Result<(), AdminError> {
-    let keep_for = store
-        .plans()
-        .await?
-        .iter()
-        .map(|p| i64::from(p.token_ttl))
-        .max()
-        .unwrap_or(0)
-        .max(i64::from(MAX_TOKEN_TTL));
+    // No plan may issue tokens living longer than MAX_TOKEN_TTL (set_plan refuses it), and
+    // the JWKS publishes a superseded key for exactly that long.
+    let keep_for = i64::from(MAX_TOKEN_TTL);
     let keys = store.keys().await?;
     for pair in keys.windows(2) {
         if pair[1].activates_at <= now && now >= pair[1].activates_at + keep_for {
