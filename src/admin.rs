@@ -7,7 +7,8 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::json;
 use tessera_proto::Algorithm;
-use tessera_server::admin;
+use tessera_server::admin::{self, Admin};
+use tessera_server::clock::Clock;
 use tessera_store::{AuthMethod, Client, RateLimit};
 
 use crate::DataArgs;
@@ -151,6 +152,8 @@ fn parse_method(s: &str) -> Result<AuthMethod, String> {
 
 pub async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
     let store = data.store().await?;
+    let clock = Clock::system();
+    let ops = Admin::new(store.as_ref(), &clock);
     match cmd {
         PlanCommand::Set {
             name,
@@ -178,7 +181,7 @@ pub async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
                 token_rate,
                 reuse_percent: reuse_percent.map(|p| (p > 0).then_some(p)),
             };
-            let plan = admin::set_plan_with(store.as_ref(), &name, &scopes, &settings).await?;
+            let plan = ops.set_plan_with(&name, &scopes, &settings).await?;
             println!("{}", describe(&plan));
         }
         PlanCommand::List { json } => {
@@ -232,6 +235,8 @@ fn client_json(c: &Client) -> serde_json::Value {
 pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
     let store = data.store().await?;
     let store = store.as_ref();
+    let clock = Clock::system();
+    let ops = Admin::new(store, &clock);
     match cmd {
         ClientCommand::Create {
             plan,
@@ -241,9 +246,9 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
             json,
         } => {
             let (secrets, _) = data.secrets(store).await?;
-            let created =
-                admin::create_clients(store, &secrets, &plan, &name, auth_method, count as usize)
-                    .await?;
+            let created = ops
+                .create_clients(&secrets, &plan, &name, auth_method, count as usize)
+                .await?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for (client, secret) in &created {
                 if json {
@@ -273,7 +278,7 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
             }
         }
         ClientCommand::Show { id, json } => {
-            let client = admin::client(store, &id).await?;
+            let client = ops.client(&id).await?;
             let out = client_json(&client);
             if json {
                 println!("{out}");
@@ -282,25 +287,25 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
             }
         }
         ClientCommand::Disable { id } => {
-            admin::update_client(store, &id, |c| c.enabled = false).await?;
+            ops.update_client(&id, |c| c.enabled = false).await?;
             println!("client {id} disabled");
         }
         ClientCommand::Enable { id } => {
-            admin::update_client(store, &id, |c| c.enabled = true).await?;
+            ops.update_client(&id, |c| c.enabled = true).await?;
             println!("client {id} enabled");
         }
         ClientCommand::SetPlan { id, plan } => {
-            admin::update_client(store, &id, |c| c.plan = plan.clone()).await?;
+            ops.update_client(&id, |c| c.plan = plan.clone()).await?;
             println!("client {id} is now on plan {plan}");
         }
         ClientCommand::RotateSecret { id, grace, json } => {
             let (secrets, _) = data.secrets(store).await?;
-            let before = admin::client(store, &id).await?;
+            let before = ops.client(&id).await?;
             let cut_short = before
                 .previous_secret
                 .as_ref()
-                .is_some_and(|(_, until)| *until > tessera_store::now());
-            let (client, secret) = admin::rotate_secret(store, &secrets, &id, grace).await?;
+                .is_some_and(|(_, until)| *until > clock.now());
+            let (client, secret) = ops.rotate_secret(&secrets, &id, grace).await?;
             if cut_short {
                 eprintln!(
                     "note: the secret replaced by the earlier rotation stops working now; \
@@ -318,11 +323,11 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
             }
         }
         ClientCommand::Delete { id } => {
-            admin::delete_client(store, &id).await?;
+            ops.delete_client(&id).await?;
             println!("client {id} deleted");
         }
         ClientCommand::Usage { id, json } => {
-            let client = admin::client(store, &id).await?;
+            let client = ops.client(&id).await?;
             let days = store.usage(&client.id).await?;
             if json {
                 let list: Vec<_> = days
@@ -344,10 +349,12 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
 pub async fn keys(data: &DataArgs, cmd: KeysCommand) -> Result<()> {
     let store = data.store().await?;
     let store = store.as_ref();
+    let clock = Clock::system();
+    let ops = Admin::new(store, &clock);
     match cmd {
         KeysCommand::List { json } => {
             let keys = store.keys().await?;
-            let now = tessera_store::now();
+            let now = clock.now();
             let signing = keys
                 .iter()
                 .rev()
@@ -389,7 +396,7 @@ pub async fn keys(data: &DataArgs, cmd: KeysCommand) -> Result<()> {
         }
         KeysCommand::Rotate { activate_in, alg } => {
             let (secrets, _) = data.secrets(store).await?;
-            let key = admin::rotate_keys(store, &secrets, alg, activate_in).await?;
+            let key = ops.rotate_keys(&secrets, alg, activate_in).await?;
             println!(
                 "key {} ({}) published now, signs from {} (in {activate_in} s)",
                 key.kid, key.alg, key.activates_at

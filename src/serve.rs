@@ -93,26 +93,22 @@ async fn demo(
     secrets: &tessera_server::secrets::Secrets,
     issuer: &str,
 ) -> Result<()> {
-    use tessera_server::admin;
-    admin::set_plan(store, "market-data", "market-data-api", None).await?;
-    admin::set_plan(store, "news", "news-api", None).await?;
-    admin::set_plan(store, "full", "market-data-api news-api oms-api", None).await?;
+    let clock = tessera_server::clock::Clock::system();
+    let ops = tessera_server::admin::Admin::new(store, &clock);
+    ops.set_plan("market-data", "market-data-api", None).await?;
+    ops.set_plan("news", "news-api", None).await?;
+    ops.set_plan("full", "market-data-api news-api oms-api", None)
+        .await?;
     let existing = store
         .clients()
         .await?
         .into_iter()
         .find(|c| c.label == "demo");
     let (client, secret) = match existing {
-        Some(c) => admin::rotate_secret(store, secrets, c.id.as_str(), 0).await?,
+        Some(c) => ops.rotate_secret(secrets, c.id.as_str(), 0).await?,
         None => {
-            admin::create_client(
-                store,
-                secrets,
-                "full",
-                "demo",
-                AuthMethod::ClientSecretBasic,
-            )
-            .await?
+            ops.create_client(secrets, "full", "demo", AuthMethod::ClientSecretBasic)
+                .await?
         }
     };
     println!();

@@ -16,6 +16,7 @@ use tessera_client::{
     CacheKey, ClientId, ClientSecret, Environment, RefreshSkew, ScopeSet, TokenClient,
     TokenResponse, Url,
 };
+use tessera_server::clock::Clock;
 
 #[derive(Debug, clap::Args)]
 pub struct TokenArgs {
@@ -80,7 +81,7 @@ pub async fn run(args: TokenArgs) -> Result<()> {
         .build()?;
 
     let path = cache_path();
-    let now = now();
+    let now = Clock::system().now();
     let digest = secret_digest(&args.client_secret);
     let mut file = if args.no_cache {
         CacheFile::default()
@@ -138,12 +139,6 @@ pub async fn run(args: TokenArgs) -> Result<()> {
         writeln!(out, "{}", response.access_token)?;
     }
     Ok(())
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
 
 fn cache_path() -> Option<PathBuf> {

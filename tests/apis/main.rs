@@ -6,73 +6,35 @@
 #[allow(dead_code)]
 mod protected_apis;
 
-use std::sync::Arc;
-
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
-use tessera_server::secrets::Secrets;
-use tessera_server::{admin, AppState, Config};
-use tessera_store::{AuthMethod, Store};
+use tessera_store::AuthMethod;
+use tessera_testkit::TestApp;
 
 /// A running Tessera with plans `all` (the three APIs) and `news` (news-api only).
 struct Issuer {
     base: String,
-    store: Arc<dyn Store>,
-    secrets: Arc<Secrets>,
-    state: AppState,
-    _dir: tempfile::TempDir,
+    app: TestApp,
 }
 
 async fn issuer(alg: tessera_proto::Algorithm) -> Issuer {
-    let dir = tempfile::tempdir().unwrap();
-    let store = tessera_store::open(&format!("sqlite://{}", dir.path().join("t.db").display()))
+    let app = tessera_testkit::spawn_with(|s| s.config.signing_alg = alg).await;
+    let admin = app.admin();
+    admin
+        .set_plan("all", "market-data-api news-api oms-api", None)
         .await
         .unwrap();
-    let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let mut config = Config::new(base.clone());
-    config.signing_alg = alg;
-    admin::set_plan(
-        store.as_ref(),
-        "all",
-        "market-data-api news-api oms-api",
-        None,
-    )
-    .await
-    .unwrap();
-    admin::set_plan(store.as_ref(), "news", "news-api", None)
-        .await
-        .unwrap();
-    let state = AppState::prepare(config, store.clone(), secrets.clone())
-        .await
-        .unwrap();
-    tokio::spawn(tessera_server::run(
-        listener,
-        state.clone(),
-        std::future::pending(),
-    ));
+    admin.set_plan("news", "news-api", None).await.unwrap();
     Issuer {
-        base,
-        store,
-        secrets,
-        state,
-        _dir: dir,
+        base: app.base.clone(),
+        app,
     }
 }
 
 impl Issuer {
     async fn client(&self, plan: &str) -> (ClientId, ClientSecret) {
-        let (client, secret) = admin::create_client(
-            self.store.as_ref(),
-            &self.secrets,
-            plan,
-            "t",
-            AuthMethod::ClientSecretBasic,
-        )
-        .await
-        .unwrap();
-        self.state.sync().await.unwrap();
-        (client.id, secret)
+        self.app
+            .client_on(plan, AuthMethod::ClientSecretBasic)
+            .await
     }
 
     async fn token_response(

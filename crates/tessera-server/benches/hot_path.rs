@@ -19,9 +19,11 @@ use tessera_proto::{
     form, AccessTokenClaims, Algorithm, BasicCredentials, ClientSecret, ScopeSet, TokenRequest,
     TokenResponse,
 };
+use tessera_server::admin::Admin;
+use tessera_server::clock::Clock;
 use tessera_server::keys::{self, KeyRing, LoadedKey};
 use tessera_server::secrets::{self, Secrets};
-use tessera_server::{admin, AppState, Config};
+use tessera_server::{AppState, Config};
 use tessera_store::AuthMethod;
 use tower::ServiceExt;
 
@@ -30,7 +32,7 @@ const ISSUER: &str = "http://127.0.0.1:8080";
 
 /// Claims as the token endpoint builds them for one scope.
 fn claims() -> AccessTokenClaims {
-    let iat = tessera_store::now() as u64;
+    let iat = Clock::system().now() as u64;
     AccessTokenClaims {
         iss: ISSUER.into(),
         sub: "tc_AAAAAAAAAAAAAAAAAAAAAA".into(),
@@ -46,7 +48,7 @@ fn claims() -> AccessTokenClaims {
 }
 
 fn loaded_key(secrets: &Secrets, alg: Algorithm) -> LoadedKey {
-    let now = tessera_store::now();
+    let now = Clock::system().now();
     keys::load(secrets, &keys::generate(secrets, alg, now, now)).expect("a fresh key loads")
 }
 
@@ -131,23 +133,16 @@ fn handler(c: &mut Criterion) {
     let (app, authorization) = rt.block_on(async {
         let store = tessera_store::open(&url).await.expect("store");
         let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
-        admin::set_plan(
-            store.as_ref(),
-            "bench",
-            "market-data-api news-api oms-api",
-            None,
-        )
-        .await
-        .expect("plan");
-        let (client, secret): (_, ClientSecret) = admin::create_client(
-            store.as_ref(),
-            &secrets,
-            "bench",
-            "bench",
-            AuthMethod::ClientSecretBasic,
-        )
-        .await
-        .expect("client");
+        let clock = Clock::system();
+        let admin = Admin::new(store.as_ref(), &clock);
+        admin
+            .set_plan("bench", "market-data-api news-api oms-api", None)
+            .await
+            .expect("plan");
+        let (client, secret): (_, ClientSecret) = admin
+            .create_client(&secrets, "bench", "bench", AuthMethod::ClientSecretBasic)
+            .await
+            .expect("client");
         let state = AppState::prepare(Config::new(ISSUER), store, secrets)
             .await
             .expect("state");

@@ -3,9 +3,10 @@
 
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
-use tessera_store::{now, AuthMethod, Client, Plan, RateLimit, SigningKey, Store, StoreError};
+use tessera_store::{AuthMethod, Client, Plan, RateLimit, SigningKey, Store, StoreError};
 use thiserror::Error;
 
+use crate::clock::Clock;
 use crate::keys;
 use crate::secrets::{self, Secrets};
 
@@ -52,195 +53,219 @@ pub struct PlanSettings {
     pub reuse_percent: Option<Option<u8>>,
 }
 
-/// Creates a plan or changes its scopes and TTL; see [`set_plan_with`].
-pub async fn set_plan(
-    store: &dyn Store,
-    name: &str,
-    scopes: &str,
-    token_ttl: Option<u32>,
-) -> Result<Plan, AdminError> {
-    let settings = PlanSettings {
-        token_ttl,
-        ..PlanSettings::default()
-    };
-    set_plan_with(store, name, scopes, &settings).await
+/// The admin operations on one store, reading the time from one clock: the CLI's on the
+/// system clock, a server's on its own (so that a test that sets the server's clock sets
+/// the deadlines these operations write too).
+#[derive(Debug, Clone, Copy)]
+pub struct Admin<'a> {
+    store: &'a dyn Store,
+    clock: &'a Clock,
 }
 
-/// Creates a plan or changes one. A change applies to each of its clients' next token
-/// request.
-pub async fn set_plan_with(
-    store: &dyn Store,
-    name: &str,
-    scopes: &str,
-    settings: &PlanSettings,
-) -> Result<Plan, AdminError> {
-    let valid_name = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !valid_name {
-        return Err(AdminError::BadPlanName(name.to_owned()));
+impl<'a> Admin<'a> {
+    /// Operations on `store`, dated by `clock`.
+    pub fn new(store: &'a dyn Store, clock: &'a Clock) -> Self {
+        Self { store, clock }
     }
-    let scopes = ScopeSet::parse_names(scopes)?;
-    if settings
-        .token_ttl
-        .is_some_and(|t| !(1..=MAX_TOKEN_TTL).contains(&t))
-    {
-        return Err(AdminError::BadTtl);
+
+    /// Creates a plan or changes its scopes and TTL; see [`set_plan_with`].
+    pub async fn set_plan(
+        &self,
+        name: &str,
+        scopes: &str,
+        token_ttl: Option<u32>,
+    ) -> Result<Plan, AdminError> {
+        let settings = PlanSettings {
+            token_ttl,
+            ..PlanSettings::default()
+        };
+        self.set_plan_with(name, scopes, &settings).await
     }
-    if let Some(Some(rate)) = settings.token_rate {
-        if rate.count == 0 || rate.burst == 0 || rate.period_secs == 0 {
-            return Err(AdminError::BadRate);
+
+    /// Creates a plan or changes one. A change applies to each of its clients' next token
+    /// request.
+    pub async fn set_plan_with(
+        &self,
+        name: &str,
+        scopes: &str,
+        settings: &PlanSettings,
+    ) -> Result<Plan, AdminError> {
+        let valid_name = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid_name {
+            return Err(AdminError::BadPlanName(name.to_owned()));
         }
-    }
-    if let Some(Some(p)) = settings.reuse_percent {
-        if !(1..=99).contains(&p) {
-            return Err(AdminError::BadReuse);
-        }
-    }
-    let existing = store.plans().await?.into_iter().find(|p| p.name == name);
-    let now = now();
-    let plan = Plan {
-        name: name.to_owned(),
-        scopes,
-        token_ttl: settings
+        let scopes = ScopeSet::parse_names(scopes)?;
+        if settings
             .token_ttl
-            .or(existing.as_ref().map(|p| p.token_ttl))
-            .unwrap_or(DEFAULT_TOKEN_TTL),
-        token_rate: settings
-            .token_rate
-            .unwrap_or_else(|| existing.as_ref().and_then(|p| p.token_rate)),
-        reuse_percent: settings
-            .reuse_percent
-            .unwrap_or_else(|| existing.as_ref().and_then(|p| p.reuse_percent)),
-        created_at: existing.as_ref().map_or(now, |p| p.created_at),
-        updated_at: now,
-    };
-    store.put_plan(&plan).await?;
-    Ok(plan)
-}
-
-/// Registers a client with a fresh identifier and secret. The secret is returned once and
-/// only its keyed hash is stored.
-pub async fn create_client(
-    store: &dyn Store,
-    secrets: &Secrets,
-    plan: &str,
-    label: &str,
-    auth_method: AuthMethod,
-) -> Result<(Client, ClientSecret), AdminError> {
-    let mut created = create_clients(store, secrets, plan, label, auth_method, 1).await?;
-    Ok(created.remove(0))
-}
-
-/// Registers `count` clients at once, all or none.
-pub async fn create_clients(
-    store: &dyn Store,
-    secrets: &Secrets,
-    plan: &str,
-    label: &str,
-    auth_method: AuthMethod,
-    count: usize,
-) -> Result<Vec<(Client, ClientSecret)>, AdminError> {
-    let now = now();
-    let created: Vec<(Client, ClientSecret)> = (0..count)
-        .map(|_| {
-            let secret = secrets::new_client_secret();
-            let client = Client {
-                id: secrets::new_client_id(),
-                plan: plan.to_owned(),
-                label: label.to_owned(),
-                secret_hash: secrets.hash_secret(&secret),
-                previous_secret: None,
-                auth_method,
-                enabled: true,
-                created_at: now,
-                updated_at: now,
-            };
-            (client, secret)
-        })
-        .collect();
-    let clients: Vec<Client> = created.iter().map(|(c, _)| c.clone()).collect();
-    store.insert_clients(&clients).await?;
-    Ok(created)
-}
-
-/// Loads a client or says it is unknown.
-pub async fn client(store: &dyn Store, id: &str) -> Result<Client, AdminError> {
-    let unknown = || AdminError::UnknownClient(id.to_owned());
-    let id = ClientId::parse(id).ok_or_else(unknown)?;
-    store.client(&id).await?.ok_or_else(unknown)
-}
-
-/// Changes a client with `change` and stores it.
-pub async fn update_client(
-    store: &dyn Store,
-    id: &str,
-    change: impl FnOnce(&mut Client),
-) -> Result<Client, AdminError> {
-    let mut client = client(store, id).await?;
-    change(&mut client);
-    client.updated_at = now();
-    if !store.update_client(&client).await? {
-        return Err(AdminError::UnknownClient(id.to_owned()));
+            .is_some_and(|t| !(1..=MAX_TOKEN_TTL).contains(&t))
+        {
+            return Err(AdminError::BadTtl);
+        }
+        if let Some(Some(rate)) = settings.token_rate {
+            if rate.count == 0 || rate.burst == 0 || rate.period_secs == 0 {
+                return Err(AdminError::BadRate);
+            }
+        }
+        if let Some(Some(p)) = settings.reuse_percent {
+            if !(1..=99).contains(&p) {
+                return Err(AdminError::BadReuse);
+            }
+        }
+        let existing = self
+            .store
+            .plans()
+            .await?
+            .into_iter()
+            .find(|p| p.name == name);
+        let now = self.clock.now();
+        let plan = Plan {
+            name: name.to_owned(),
+            scopes,
+            token_ttl: settings
+                .token_ttl
+                .or(existing.as_ref().map(|p| p.token_ttl))
+                .unwrap_or(DEFAULT_TOKEN_TTL),
+            token_rate: settings
+                .token_rate
+                .unwrap_or_else(|| existing.as_ref().and_then(|p| p.token_rate)),
+            reuse_percent: settings
+                .reuse_percent
+                .unwrap_or_else(|| existing.as_ref().and_then(|p| p.reuse_percent)),
+            created_at: existing.as_ref().map_or(now, |p| p.created_at),
+            updated_at: now,
+        };
+        self.store.put_plan(&plan).await?;
+        Ok(plan)
     }
-    Ok(client)
-}
 
-/// Gives a client a new secret. The old one keeps working for `grace_secs`, so callers can
-/// switch without downtime.
-pub async fn rotate_secret(
-    store: &dyn Store,
-    secrets: &Secrets,
-    id: &str,
-    grace_secs: i64,
-) -> Result<(Client, ClientSecret), AdminError> {
-    let secret = secrets::new_client_secret();
-    let hash = secrets.hash_secret(&secret);
-    let deadline = now() + grace_secs.max(0);
-    let client = update_client(store, id, |c| {
-        let old = std::mem::replace(&mut c.secret_hash, hash);
-        c.previous_secret = (grace_secs > 0).then_some((old, deadline));
-    })
-    .await?;
-    Ok((client, secret))
-}
-
-/// Removes a client.
-pub async fn delete_client(store: &dyn Store, id: &str) -> Result<(), AdminError> {
-    let client = client(store, id).await?;
-    if store.delete_client(&client.id).await? {
-        Ok(())
-    } else {
-        Err(AdminError::UnknownClient(id.to_owned()))
+    /// Registers a client with a fresh identifier and secret. The secret is returned once and
+    /// only its keyed hash is stored.
+    pub async fn create_client(
+        &self,
+        secrets: &Secrets,
+        plan: &str,
+        label: &str,
+        auth_method: AuthMethod,
+    ) -> Result<(Client, ClientSecret), AdminError> {
+        let mut created = self
+            .create_clients(secrets, plan, label, auth_method, 1)
+            .await?;
+        Ok(created.remove(0))
     }
-}
 
-/// Adds a new signing key that is published now and signs from `activate_in_secs` on, and
-/// drops keys that are no longer published.
-pub async fn rotate_keys(
-    store: &dyn Store,
-    secrets: &Secrets,
-    alg: Algorithm,
-    activate_in_secs: i64,
-) -> Result<SigningKey, AdminError> {
-    let now = now();
-    let key = keys::generate(secrets, alg, now, now + activate_in_secs.max(0));
-    store.insert_key(&key).await?;
-    prune_keys(store, now).await?;
-    Ok(key)
-}
+    /// Registers `count` clients at once, all or none.
+    pub async fn create_clients(
+        &self,
+        secrets: &Secrets,
+        plan: &str,
+        label: &str,
+        auth_method: AuthMethod,
+        count: usize,
+    ) -> Result<Vec<(Client, ClientSecret)>, AdminError> {
+        let now = self.clock.now();
+        let created: Vec<(Client, ClientSecret)> = (0..count)
+            .map(|_| {
+                let secret = secrets::new_client_secret();
+                let client = Client {
+                    id: secrets::new_client_id(),
+                    plan: plan.to_owned(),
+                    label: label.to_owned(),
+                    secret_hash: secrets.hash_secret(&secret),
+                    previous_secret: None,
+                    auth_method,
+                    enabled: true,
+                    created_at: now,
+                    updated_at: now,
+                };
+                (client, secret)
+            })
+            .collect();
+        let clients: Vec<Client> = created.iter().map(|(c, _)| c.clone()).collect();
+        self.store.insert_clients(&clients).await?;
+        Ok(created)
+    }
 
-/// Deletes keys whose last token has expired: superseded for longer than MAX_TOKEN_TTL.
-async fn prune_keys(store: &dyn Store, now: i64) -> Result<(), AdminError> {
-    // No plan may issue tokens living longer than MAX_TOKEN_TTL (set_plan refuses it), and
-    // the JWKS publishes a superseded key for exactly that long.
-    let keep_for = i64::from(MAX_TOKEN_TTL);
-    let keys = store.keys().await?;
-    for pair in keys.windows(2) {
-        if pair[1].activates_at <= now && now >= pair[1].activates_at + keep_for {
-            store.delete_key(&pair[0].kid).await?;
+    /// Loads a client or says it is unknown.
+    pub async fn client(&self, id: &str) -> Result<Client, AdminError> {
+        let unknown = || AdminError::UnknownClient(id.to_owned());
+        let id = ClientId::parse(id).ok_or_else(unknown)?;
+        self.store.client(&id).await?.ok_or_else(unknown)
+    }
+
+    /// Changes a client with `change` and stores it.
+    pub async fn update_client(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Client),
+    ) -> Result<Client, AdminError> {
+        let mut client = self.client(id).await?;
+        change(&mut client);
+        client.updated_at = self.clock.now();
+        if !self.store.update_client(&client).await? {
+            return Err(AdminError::UnknownClient(id.to_owned()));
+        }
+        Ok(client)
+    }
+
+    /// Gives a client a new secret. The old one keeps working for `grace_secs`, so callers can
+    /// switch without downtime.
+    pub async fn rotate_secret(
+        &self,
+        secrets: &Secrets,
+        id: &str,
+        grace_secs: i64,
+    ) -> Result<(Client, ClientSecret), AdminError> {
+        let secret = secrets::new_client_secret();
+        let hash = secrets.hash_secret(&secret);
+        let deadline = self.clock.now() + grace_secs.max(0);
+        let client = self
+            .update_client(id, |c| {
+                let old = std::mem::replace(&mut c.secret_hash, hash);
+                c.previous_secret = (grace_secs > 0).then_some((old, deadline));
+            })
+            .await?;
+        Ok((client, secret))
+    }
+
+    /// Removes a client.
+    pub async fn delete_client(&self, id: &str) -> Result<(), AdminError> {
+        let client = self.client(id).await?;
+        if self.store.delete_client(&client.id).await? {
+            Ok(())
+        } else {
+            Err(AdminError::UnknownClient(id.to_owned()))
         }
     }
-    Ok(())
+
+    /// Adds a new signing key that is published now and signs from `activate_in_secs` on, and
+    /// drops keys that are no longer published.
+    pub async fn rotate_keys(
+        &self,
+        secrets: &Secrets,
+        alg: Algorithm,
+        activate_in_secs: i64,
+    ) -> Result<SigningKey, AdminError> {
+        let now = self.clock.now();
+        let key = keys::generate(secrets, alg, now, now + activate_in_secs.max(0));
+        self.store.insert_key(&key).await?;
+        self.prune_keys(now).await?;
+        Ok(key)
+    }
+
+    /// Deletes keys whose last token has expired: superseded for longer than MAX_TOKEN_TTL.
+    async fn prune_keys(&self, now: i64) -> Result<(), AdminError> {
+        // No plan may issue tokens living longer than MAX_TOKEN_TTL (set_plan refuses it), and
+        // the JWKS publishes a superseded key for exactly that long.
+        let keep_for = i64::from(MAX_TOKEN_TTL);
+        let keys = self.store.keys().await?;
+        for pair in keys.windows(2) {
+            if pair[1].activates_at <= now && now >= pair[1].activates_at + keep_for {
+                self.store.delete_key(&pair[0].kid).await?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod clock;
 pub mod error;
 pub mod keys;
 pub mod limits;
@@ -35,6 +36,7 @@ pub mod routes;
 pub mod secrets;
 pub mod usage;
 
+use clock::Clock;
 use limits::{AuthThrottle, Limiter, LocalLimiter};
 use metrics::Metrics;
 use registry::{Live, LoadError, Registry};
@@ -73,6 +75,8 @@ pub struct Config {
     pub redis_prefix: String,
     /// Proxies whose `X-Forwarded-For` is believed, for rate limits and the audit trail.
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// Where every decision by time reads it: the system clock, or a test's.
+    pub clock: Clock,
 }
 
 impl Config {
@@ -99,6 +103,7 @@ impl Config {
             redis_url: None,
             redis_prefix: "tessera:rate:".into(),
             trusted_proxies: Vec::new(),
+            clock: Clock::system(),
         }
     }
 }
@@ -132,7 +137,8 @@ impl AppState {
         secrets: Arc<Secrets>,
     ) -> Result<Self, LoadError> {
         let registry = Registry::load(store.as_ref(), &secrets).await?;
-        let now = tessera_store::now();
+        let clock = config.clock.clone();
+        let now = clock.now();
         // Generate a key on first start only. A server configured for another algorithm
         // than the active key's does not replace it unannounced: rotation publishes first.
         let registry = match registry.keys.signing_key(now) {
@@ -162,20 +168,24 @@ impl AppState {
         let max_in_flight = config.max_in_flight;
         let limiter: Arc<dyn Limiter> = match &config.redis_url {
             Some(url) => Arc::new(
-                limits::redis::RedisLimiter::connect(url, &config.redis_prefix)
+                limits::redis::RedisLimiter::connect(url, &config.redis_prefix, clock.clone())
                     .await
                     .map_err(|e| LoadError::Limiter(e.to_string()))?,
             ),
-            None => Arc::new(LocalLimiter::default()),
+            None => Arc::new(LocalLimiter::new(clock.clone())),
         };
         Ok(Self {
             inner: Arc::new(Inner {
-                throttle: AuthThrottle::new(limiter.clone(), config.auth_failure_rate),
+                throttle: AuthThrottle::new(
+                    limiter.clone(),
+                    config.auth_failure_rate,
+                    clock.clone(),
+                ),
                 limiter,
                 config,
                 secrets,
                 store,
-                live: Live::new(registry),
+                live: Live::new(registry, clock),
                 metrics: Metrics::default(),
                 usage: UsageCounter::default(),
                 reuse: ReuseCache::default(),
@@ -187,6 +197,16 @@ impl AppState {
     /// The settings.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The clock every decision by time reads.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.config.clock
+    }
+
+    /// The admin operations, on this server's store and clock.
+    pub fn admin(&self) -> admin::Admin<'_> {
+        admin::Admin::new(self.store(), &self.inner.config.clock)
     }
 
     /// The current registry snapshot.
@@ -230,15 +250,14 @@ impl AppState {
         &self.inner.in_flight
     }
 
-    /// Writes usage counts, prunes limiter and reuse state.
     /// Writes usage counts, prunes limiter and reuse state, forgets expired revocations and
     /// reads the live ones again.
     pub async fn housekeeping(&self) {
-        if let Err(error) = self.inner.usage.flush(self.store()).await {
+        let now = self.clock().now();
+        if let Err(error) = self.inner.usage.flush(self.store(), now).await {
             tracing::warn!(%error, "writing usage counts failed; kept for the next try");
         }
         self.inner.limiter.prune();
-        let now = tessera_store::now();
         self.inner.reuse.prune(now);
         if let Err(error) = self.store().prune_revoked(now).await {
             tracing::warn!(%error, "forgetting expired revocations failed");
@@ -269,6 +288,18 @@ pub async fn run(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let router = app(state.clone());
+    run_router(listener, state, router, shutdown).await
+}
+
+/// [`run`] with a router built from [`app`] and wrapped in layers of the caller's (a
+/// deployment's own middleware, or a test's), served the same way.
+pub async fn run_router(
+    listener: TcpListener,
+    state: AppState,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let sync_state = state.clone();
     let sync = tokio::spawn(async move {
         let inner = &sync_state.inner;
@@ -290,7 +321,7 @@ pub async fn run(
             house_state.housekeeping().await;
         }
     });
-    let served = serve(listener, app(state.clone()), state.config(), shutdown).await;
+    let served = serve(listener, router, state.config(), shutdown).await;
     sync.abort();
     housekeeping.abort();
     state.housekeeping().await;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tessera_store::{AuthMethod, Plan, Store, StoreError, Timestamp};
 use thiserror::Error;
 
+use crate::clock::Clock;
 use crate::keys::{self, KeyRing};
 use crate::secrets::Secrets;
 
@@ -144,14 +145,16 @@ pub struct Live {
     revoked_seq: AtomicI64,
     /// One sync at a time, so that a slow load never replaces a newer snapshot.
     syncing: tokio::sync::Mutex<()>,
+    clock: Clock,
 }
 
 impl Live {
-    /// Starts from `registry`.
-    pub fn new(registry: Registry) -> Self {
+    /// Starts from `registry`, reading the time from `clock`.
+    pub fn new(registry: Registry, clock: Clock) -> Self {
         Self {
             current: RwLock::new(Arc::new(registry)),
-            last_sync: AtomicI64::new(tessera_store::now()),
+            last_sync: AtomicI64::new(clock.now()),
+            clock,
             revoked: RwLock::default(),
             revoked_seq: AtomicI64::new(0),
             syncing: tokio::sync::Mutex::new(()),
@@ -201,7 +204,7 @@ impl Live {
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(fresh);
         }
         let after = self.revoked_seq.load(Ordering::Relaxed);
-        let fresh = store.revoked_since(after, tessera_store::now()).await?;
+        let fresh = store.revoked_since(after, self.clock.now()).await?;
         if let Some((last, _)) = fresh.last() {
             self.revoked_seq.store(*last, Ordering::Relaxed);
             let mut revoked = self.revoked.write().unwrap_or_else(|p| p.into_inner());
@@ -209,8 +212,7 @@ impl Live {
                 revoked.insert(r.jti, r.exp);
             }
         }
-        self.last_sync
-            .store(tessera_store::now(), Ordering::Relaxed);
+        self.last_sync.store(self.clock.now(), Ordering::Relaxed);
         Ok(changed)
     }
 
@@ -218,7 +220,7 @@ impl Live {
     /// database may make a revocation visible after a later one was read.
     pub async fn reload_revocations(&self, store: &dyn Store) -> Result<(), LoadError> {
         let _one_at_a_time = self.syncing.lock().await;
-        let now = tessera_store::now();
+        let now = self.clock.now();
         let all = store.revoked_since(0, now).await?;
         let last = all.last().map_or(0, |(seq, _)| *seq);
         let mut revoked = self.revoked.write().unwrap_or_else(|p| p.into_inner());

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tessera_store::{Store, StoreError, Usage};
+use tessera_store::{Store, StoreError, Timestamp, Usage};
 
 /// Counts since the last flush, per client: (issued, refused).
 #[derive(Debug, Default)]
@@ -27,12 +27,12 @@ impl UsageCounter {
 
     /// Writes the counts so far under today's UTC date. On failure they are kept for the
     /// next flush.
-    pub async fn flush(&self, store: &dyn Store) -> Result<(), StoreError> {
+    pub async fn flush(&self, store: &dyn Store, now: Timestamp) -> Result<(), StoreError> {
         let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
         if taken.is_empty() {
             return Ok(());
         }
-        let day = utc_day(tessera_store::now());
+        let day = utc_day(now);
         let batch: Vec<Usage> = taken
             .iter()
             .map(|(client_id, (issued, refused))| Usage {

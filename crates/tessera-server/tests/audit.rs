@@ -2,11 +2,7 @@
 //! tracing's per-callsite caches are process-wide, so other tests running beside it could
 //! hide events from it.
 
-#[path = "api/helpers.rs"]
-#[allow(dead_code)]
-mod helpers;
-
-use helpers::*;
+use tessera_testkit::*;
 
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 

@@ -286,13 +286,5 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
 }
 
-/// The current time as a [`Timestamp`].
-pub fn now() -> Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as Timestamp)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod contract;

@@ -10,17 +10,17 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 use tessera_store::RateLimit;
 use tokio::sync::Semaphore;
 
+use crate::clock::Clock;
 use crate::error::OAuthError;
 
 pub mod redis;
@@ -52,17 +52,16 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     fn prune(&self) {}
 }
 
-type Keyed =
-    RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock, StateInformationMiddleware>;
+type Keyed = RateLimiter<String, DefaultKeyedStateStore<String>, Clock, StateInformationMiddleware>;
 
 /// GCRA in this process's memory (governor). Instances of a cluster each count on their own;
 /// [`redis::RedisLimiter`] counts for all of them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LocalLimiter {
     /// One keyed limiter per distinct rate; plans with the same rate share one, keyed by
     /// client, so they never interfere.
     by_rate: RwLock<HashMap<RateLimit, Arc<Keyed>>>,
-    clock: DefaultClock,
+    clock: Clock,
 }
 
 fn quota(rate: RateLimit) -> Quota {
@@ -76,6 +75,14 @@ fn quota(rate: RateLimit) -> Quota {
 }
 
 impl LocalLimiter {
+    /// A limiter reading `clock`.
+    pub fn new(clock: Clock) -> Self {
+        Self {
+            by_rate: RwLock::default(),
+            clock,
+        }
+    }
+
     fn limiter(&self, rate: RateLimit) -> Arc<Keyed> {
         if let Some(found) = self
             .by_rate
@@ -91,7 +98,7 @@ impl LocalLimiter {
             .entry(rate)
             .or_insert_with(|| {
                 Arc::new(
-                    RateLimiter::dashmap(quota(rate))
+                    RateLimiter::dashmap_with_clock(quota(rate), self.clock.clone())
                         .with_middleware::<StateInformationMiddleware>(),
                 )
             })
@@ -115,7 +122,7 @@ impl Limiter for LocalLimiter {
             }
             Err(not_until) => Decision::Limited {
                 retry_after_secs: (not_until
-                    .wait_time_from(self.clock.now())
+                    .wait_time_from(self.clock.elapsed())
                     .as_secs_f64()
                     .ceil() as u64)
                     .max(1),
@@ -169,16 +176,19 @@ pub fn headers(rate: RateLimit, decision: Decision) -> HeaderMap {
 pub struct AuthThrottle {
     limiter: Arc<dyn Limiter>,
     rate: RateLimit,
-    blocked: Mutex<HashMap<IpAddr, Instant>>,
+    /// Until when (on `clock`'s monotonic reading) each blocked address is refused.
+    blocked: Mutex<HashMap<IpAddr, Duration>>,
+    clock: Clock,
 }
 
 impl AuthThrottle {
     /// Allows `rate` failures per address.
-    pub fn new(limiter: Arc<dyn Limiter>, rate: RateLimit) -> Self {
+    pub fn new(limiter: Arc<dyn Limiter>, rate: RateLimit, clock: Clock) -> Self {
         Self {
             limiter,
             rate,
             blocked: Mutex::default(),
+            clock,
         }
     }
 
@@ -186,7 +196,7 @@ impl AuthThrottle {
     pub fn blocked(&self, ip: IpAddr) -> Option<u64> {
         let blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
         let until = *blocked.get(&ip)?;
-        let left = until.checked_duration_since(Instant::now())?;
+        let left = until.checked_sub(self.clock.elapsed())?;
         Some((left.as_secs_f64().ceil() as u64).max(1))
     }
 
@@ -195,7 +205,7 @@ impl AuthThrottle {
         let key = format!("auth-failure:{ip}");
         if let Decision::Limited { retry_after_secs } = self.limiter.check(&key, self.rate).await {
             let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
+            let now = self.clock.elapsed();
             blocked.retain(|_, until| *until > now);
             blocked.insert(ip, now + Duration::from_secs(retry_after_secs));
         }
@@ -241,7 +251,8 @@ mod tests {
 
     #[tokio::test]
     async fn gcra_allows_the_burst_then_refuses_with_a_wait() {
-        let limiter = LocalLimiter::default();
+        let clock = crate::clock::ManualClock::at(1_000);
+        let limiter = LocalLimiter::new(clock.clone().into());
         let rate = RateLimit {
             count: 2,
             period_secs: 60,
@@ -256,15 +267,26 @@ mod tests {
             Decision::Allowed { remaining: 0, .. }
         ));
         match limiter.check("a", rate).await {
-            Decision::Limited { retry_after_secs } => {
-                assert!((29..=30).contains(&retry_after_secs))
-            }
+            Decision::Limited { retry_after_secs } => assert_eq!(retry_after_secs, 30),
             other => panic!("{other:?}"),
         }
         // Another key has its own allowance.
         assert!(matches!(
             limiter.check("b", rate).await,
             Decision::Allowed { .. }
+        ));
+        // One emission interval later, one more request.
+        clock.advance(Duration::from_secs(29));
+        assert!(matches!(
+            limiter.check("a", rate).await,
+            Decision::Limited {
+                retry_after_secs: 1
+            }
+        ));
+        clock.advance(Duration::from_secs(1));
+        assert!(matches!(
+            limiter.check("a", rate).await,
+            Decision::Allowed { remaining: 0, .. }
         ));
     }
 

@@ -10,6 +10,7 @@ use redis::aio::ConnectionManager;
 use tessera_store::RateLimit;
 
 use super::{Decision, Limiter};
+use crate::clock::Clock;
 
 /// GCRA (the generic cell rate algorithm): a key holds its theoretical arrival time (TAT).
 /// A request is allowed when `now >= TAT - tolerance`, where `tolerance` lets `burst`
@@ -38,7 +39,9 @@ pub struct RedisLimiter {
     connection: ConnectionManager,
     script: redis::Script,
     prefix: String,
+    /// When an unreachable Redis was last logged, so that an outage logs every 10 s only.
     last_complaint: AtomicI64,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -50,8 +53,9 @@ impl std::fmt::Debug for RedisLimiter {
 }
 
 impl RedisLimiter {
-    /// Connects to `url` (`redis://host:port/db`); keys start with `prefix`.
-    pub async fn connect(url: &str, prefix: &str) -> redis::RedisResult<Self> {
+    /// Connects to `url` (`redis://host:port/db`); keys start with `prefix`. Rate limits
+    /// run on Redis's clock; `clock` only paces complaints about an unreachable Redis.
+    pub async fn connect(url: &str, prefix: &str, clock: Clock) -> redis::RedisResult<Self> {
         let client = redis::Client::open(url)?;
         let connection = ConnectionManager::new(client).await?;
         Ok(Self {
@@ -59,6 +63,7 @@ impl RedisLimiter {
             script: redis::Script::new(GCRA),
             prefix: prefix.to_owned(),
             last_complaint: AtomicI64::new(0),
+            clock,
         })
     }
 }
@@ -91,7 +96,7 @@ impl Limiter for RedisLimiter {
                 retry_after_secs: secs(retry_ms).max(1),
             },
             Err(error) => {
-                let now = tessera_store::now();
+                let now = self.clock.now();
                 if now - self.last_complaint.swap(now, Ordering::Relaxed) >= 10 {
                     tracing::error!(%error, "Redis rate limiter unreachable; allowing requests");
                 }

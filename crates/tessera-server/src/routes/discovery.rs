@@ -19,7 +19,7 @@ pub(crate) fn router() -> Router<AppState> {
 /// The public keys verifiers need: upcoming, current and recently retired ones.
 async fn jwks(State(state): State<AppState>) -> impl IntoResponse {
     let registry = state.registry();
-    let now = tessera_store::now();
+    let now = state.clock().now();
     let keys = registry
         .keys
         // A retired key stays published for the longest lifetime any token may have, not

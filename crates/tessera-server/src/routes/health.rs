@@ -15,7 +15,7 @@ pub(crate) fn router() -> Router<AppState> {
 
 /// Ready when a signing key is active and the store answered recently.
 async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    let now = tessera_store::now();
+    let now = state.clock().now();
     let registry = state.registry();
     let stale = now - state.live().last_sync() > 10;
     match (registry.keys.signing_key(now), stale) {

@@ -118,7 +118,7 @@ pub(crate) fn active_claims(
     token: &str,
 ) -> Option<AccessTokenClaims> {
     let claims = registry.keys.verify(token)?;
-    let now = tessera_store::now().max(0) as u64;
+    let now = state.clock().now().max(0) as u64;
     let valid = claims.iss == state.config().issuer
         && claims.exp > now
         && claims.nbf.is_none_or(|nbf| nbf <= now)

@@ -13,7 +13,7 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let now = tessera_store::now();
+    let now = state.clock().now();
     let age = state
         .registry()
         .keys

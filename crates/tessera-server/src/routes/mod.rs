@@ -174,7 +174,7 @@ pub(crate) async fn authenticate_client<'r>(
         registry,
         state.secrets(),
         &presented,
-        tessera_store::now(),
+        state.clock().now(),
         realm,
     );
     if let (Err(_), Some(ip)) = (&result, ip) {

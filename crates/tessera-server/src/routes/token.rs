@@ -189,7 +189,7 @@ async fn issue(
         )));
     }
     let scope = scopes.to_string();
-    let now = tessera_store::now();
+    let now = state.clock().now();
 
     if let Some(percent) = plan.reuse_percent {
         let kept = state.reuse().get(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tessera_server::admin;
 use tessera_store::AuthMethod;
 
-use crate::helpers::*;
+use tessera_testkit::*;
 
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
@@ -13,19 +13,23 @@ const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
     let schema = tessera_store::testing::scratch_postgres().await;
     let issuer = "https://auth.cluster.test";
-    let a = spawn_on(Some(&schema.url), |c| c.issuer = issuer.into()).await;
-    let b = spawn_on(Some(&schema.url), |c| c.issuer = issuer.into()).await;
+    let a = spawn_with(|s| {
+        s.database_url = Some(schema.url.clone());
+        s.config.issuer = issuer.into();
+    })
+    .await;
+    let b = spawn_with(|s| {
+        s.database_url = Some(schema.url.clone());
+        s.config.issuer = issuer.into();
+    })
+    .await;
 
     // A client registered through one instance's store (as the CLI would) works at both.
-    let (client, secret) = admin::create_client(
-        a.store.as_ref(),
-        &a.secrets,
-        "pro",
-        "shared",
-        AuthMethod::ClientSecretBasic,
-    )
-    .await
-    .unwrap();
+    let (client, secret) = a
+        .admin()
+        .create_client(&a.secrets, "pro", "shared", AuthMethod::ClientSecretBasic)
+        .await
+        .unwrap();
     a.state.sync().await.unwrap();
     b.state.sync().await.unwrap();
     let from_a: serde_json::Value = a
@@ -93,7 +97,8 @@ async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
     }
 
     // Disabling the client through the database stops both instances.
-    admin::update_client(b.store.as_ref(), client.id.as_str(), |c| c.enabled = false)
+    b.admin()
+        .update_client(client.id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
     a.state.sync().await.unwrap();
@@ -111,31 +116,34 @@ async fn instances_sharing_redis_share_each_clients_rate_limit() {
     let prefix = format!(
         "tessera-test:{}:{}:",
         std::process::id(),
-        tessera_store::now()
+        tessera_server::clock::Clock::system().now()
     );
-    let shared = |c: &mut tessera_server::Config| {
-        c.issuer = "https://auth.cluster.test".into();
-        c.redis_url = Some(redis.clone());
-        c.redis_prefix = prefix.clone();
+    let shared = |s: &mut Setup| {
+        s.database_url = Some(schema.url.clone());
+        s.config.issuer = "https://auth.cluster.test".into();
+        s.config.redis_url = Some(redis.clone());
+        s.config.redis_prefix = prefix.clone();
     };
-    let a = spawn_on(Some(&schema.url), shared).await;
-    let b = spawn_on(Some(&schema.url), shared).await;
+    let a = spawn_with(shared).await;
+    let b = spawn_with(shared).await;
     let settings = admin::PlanSettings {
         token_rate: Some(tessera_store::RateLimit::parse("2/min")),
         ..Default::default()
     };
-    admin::set_plan_with(a.store.as_ref(), "metered", "news-api", &settings)
+    a.admin()
+        .set_plan_with("metered", "news-api", &settings)
         .await
         .unwrap();
-    let (client, secret) = admin::create_client(
-        a.store.as_ref(),
-        &a.secrets,
-        "metered",
-        "shared",
-        AuthMethod::ClientSecretBasic,
-    )
-    .await
-    .unwrap();
+    let (client, secret) = a
+        .admin()
+        .create_client(
+            &a.secrets,
+            "metered",
+            "shared",
+            AuthMethod::ClientSecretBasic,
+        )
+        .await
+        .unwrap();
     a.state.sync().await.unwrap();
     b.state.sync().await.unwrap();
 

@@ -1,6 +1,6 @@
 //! Published keys (RFC 7517), metadata (RFC 8414) and health.
 
-use crate::helpers::*;
+use tessera_testkit::*;
 
 #[tokio::test]
 async fn jwks_publishes_public_keys_only() {

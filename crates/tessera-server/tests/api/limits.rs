@@ -3,15 +3,16 @@
 
 use std::time::Duration;
 
-use tessera_server::admin::{self, PlanSettings};
+use tessera_server::admin::PlanSettings;
 use tessera_store::{AuthMethod, RateLimit};
 
-use crate::helpers::*;
+use tessera_testkit::*;
 
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
 async fn plan_with(app: &TestApp, name: &str, settings: PlanSettings) {
-    admin::set_plan_with(app.store.as_ref(), name, "news-api", &settings)
+    app.admin()
+        .set_plan_with(name, "news-api", &settings)
         .await
         .unwrap();
 }
@@ -60,14 +61,14 @@ async fn the_request_over_the_limit_gets_429_and_later_ones_succeed() {
     // Another client of the same plan is not affected.
     assert_eq!(app.token(&other, &other_secret, NEWS).await.status(), 200);
 
-    tokio::time::sleep(Duration::from_millis(1050)).await;
+    app.clock.advance(Duration::from_secs(1));
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
 }
 
 #[tokio::test]
 async fn brute_force_from_one_address_is_throttled_while_others_get_tokens() {
-    let app = spawn_with(|c| {
-        c.auth_failure_rate = RateLimit {
+    let app = spawn_with(|s| {
+        s.config.auth_failure_rate = RateLimit {
             count: 3,
             period_secs: 60,
             burst: 3,
@@ -111,7 +112,7 @@ async fn brute_force_from_one_address_is_throttled_while_others_get_tokens() {
 #[tokio::test]
 async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
     use tokio::io::AsyncWriteExt;
-    let app = spawn_with(|c| c.max_in_flight = 1).await;
+    let app = spawn_with(|s| s.config.max_in_flight = 1).await;
     let (id, secret) = app.client().await;
     // Requests stalled mid-body do not hold the only slot: it is taken once a body is in.
     let head = format!(
@@ -130,7 +131,7 @@ async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
     drop(stalled);
 
     // With no slot at all, OAuth requests get 503 and Retry-After; health and keys still answer.
-    let closed = spawn_with(|c| c.max_in_flight = 0).await;
+    let closed = spawn_with(|s| s.config.max_in_flight = 0).await;
     let (id, secret) = closed.client().await;
     let busy = closed.token(&id, &secret, NEWS).await;
     assert_eq!(busy.status(), 503);
@@ -144,9 +145,9 @@ async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
 
 #[tokio::test]
 async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
-    let app = spawn_with(|c| {
-        c.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
-        c.auth_failure_rate = RateLimit {
+    let app = spawn_with(|s| {
+        s.config.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+        s.config.auth_failure_rate = RateLimit {
             count: 2,
             period_secs: 60,
             burst: 2,
@@ -203,7 +204,7 @@ async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
         .client_on("reusing", AuthMethod::ClientSecretBasic)
         .await;
     let first: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.clock.advance(Duration::from_secs(2));
     let second: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
     assert_eq!(first["access_token"], second["access_token"]);
     assert_eq!(first["expires_in"], 60);
@@ -215,7 +216,7 @@ async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
     assert!((57..=59).contains(&left), "{left}");
     // expires_in stays true: iat + ttl - now.
     let claims = claims_of(second["access_token"].as_str().unwrap());
-    let now = tessera_store::now() as u64;
+    let now = app.clock.now() as u64;
     assert!(claims["exp"].as_u64().unwrap().abs_diff(now + left) <= 1);
 
     // The same scope set, spelt differently, is the same token.
@@ -315,6 +316,6 @@ async fn metrics_and_usage_follow_the_requests() {
     assert_eq!((usage[0].issued, usage[0].refused), (2, 1));
     assert_eq!(
         usage[0].day,
-        tessera_server::usage::utc_day(tessera_store::now())
+        tessera_server::usage::utc_day(app.clock.now())
     );
 }

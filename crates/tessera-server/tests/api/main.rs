@@ -3,7 +3,6 @@
 
 mod cluster;
 mod discovery;
-mod helpers;
 mod limits;
 mod registry;
 mod token;

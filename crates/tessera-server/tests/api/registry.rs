@@ -3,9 +3,8 @@
 use std::time::Duration;
 
 use tessera_proto::Algorithm;
-use tessera_server::admin;
 
-use crate::helpers::*;
+use tessera_testkit::*;
 
 async fn published_kids(app: &TestApp) -> Vec<String> {
     let jwks: serde_json::Value = app
@@ -41,7 +40,9 @@ async fn signing_kid(app: &TestApp) -> String {
 async fn a_new_key_is_published_before_it_signs_and_the_old_one_stays() {
     let app = spawn_app().await;
     let old = signing_kid(&app).await;
-    let new = admin::rotate_keys(app.store.as_ref(), &app.secrets, Algorithm::EdDSA, 2)
+    let new = app
+        .admin()
+        .rotate_keys(&app.secrets, Algorithm::EdDSA, 2)
         .await
         .unwrap()
         .kid;
@@ -49,7 +50,7 @@ async fn a_new_key_is_published_before_it_signs_and_the_old_one_stays() {
     // Published at once, not yet signing.
     assert_eq!(published_kids(&app).await, [old.clone(), new.clone()]);
     assert_eq!(signing_kid(&app).await, old);
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    app.clock.advance(Duration::from_secs(2));
     // Signing now; the old key stays published while its tokens may live.
     assert_eq!(signing_kid(&app).await, new);
     assert_eq!(published_kids(&app).await, [old, new]);

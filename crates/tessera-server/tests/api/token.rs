@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_server::admin;
+use tessera_server::admin::Admin;
 use tessera_store::AuthMethod;
 
-use crate::helpers::*;
+use tessera_testkit::*;
 
 const FORM: &str = "grant_type=client_credentials&scope=market-data-api%20news-api";
 
@@ -75,7 +75,7 @@ async fn issues_a_signed_rfc9068_token() {
         claims["exp"].as_u64().unwrap(),
     );
     assert_eq!(exp - iat, 3600);
-    let now = tessera_store::now() as u64;
+    let now = app.clock.now() as u64;
     assert!(iat <= now && now - iat < 5);
     // At least 128 random bits: 22 base64url characters.
     let jti = claims["jti"].as_str().unwrap();
@@ -94,7 +94,7 @@ async fn issues_a_signed_rfc9068_token() {
 
 #[tokio::test]
 async fn es256_is_a_configurable_alternative() {
-    let app = spawn_with(|c| c.signing_alg = tessera_proto::Algorithm::ES256).await;
+    let app = spawn_with(|s| s.config.signing_alg = tessera_proto::Algorithm::ES256).await;
     let (id, secret) = app.client().await;
     let body: serde_json::Value = app.token(&id, &secret, FORM).await.json().await.unwrap();
     let claims = verify_elsewhere(
@@ -215,14 +215,16 @@ async fn bad_client_credentials_are_invalid_client_with_a_challenge() {
 async fn a_disabled_client_is_refused_and_can_be_enabled_again() {
     let app = spawn_app().await;
     let (id, secret) = app.client().await;
-    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = false)
+    app.admin()
+        .update_client(id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
     app.state.sync().await.unwrap();
     let response = app.token(&id, &secret, FORM).await;
     assert_basic_challenge(&response);
     assert_eq!(error_of(response).await.1, "invalid_client");
-    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = true)
+    app.admin()
+        .update_client(id.as_str(), |c| c.enabled = true)
         .await
         .unwrap();
     app.state.sync().await.unwrap();
@@ -432,8 +434,9 @@ async fn client_secret_post_is_a_per_client_option() {
 async fn a_rotated_secret_keeps_working_until_its_deadline() {
     let app = spawn_app().await;
     let (id, old) = app.client().await;
-    // Four seconds of grace: deadlines are whole seconds, and a busy machine may be slow.
-    let (_, new) = admin::rotate_secret(app.store.as_ref(), &app.secrets, id.as_str(), 4)
+    let (_, new) = app
+        .admin()
+        .rotate_secret(&app.secrets, id.as_str(), 4)
         .await
         .unwrap();
     app.state.sync().await.unwrap();
@@ -443,7 +446,7 @@ async fn a_rotated_secret_keeps_working_until_its_deadline() {
         200,
         "old secret in its grace period"
     );
-    tokio::time::sleep(Duration::from_millis(5100)).await;
+    app.clock.advance(Duration::from_secs(4));
     assert_eq!(app.token(&id, &new, FORM).await.status(), 200);
     assert_eq!(
         app.token(&id, &old, FORM).await.status(),
@@ -452,7 +455,9 @@ async fn a_rotated_secret_keeps_working_until_its_deadline() {
     );
 
     // Without grace, the old secret stops at once.
-    let (_, newer) = admin::rotate_secret(app.store.as_ref(), &app.secrets, id.as_str(), 0)
+    let (_, newer) = app
+        .admin()
+        .rotate_secret(&app.secrets, id.as_str(), 0)
         .await
         .unwrap();
     app.state.sync().await.unwrap();
@@ -465,7 +470,8 @@ async fn a_plan_change_applies_to_the_next_request() {
     let app = spawn_app().await;
     let (id, secret) = app.client().await;
     assert_eq!(app.token(&id, &secret, FORM).await.status(), 200);
-    admin::set_plan(app.store.as_ref(), "pro", "news-api oms-api", Some(120))
+    app.admin()
+        .set_plan("pro", "news-api oms-api", Some(120))
         .await
         .unwrap();
     app.state.sync().await.unwrap();
@@ -481,14 +487,14 @@ async fn a_plan_change_applies_to_the_next_request() {
     assert_eq!(body["expires_in"], 120);
 
     // Moving the client to another plan.
-    admin::set_plan(app.store.as_ref(), "market", "market-data-api", None)
+    app.admin()
+        .set_plan("market", "market-data-api", None)
         .await
         .unwrap();
-    admin::update_client(app.store.as_ref(), id.as_str(), |c| {
-        c.plan = "market".into()
-    })
-    .await
-    .unwrap();
+    app.admin()
+        .update_client(id.as_str(), |c| c.plan = "market".into())
+        .await
+        .unwrap();
     app.state.sync().await.unwrap();
     let scope = "grant_type=client_credentials&scope=market-data-api";
     assert_eq!(app.token(&id, &secret, scope).await.status(), 200);
@@ -502,25 +508,21 @@ async fn a_plan_change_applies_to_the_next_request() {
 
 #[tokio::test]
 async fn a_change_by_another_process_is_seen_within_a_second() {
-    let app = spawn_with(|c| {
-        c.sync_interval = Duration::from_millis(250);
+    let app = spawn_with(|s| {
+        s.config.sync_interval = Duration::from_millis(250);
         // Polling for a client that does not exist yet is a string of failed
         // authentications; keep the brute-force throttle out of this test's way.
-        c.auth_failure_rate.count = 1000;
-        c.auth_failure_rate.burst = 1000;
+        s.config.auth_failure_rate.count = 1000;
+        s.config.auth_failure_rate.burst = 1000;
     })
     .await;
     // A second, independent connection pool to the same file, as the CLI would open.
     let other = tessera_store::open(&app.db_url).await.unwrap();
-    let (client, secret) = admin::create_client(
-        other.as_ref(),
-        &app.secrets,
-        "pro",
-        "cli",
-        AuthMethod::ClientSecretBasic,
-    )
-    .await
-    .unwrap();
+    let clock = app.clock.clone().into();
+    let (client, secret) = Admin::new(other.as_ref(), &clock)
+        .create_client(&app.secrets, "pro", "cli", AuthMethod::ClientSecretBasic)
+        .await
+        .unwrap();
     let started = std::time::Instant::now();
     loop {
         if app.token(&client.id, &secret, FORM).await.status() == 200 {
@@ -570,7 +572,7 @@ async fn a_large_body_gets_413() {
 
 #[tokio::test]
 async fn a_client_that_sends_too_slowly_is_timed_out() {
-    let app = spawn_with(|c| c.request_timeout = Duration::from_millis(500)).await;
+    let app = spawn_with(|s| s.config.request_timeout = Duration::from_millis(500)).await;
     let (id, secret) = app.client().await;
     let head = format!(
         "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\ngrant_type=",
@@ -587,7 +589,7 @@ async fn a_client_that_sends_too_slowly_is_timed_out() {
 #[tokio::test]
 async fn a_client_that_sends_its_head_too_slowly_is_disconnected() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let app = spawn_with(|c| c.header_timeout = Duration::from_millis(500)).await;
+    let app = spawn_with(|s| s.config.header_timeout = Duration::from_millis(500)).await;
     let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     stream
         .write_all(b"POST /connect/token HTTP/1.1\r\nhost: x\r\n")

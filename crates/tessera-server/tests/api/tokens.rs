@@ -3,9 +3,8 @@
 use std::time::Duration;
 
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_server::admin;
 
-use crate::helpers::*;
+use tessera_testkit::*;
 
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
@@ -120,7 +119,8 @@ async fn introspection_describes_active_tokens_only() {
 #[tokio::test]
 async fn expired_tokens_are_inactive() {
     let app = spawn_app().await;
-    admin::set_plan(app.store.as_ref(), "short", "news-api", Some(1))
+    app.admin()
+        .set_plan("short", "news-api", Some(1))
         .await
         .unwrap();
     let (id, secret) = app
@@ -128,7 +128,7 @@ async fn expired_tokens_are_inactive() {
         .await;
     let token = issue(&app, &id, &secret).await;
     assert_eq!(introspect(&app, &id, &secret, &token).await["active"], true);
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    app.clock.advance(Duration::from_secs(1));
     assert_eq!(
         introspect(&app, &id, &secret, &token).await["active"],
         false
@@ -171,7 +171,7 @@ async fn a_client_revokes_its_own_tokens_only() {
     // Remembered until its exp.
     let revoked: Vec<_> = app
         .store
-        .revoked_since(0, tessera_store::now())
+        .revoked_since(0, app.clock.now())
         .await
         .unwrap()
         .into_iter()
@@ -226,7 +226,8 @@ async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
         introspect(&app, &api, &api_secret, &token).await["active"],
         true
     );
-    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = false)
+    app.admin()
+        .update_client(id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
     app.state.sync().await.unwrap();
@@ -234,7 +235,8 @@ async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
         introspect(&app, &api, &api_secret, &token).await["active"],
         false
     );
-    admin::update_client(app.store.as_ref(), id.as_str(), |c| c.enabled = true)
+    app.admin()
+        .update_client(id.as_str(), |c| c.enabled = true)
         .await
         .unwrap();
     app.state.sync().await.unwrap();
@@ -242,9 +244,7 @@ async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
         introspect(&app, &api, &api_secret, &token).await["active"],
         true
     );
-    admin::delete_client(app.store.as_ref(), id.as_str())
-        .await
-        .unwrap();
+    app.admin().delete_client(id.as_str()).await.unwrap();
     app.state.sync().await.unwrap();
     assert_eq!(
         introspect(&app, &api, &api_secret, &token).await["active"],

@@ -18,9 +18,7 @@ use tessera_client::{
     ClientId, ClientSecret, Environment, Error, ErrorCode, RetryPolicy, ScopeSet, TokenCache,
     TokenClient, TokenClientBuilder, Url,
 };
-use tessera_server::secrets::Secrets;
-use tessera_server::AppState;
-use tessera_store::{AuthMethod, Store};
+use tessera_testkit::TestApp;
 use tokio::net::TcpListener;
 
 /// A canned answer the middleware gives instead of the token endpoint.
@@ -28,92 +26,61 @@ type Canned = (StatusCode, Vec<(header::HeaderName, &'static str)>);
 
 /// A running server and what the tests look at.
 struct TestServer {
+    app: TestApp,
     url: Url,
-    store: Arc<dyn Store>,
-    secrets: Arc<Secrets>,
-    state: AppState,
     /// Token requests that reached the middleware, canned answers included.
     token_requests: Arc<AtomicUsize>,
     /// Answers given before the real endpoint is asked, first come first served.
     canned: Arc<Mutex<VecDeque<Canned>>>,
-    _dir: tempfile::TempDir,
 }
 
 impl TestServer {
     /// A server with plan `pro` (market-data-api, news-api; tokens live `ttl` seconds).
     async fn spawn(ttl: u32) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        let store = tessera_store::open(&url).await.unwrap();
-        let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let config = tessera_server::Config::new(format!("http://{addr}"));
-        let state = AppState::prepare(config, store.clone(), secrets.clone())
-            .await
-            .unwrap();
-        tessera_server::admin::set_plan(
-            store.as_ref(),
-            "pro",
-            "market-data-api news-api",
-            Some(ttl),
-        )
-        .await
-        .unwrap();
-
         let token_requests = Arc::new(AtomicUsize::new(0));
         let canned = Arc::new(Mutex::new(VecDeque::<Canned>::new()));
         let (count, answers) = (token_requests.clone(), canned.clone());
-        let app = tessera_server::app(state.clone()).layer(middleware::from_fn(
-            move |request: Request, next: Next| {
-                let (count, answers) = (count.clone(), answers.clone());
-                async move {
-                    if request.uri().path() != "/connect/token" {
-                        return next.run(request).await;
-                    }
-                    count.fetch_add(1, Ordering::SeqCst);
-                    let answer = answers.lock().unwrap().pop_front();
-                    match answer {
-                        Some((status, headers)) => {
-                            let mut response =
-                                Response::new(Body::from(r#"{"error":"temporarily_unavailable"}"#));
-                            *response.status_mut() = status;
-                            for (name, value) in headers {
-                                response.headers_mut().insert(name, value.parse().unwrap());
-                            }
-                            response
-                        }
-                        None => next.run(request).await,
-                    }
+        let middleware = middleware::from_fn(move |request: Request, next: Next| {
+            let (count, answers) = (count.clone(), answers.clone());
+            async move {
+                if request.uri().path() != "/connect/token" {
+                    return next.run(request).await;
                 }
-            },
-        ));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-
+                count.fetch_add(1, Ordering::SeqCst);
+                let answer = answers.lock().unwrap().pop_front();
+                match answer {
+                    Some((status, headers)) => {
+                        let mut response =
+                            Response::new(Body::from(r#"{"error":"temporarily_unavailable"}"#));
+                        *response.status_mut() = status;
+                        for (name, value) in headers {
+                            response.headers_mut().insert(name, value.parse().unwrap());
+                        }
+                        response
+                    }
+                    None => next.run(request).await,
+                }
+            }
+        });
+        let app = tessera_testkit::spawn_with(|s| {
+            s.pro_ttl = Some(ttl);
+            // The client kit waits out Retry-After on the system clock: so does the
+            // server here.
+            s.system_clock = true;
+            s.wrap = Some(Box::new(move |router| router.layer(middleware)));
+        })
+        .await;
         TestServer {
-            url: Url::parse(&format!("http://{addr}")).unwrap(),
-            store,
-            secrets,
-            state,
+            url: Url::parse(&app.base).unwrap(),
+            app,
             token_requests,
             canned,
-            _dir: dir,
         }
     }
 
     /// Registers a client of plan `pro` and makes the running registry see it.
     async fn client(&self) -> (ClientId, ClientSecret) {
-        let (client, secret) = tessera_server::admin::create_client(
-            self.store.as_ref(),
-            &self.secrets,
-            "pro",
-            "test",
-            AuthMethod::ClientSecretBasic,
-        )
-        .await
-        .unwrap();
-        self.state.sync().await.unwrap();
-        (client.id, secret)
+        self.app.client().await
     }
 
     fn requests(&self) -> usize {
@@ -451,7 +418,10 @@ async fn the_servers_own_rate_limit_is_waited_out() {
         })),
         ..Default::default()
     };
-    tessera_server::admin::set_plan_with(server.store.as_ref(), "pro", "news-api", &settings)
+    server
+        .app
+        .admin()
+        .set_plan_with("pro", "news-api", &settings)
         .await
         .unwrap();
     let client = server.token_client("news-api").await;

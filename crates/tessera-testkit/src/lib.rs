@@ -1,0 +1,317 @@
+//! Starts a real Tessera for tests: the production serve path (`tessera_server::run_router`)
+//! on port 0, a fresh SQLite file per server (or a database the test names), a clock the
+//! test moves, and the log captured. Every test binary of the workspace starts its servers
+//! here.
+//!
+//! ```no_run
+//! # async fn example() {
+//! let app = tessera_testkit::spawn_app().await;
+//! let (id, secret) = app.client().await;
+//! let answer = app.token(&id, &secret, "grant_type=client_credentials&scope=news-api").await;
+//! assert_eq!(answer.status(), 200);
+//! app.clock.advance(std::time::Duration::from_secs(3600)); // no sleeping
+//! # }
+//! ```
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
+use tessera_server::admin::Admin;
+use tessera_server::clock::ManualClock;
+use tessera_server::secrets::Secrets;
+use tessera_server::{AppState, Config};
+use tessera_store::{AuthMethod, Store};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The scopes of plan `pro`, which every test server has.
+pub const SCOPES: &str = "market-data-api news-api";
+
+/// What a test may change before the server starts.
+pub struct Setup {
+    /// The server's settings; the issuer is already `http://ADDRESS`.
+    pub config: Config,
+    /// The database; `None` is a fresh SQLite file in a temporary folder.
+    pub database_url: Option<String>,
+    /// The clock the server reads; by default one standing at the current time.
+    pub clock: ManualClock,
+    /// Serve on the system clock instead (for peers that read the system clock
+    /// themselves); then moving [`TestApp::clock`] moves nothing.
+    pub system_clock: bool,
+    /// Token lifetime of plan `pro`, in seconds (default 3600).
+    pub pro_ttl: Option<u32>,
+    /// Layers around the server's router (a test's middleware), applied last.
+    pub wrap: Option<Box<dyn FnOnce(axum::Router) -> axum::Router + Send>>,
+}
+
+impl std::fmt::Debug for Setup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Setup")
+            .field("config", &self.config)
+            .field("database_url", &self.database_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running server and the handles a test needs.
+#[derive(Debug)]
+pub struct TestApp {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its issuer and base URL, `http://ADDRESS`.
+    pub base: String,
+    /// Its store, for setting up and inspecting records.
+    pub store: Arc<dyn Store>,
+    /// Its master secrets (a fixed test key).
+    pub secrets: Arc<Secrets>,
+    /// Its state.
+    pub state: AppState,
+    /// The clock it reads: move it instead of sleeping.
+    pub clock: ManualClock,
+    /// An HTTP client.
+    pub http: reqwest::Client,
+    /// Its database URL.
+    pub db_url: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+/// A server with the defaults.
+pub async fn spawn_app() -> TestApp {
+    spawn_with(|_| {}).await
+}
+
+/// A server with plan `pro` granting [`SCOPES`], after `configure` has changed the setup.
+pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
+    capture_log();
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port on loopback");
+    let addr = listener.local_addr().expect("a bound address");
+    let base = format!("http://{addr}");
+    let mut config = Config::new(base.clone());
+    config.sync_interval = Duration::from_millis(100);
+    let mut setup = Setup {
+        config,
+        database_url: None,
+        clock: ManualClock::starting_now(),
+        system_clock: false,
+        pro_ttl: None,
+        wrap: None,
+    };
+    configure(&mut setup);
+    let db_url = setup
+        .database_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("tessera.db").display()));
+    let store = tessera_store::open(&db_url)
+        .await
+        .expect("the test database");
+    let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
+    setup.config.clock = if setup.system_clock {
+        tessera_server::clock::Clock::system()
+    } else {
+        setup.clock.clone().into()
+    };
+    Admin::new(store.as_ref(), &setup.config.clock)
+        .set_plan("pro", SCOPES, setup.pro_ttl)
+        .await
+        .expect("plan pro");
+    let state = AppState::prepare(setup.config, store.clone(), secrets.clone())
+        .await
+        .expect("a prepared server");
+    let mut router = tessera_server::app(state.clone());
+    if let Some(wrap) = setup.wrap {
+        router = wrap(router);
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(tessera_server::run_router(
+        listener,
+        state.clone(),
+        router,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    TestApp {
+        addr,
+        base,
+        store,
+        secrets,
+        state,
+        clock: setup.clock,
+        http: reqwest::Client::new(),
+        db_url,
+        shutdown: Some(tx),
+        server: Some(server),
+        _dir: dir,
+    }
+}
+
+impl TestApp {
+    /// The admin operations on this server's store and clock.
+    pub fn admin(&self) -> Admin<'_> {
+        self.state.admin()
+    }
+
+    /// Registers a client on `plan` and makes the server see it at once.
+    pub async fn client_on(&self, plan: &str, method: AuthMethod) -> (ClientId, ClientSecret) {
+        let (client, secret) = self
+            .admin()
+            .create_client(&self.secrets, plan, "test", method)
+            .await
+            .expect("a new client");
+        self.sync().await;
+        (client.id, secret)
+    }
+
+    /// Registers a client on plan `pro` with HTTP Basic.
+    pub async fn client(&self) -> (ClientId, ClientSecret) {
+        self.client_on("pro", AuthMethod::ClientSecretBasic).await
+    }
+
+    /// Makes the server read the store now rather than at its next poll.
+    pub async fn sync(&self) {
+        self.state.sync().await.expect("the store answers");
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A token request with Basic credentials and a form body.
+    pub async fn token(
+        &self,
+        id: &ClientId,
+        secret: &ClientSecret,
+        body: &str,
+    ) -> reqwest::Response {
+        self.http
+            .post(self.url("/connect/token"))
+            .header("authorization", basic(id, secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("the server answers")
+    }
+
+    /// Sends raw bytes and returns the raw response.
+    pub async fn raw(&self, request: &[u8]) -> String {
+        let mut stream = TcpStream::connect(self.addr).await.expect("a connection");
+        stream.write_all(request).await.expect("the request sent");
+        let mut out = Vec::new();
+        stream.read_to_end(&mut out).await.expect("the answer read");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Stops the server and waits until it has finished.
+    pub async fn stop(&mut self) -> std::io::Result<()> {
+        self.stop_signal();
+        match self.server.take() {
+            Some(server) => server.await.expect("the server task ends"),
+            None => Ok(()),
+        }
+    }
+
+    /// Tells the server to stop, without waiting.
+    pub fn stop_signal(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits for the server to have stopped, after [`TestApp::stop_signal`].
+    pub async fn stopped(&mut self) -> std::io::Result<()> {
+        self.stop().await
+    }
+
+    /// Every line logged in this test process so far (JSON, one event a line). Servers of
+    /// other tests log here too: look for what is unique to yours (a client id, a token).
+    pub fn log(&self) -> String {
+        captured()
+    }
+}
+
+/// The `Authorization` value for HTTP Basic with these credentials (RFC 6749 2.3.1).
+pub fn basic(id: &ClientId, secret: &ClientSecret) -> String {
+    BasicCredentials {
+        client_id: id.clone(),
+        client_secret: secret.clone(),
+    }
+    .to_header()
+}
+
+/// Reads an error answer: status, `error`, `error_description`; checks the RFC 6749 5.1
+/// cache headers every token endpoint answer carries.
+pub async fn error_of(response: reqwest::Response) -> (u16, String, String) {
+    let status = response.status().as_u16();
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    assert_eq!(response.headers()["pragma"], "no-cache");
+    let body: serde_json::Value = response.json().await.expect("a JSON body");
+    (
+        status,
+        body["error"].as_str().expect("an error code").to_owned(),
+        body["error_description"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+/// The claims of a JWT, read without verification.
+pub fn claims_of(token: &str) -> serde_json::Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .expect("base64url");
+    serde_json::from_slice(&bytes).expect("JSON claims")
+}
+
+/// The process-wide log buffer.
+fn buffer() -> &'static Arc<Mutex<Vec<u8>>> {
+    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    BUFFER.get_or_init(Arc::default)
+}
+
+#[derive(Clone)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs, once per process, a global subscriber that writes every event at INFO and
+/// above as JSON into the buffer. A global one, not a scoped one: servers log from tasks
+/// on any thread, and tracing caches per call site which subscribers are interested.
+fn capture_log() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let writer = Capture(buffer().clone());
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        // Another subscriber installed by the test binary wins; then nothing is captured.
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+}
+
+fn captured() -> String {
+    String::from_utf8_lossy(&buffer().lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+}
