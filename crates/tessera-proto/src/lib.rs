@@ -10,6 +10,8 @@
 //! - [`error`]: the error codes of RFC 6749 5.2, RFC 6750 3.1 and RFC 9470, and the error body.
 //! - [`claims`]: the JWT access token claims of RFC 9068.
 //! - [`jwk`]: signing algorithms, JSON Web Keys and key sets (RFC 7517, RFC 8037).
+//! - [`jws`]: the one reader of access tokens in compact JWS form: form and JOSE header
+//!   checked before any crypto (RFC 7515, RFC 8725, RFC 9068 section 4).
 //! - [`metadata`]: authorization server metadata (RFC 8414).
 
 pub mod claims;
@@ -17,6 +19,7 @@ pub mod client;
 pub mod error;
 pub mod form;
 pub mod jwk;
+pub mod jws;
 pub mod metadata;
 pub mod scope;
 pub mod token;

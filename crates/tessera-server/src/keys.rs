@@ -16,7 +16,7 @@ use aws_lc_rs::signature::{
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Serialize;
-use tessera_proto::{AccessTokenClaims, Algorithm, Jwk};
+use tessera_proto::{jws, AccessTokenClaims, Algorithm, Jwk};
 use tessera_store::{SigningKey, Timestamp};
 use thiserror::Error;
 
@@ -176,21 +176,24 @@ impl LoadedKey {
         let mut jwt = String::with_capacity(self.header_prefix.len() + payload.len() * 4 / 3 + 100);
         jwt.push_str(&self.header_prefix);
         URL_SAFE_NO_PAD.encode_string(&payload, &mut jwt);
-        let signature = match &self.pair {
-            Pair::Ed25519(p) => p.sign(jwt.as_bytes()).as_ref().to_vec(),
-            Pair::Es256(p) => p
-                .sign(&SystemRandom::new(), jwt.as_bytes())
-                .expect("ECDSA signing")
-                .as_ref()
-                .to_vec(),
-        };
+        let signature = self.sign(jwt.as_bytes());
         jwt.push('.');
         URL_SAFE_NO_PAD.encode_string(signature, &mut jwt);
         jwt
     }
-}
 
-impl LoadedKey {
+    /// Signs `message`, the JWS signing input (RFC 7515 section 5.1 step 5).
+    fn sign(&self, message: &[u8]) -> Vec<u8> {
+        match &self.pair {
+            Pair::Ed25519(p) => p.sign(message).as_ref().to_vec(),
+            Pair::Es256(p) => p
+                .sign(&SystemRandom::new(), message)
+                .expect("ECDSA signing")
+                .as_ref()
+                .to_vec(),
+        }
+    }
+
     /// Checks a signature made by this key.
     fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
         match &self.pair {
@@ -243,38 +246,18 @@ impl KeyRing {
             .collect()
     }
 
-    /// Reads back a token this server signed: compact JWS with three parts, header `typ`
-    /// `at+jwt`, a `kid` of this ring with a matching `alg`, and a valid signature. Says
-    /// nothing of expiry or issuer; the caller checks those.
+    /// Reads back a token this server signed: the form and header pass the parser every
+    /// reader of Tessera tokens uses ([`jws::parse`]: no `jku`, `jwk`, `x5u`, `x5c` or `crit`,
+    /// `typ` `at+jwt`), `kid` names a key of this ring whose algorithm is `alg`, and the
+    /// signature verifies (RFC 7515 section 5.2). Says nothing of expiry or issuer; the caller
+    /// checks those.
     pub fn verify(&self, token: &str) -> Option<AccessTokenClaims> {
-        if token.len() > MAX_TOKEN_LEN {
+        let jws = jws::parse(token, MAX_TOKEN_LEN, &[Algorithm::EdDSA, Algorithm::ES256]).ok()?;
+        let key = self.keys.iter().find(|k| k.kid == jws.kid)?;
+        if key.alg != jws.alg || !key.verify(jws.signing_input, &jws.signature) {
             return None;
         }
-        let mut parts = token.split('.');
-        let (header, payload, signature) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() {
-            return None;
-        }
-        #[derive(serde::Deserialize)]
-        struct Header {
-            alg: String,
-            kid: String,
-            typ: String,
-        }
-        let header: Header = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).ok()?).ok()?;
-        if header.typ != "at+jwt" {
-            return None;
-        }
-        let key = self.keys.iter().find(|k| k.kid == header.kid)?;
-        if key.alg.as_str() != header.alg {
-            return None;
-        }
-        let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
-        let signed = &token[..token.len() - token.rsplit('.').next()?.len() - 1];
-        if !key.verify(signed.as_bytes(), &signature) {
-            return None;
-        }
-        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()
+        jws::decode_claims(&jws.payload)
     }
 }
 
@@ -330,6 +313,43 @@ mod tests {
         assert!(ring.verify(&tampered).is_none());
         assert!(ring.verify("a.b").is_none());
         assert!(ring.verify(&format!("{good}.x")).is_none());
+    }
+
+    #[test]
+    fn the_ring_refuses_hostile_headers_even_under_its_own_signature() {
+        let key = loaded(Algorithm::EdDSA, 10);
+        let ring = KeyRing::new(vec![key.clone()]);
+        let claims = serde_json::json!({"iss": "i", "sub": "c", "client_id": "c", "aud": ["a"],
+            "scope": "a", "iat": 1, "exp": 2, "jti": "j", "app_only": true});
+        // A token with this header and these claims, correctly signed by `key`.
+        let signed = |header: &serde_json::Value| {
+            let input = format!(
+                "{}.{}",
+                URL_SAFE_NO_PAD.encode(header.to_string()),
+                URL_SAFE_NO_PAD.encode(claims.to_string())
+            );
+            let signature = URL_SAFE_NO_PAD.encode(key.sign(input.as_bytes()));
+            format!("{input}.{signature}")
+        };
+        let plain = serde_json::json!({"alg": "EdDSA", "typ": "at+jwt", "kid": key.kid});
+        assert_eq!(ring.verify(&signed(&plain)).unwrap().jti, "j");
+        let with = |name: &str, value: serde_json::Value| {
+            let mut header = plain.clone();
+            header[name] = value;
+            signed(&header)
+        };
+        // Each of these passed the server's former parser, which ignored unknown members and
+        // took an array for the header object (RFC 7515 sections 4.1.2 to 4.1.6, 4.1.11).
+        for hostile in [
+            with("crit", serde_json::json!(["exp"])),
+            with("jku", serde_json::json!("https://evil.example/jwks.json")),
+            with("x5u", serde_json::json!("https://evil.example/cert.pem")),
+            with("jwk", serde_json::to_value(&key.jwk).unwrap()),
+            with("x5c", serde_json::json!(["MIIB"])),
+            signed(&serde_json::json!(["EdDSA", key.kid, "at+jwt"])),
+        ] {
+            assert!(ring.verify(&hostile).is_none(), "{hostile}");
+        }
     }
 
     #[test]

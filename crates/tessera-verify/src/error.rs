@@ -1,6 +1,7 @@
 //! Why a token, a configuration or a key fetch was refused. Nothing here knows HTTP: the
 //! mapping to RFC 6750 responses lives in [`crate::rejection`].
 
+use tessera_proto::jws::JwsError;
 use thiserror::Error;
 
 /// Why an access token was refused.
@@ -70,6 +71,23 @@ pub enum VerifyError {
     /// `nbf` is still ahead, leeway included (RFC 7519 section 4.1.5).
     #[error("the token is not valid yet")]
     NotYetValid,
+}
+
+impl VerifyError {
+    /// The refusal of the shared JWS parser, as this crate has always named it.
+    pub(crate) fn from_jws(e: JwsError) -> Self {
+        match e {
+            JwsError::TooLarge { limit } => Self::TooLarge { limit },
+            JwsError::Encrypted => Self::Encrypted,
+            JwsError::Malformed => Self::Malformed,
+            JwsError::MalformedHeader => Self::MalformedHeader,
+            JwsError::UntrustedKeyReference => Self::UntrustedKeyReference,
+            JwsError::CriticalHeader => Self::CriticalHeader,
+            JwsError::AlgorithmNotAllowed => Self::AlgorithmNotAllowed,
+            JwsError::WrongType => Self::WrongType,
+            JwsError::BadKeyId => Self::BadKeyId,
+        }
+    }
 }
 
 /// Why a [`VerifierBuilder`](crate::VerifierBuilder) could not build.

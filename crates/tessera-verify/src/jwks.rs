@@ -17,10 +17,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use tessera_proto::jws::is_reasonable_kid;
 use tessera_proto::{Algorithm, AuthorizationServerMetadata, Jwk};
 
 use crate::error::KeySourceError;
-use crate::validate::is_reasonable_kid;
 
 /// The largest metadata or JWKS document read. A set of a few keys is about 1 KiB.
 const MAX_DOCUMENT: usize = 64 * 1024;

@@ -9,8 +9,9 @@
 //! # Layout
 //!
 //! - [`verifier`]: [`Verifier`], its builder and defaults; the order of the checks.
-//! - `validate`: the compact form and JOSE header, checked before any crypto, and the claims
-//!   (RFC 7515, RFC 8725, RFC 9068 section 4). Pure functions, no I/O.
+//! - `validate`: the claims, checked after the signature (RFC 9068 section 4). Pure
+//!   functions, no I/O. The compact form and JOSE header are checked before any crypto by
+//!   [`tessera_proto::jws`], the parser the server reads its own tokens with too.
 //! - `jwks`: JWK parsing (RFC 8037, RFC 7518 6.2), the key cache, discovery and fetching,
 //!   with the refresh rate limit and the keep-keys-when-down rule.
 //! - [`error`]: [`VerifyError`] (why a token was refused), [`ConfigError`],

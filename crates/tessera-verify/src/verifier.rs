@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tessera_proto::{AccessTokenClaims, Algorithm, JwkSet};
+use tessera_proto::{jws, AccessTokenClaims, Algorithm, JwkSet};
 
 use crate::error::{ConfigError, KeySourceError, VerifyError};
 use crate::jwks::{KeyCache, KeySet, Remote};
@@ -257,7 +257,8 @@ impl Verifier {
         audience: Option<&str>,
     ) -> Result<AccessTokenClaims, VerifyError> {
         let inner = &*self.inner;
-        let jws = validate::parse(token, inner.max_token_size, &inner.algorithms)?;
+        let jws = jws::parse(token, inner.max_token_size, &inner.algorithms)
+            .map_err(VerifyError::from_jws)?;
         let mut keys = inner.cache.current();
         if keys.get(&jws.kid).is_none() {
             keys = inner.cache.after_unknown_kid().await;
