@@ -3,9 +3,14 @@
 //! # Layout
 //!
 //! - [`Store`]: the trait every backend implements; callers know nothing else.
+//! - `sql.rs`: `SqlStore<DB>`, the one implementation of [`Store`], generic over the sqlx
+//!   database: portable SQL, binding and transactions, with rows mapped to domain types in
+//!   `rows.rs`.
 //! - [`sqlite`]: the embedded default, one file, migrations in `migrations/sqlite/`.
 //! - [`postgres`]: for many instances sharing one database, migrations in
-//!   `migrations/postgres/`. Both map rows with the same code (`rows.rs`).
+//!   `migrations/postgres/`. Each backend module holds only what its database does its own
+//!   way: its store type (`SqlStore` of that database), how it opens, and its `Dialect`
+//!   (the SQL it words differently: how revocations are numbered).
 //! - [`open`]: the one place where a database URL picks a backend.
 //!
 //! The token hot path never calls the store: the server holds the registry in memory and
@@ -19,6 +24,7 @@ use thiserror::Error;
 
 pub mod postgres;
 mod rows;
+mod sql;
 pub mod sqlite;
 #[cfg(feature = "test-support")]
 pub mod testing;
@@ -218,7 +224,7 @@ impl std::fmt::Debug for SigningKey {
     }
 }
 
-/// The registry's storage. One implementation per backend; see [`open`].
+/// The registry's storage. One implementation serves every backend (`sql.rs`); see [`open`].
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// A counter that grows with every change to plans, clients or keys, by any process.

@@ -1,21 +1,18 @@
 //! The PostgreSQL backend, for many stateless Tessera instances sharing one database. The
-//! schema is in `migrations/postgres/`; row mapping is shared with SQLite (`rows.rs`).
+//! schema is in `migrations/postgres/`; the queries are shared with SQLite (`sql.rs`), so
+//! this module only connects and gives the one statement PostgreSQL words its own way.
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
-use tessera_proto::ClientId;
+use sqlx::Postgres;
 
-use crate::{rows, Client, Plan, Result, Revoked, SigningKey, Store, Timestamp, Usage};
+use crate::sql::{Dialect, SqlStore};
+use crate::Result;
 
-/// A store in a PostgreSQL database.
-#[derive(Debug, Clone)]
-pub struct PostgresStore {
-    pool: PgPool,
-}
+/// A [`Store`](crate::Store) in a PostgreSQL database.
+pub type PostgresStore = SqlStore<Postgres>;
 
 impl PostgresStore {
     /// Connects to `url` (`postgres://…`) and applies the embedded migrations.
@@ -23,249 +20,13 @@ impl PostgresStore {
         let options = PgConnectOptions::from_str(url)?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
-            .await?;
-        sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        Ok(Self { pool })
+            .acquire_timeout(Duration::from_secs(5));
+        Self::connect(pool, options, sqlx::migrate!("migrations/postgres")).await
     }
 }
 
-/// Binds a `u32` as PostgreSQL's BIGINT.
-fn big(v: impl Into<i64>) -> i64 {
-    v.into()
-}
-
-#[async_trait]
-impl Store for PostgresStore {
-    async fn revision(&self) -> Result<i64> {
-        Ok(
-            sqlx::query_scalar("SELECT value FROM revision WHERE id = 1")
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
-
-    async fn put_plan(&self, plan: &Plan) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
-             rate_count, rate_period, rate_burst, reuse_percent) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (name) DO UPDATE SET scopes = $2, token_ttl = $3, updated_at = $5, \
-             rate_count = $6, rate_period = $7, rate_burst = $8, reuse_percent = $9",
-        )
-        .bind(&plan.name)
-        .bind(plan.scopes.to_string())
-        .bind(big(plan.token_ttl))
-        .bind(plan.created_at)
-        .bind(plan.updated_at)
-        .bind(plan.token_rate.map(|r| big(r.count)))
-        .bind(plan.token_rate.map(|r| big(r.period_secs)))
-        .bind(plan.token_rate.map(|r| big(r.burst)))
-        .bind(plan.reuse_percent.map(big))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn plans(&self) -> Result<Vec<Plan>> {
-        sqlx::query("SELECT * FROM plans ORDER BY name")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::plan)
-            .collect()
-    }
-
-    async fn insert_clients(&self, clients: &[Client]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        for client in clients {
-            let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
-            sqlx::query(
-                "INSERT INTO clients (id, plan, label, secret_hash, previous_secret_hash, \
-                 previous_secret_expires_at, auth_method, enabled, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            )
-            .bind(client.id.as_str())
-            .bind(&client.plan)
-            .bind(&client.label)
-            .bind(&client.secret_hash)
-            .bind(prev_hash)
-            .bind(prev_until)
-            .bind(client.auth_method.as_str())
-            .bind(client.enabled)
-            .bind(client.created_at)
-            .bind(client.updated_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn clients(&self) -> Result<Vec<Client>> {
-        sqlx::query("SELECT * FROM clients ORDER BY created_at, id")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::client)
-            .collect()
-    }
-
-    async fn client(&self, id: &ClientId) -> Result<Option<Client>> {
-        sqlx::query("SELECT * FROM clients WHERE id = $1")
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(rows::client)
-            .transpose()
-    }
-
-    async fn update_client(&self, client: &Client) -> Result<bool> {
-        let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
-        let done = sqlx::query(
-            "UPDATE clients SET plan = $2, label = $3, secret_hash = $4, \
-             previous_secret_hash = $5, previous_secret_expires_at = $6, auth_method = $7, \
-             enabled = $8, updated_at = $9 WHERE id = $1",
-        )
-        .bind(client.id.as_str())
-        .bind(&client.plan)
-        .bind(&client.label)
-        .bind(&client.secret_hash)
-        .bind(prev_hash)
-        .bind(prev_until)
-        .bind(client.auth_method.as_str())
-        .bind(client.enabled)
-        .bind(client.updated_at)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn delete_client(&self, id: &ClientId) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM clients WHERE id = $1")
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn insert_key(&self, key: &SigningKey) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO signing_keys (kid, alg, public_jwk, private_sealed, created_at, activates_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&key.kid)
-        .bind(key.alg.as_str())
-        .bind(&key.public_jwk)
-        .bind(&key.private_sealed)
-        .bind(key.created_at)
-        .bind(key.activates_at)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| rows::constraint(e, &format!("key {}", key.kid), ""))?;
-        Ok(())
-    }
-
-    async fn keys(&self) -> Result<Vec<SigningKey>> {
-        sqlx::query("SELECT * FROM signing_keys ORDER BY activates_at, created_at, kid")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::key)
-            .collect()
-    }
-
-    async fn delete_key(&self, kid: &str) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM signing_keys WHERE kid = $1")
-            .bind(kid)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn revoke(&self, revoked: &Revoked) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO revoked_tokens (jti, client_id, exp) VALUES ($1, $2, $3) \
-             ON CONFLICT (jti) DO NOTHING",
-        )
-        .bind(&revoked.jti)
-        .bind(&revoked.client_id)
-        .bind(revoked.exp)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn revoked_since(&self, after: i64, now: Timestamp) -> Result<Vec<(i64, Revoked)>> {
-        sqlx::query(
-            "SELECT seq AS seq, jti, client_id, exp FROM revoked_tokens \
-             WHERE seq > $1 AND exp > $2 ORDER BY seq",
-        )
-        .bind(after)
-        .bind(now)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|row| Ok((sqlx::Row::try_get(row, "seq")?, rows::revoked(row)?)))
-        .collect()
-    }
-
-    async fn prune_revoked(&self, now: Timestamp) -> Result<()> {
-        sqlx::query("DELETE FROM revoked_tokens WHERE exp <= $1")
-            .bind(now)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
-        sqlx::query("INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
-            .bind(name)
-            .bind(proposed)
-            .execute(&self.pool)
-            .await?;
-        Ok(sqlx::query_scalar("SELECT value FROM meta WHERE name = $1")
-            .bind(name)
-            .fetch_one(&self.pool)
-            .await?)
-    }
-
-    async fn add_usage(&self, usage: &[Usage]) -> Result<()> {
-        // Many rows per statement: a flush carries one row per active client.
-        let mut tx = self.pool.begin().await?;
-        for chunk in usage.chunks(1000) {
-            let mut insert = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-                "INSERT INTO usage (client_id, day, issued, refused) ",
-            );
-            insert.push_values(chunk, |mut row, u| {
-                row.push_bind(&u.client_id)
-                    .push_bind(&u.day)
-                    .push_bind(u.issued as i64)
-                    .push_bind(u.refused as i64);
-            });
-            insert.push(
-                " ON CONFLICT (client_id, day) DO UPDATE \
-                 SET issued = usage.issued + excluded.issued, refused = usage.refused + excluded.refused",
-            );
-            insert.build().execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
-        sqlx::query(
-            "SELECT client_id, day, issued, refused FROM usage WHERE client_id = $1 ORDER BY day",
-        )
-        .bind(client_id.as_str())
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::usage)
-        .collect()
-    }
+impl Dialect for Postgres {
+    // The sequence behind `seq` (migrations/postgres/0002) numbers revocations.
+    const REVOKED_SINCE: &'static str = "SELECT seq, jti, client_id, exp \
+        FROM revoked_tokens WHERE seq > $1 AND exp > $2 ORDER BY seq";
 }

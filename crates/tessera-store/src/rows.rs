@@ -9,7 +9,7 @@ use tessera_proto::{Algorithm, ClientId, ScopeSet};
 use crate::{AuthMethod, Client, Plan, RateLimit, Revoked, SigningKey, StoreError, Usage};
 
 /// Reads column `name` as `T`.
-fn get<'r, R, T>(row: &'r R, name: &str) -> Result<T, StoreError>
+pub(crate) fn get<'r, R, T>(row: &'r R, name: &str) -> Result<T, StoreError>
 where
     R: Row,
     for<'n> &'n str: ColumnIndex<R>,

@@ -1,0 +1,329 @@
+//! The one implementation of [`Store`], [`SqlStore`], generic over the sqlx database: the
+//! SQL, the binding, the transactions and (with `rows.rs`) the row mapping are written once.
+//!
+//! The statements are portable. Both schemas have the same tables, columns and 64-bit
+//! integer types, so a `u32` is bound as an `i64` everywhere. Both databases know
+//! `ON CONFLICT`, `excluded` and `RETURNING`; the last tells whether a statement changed a
+//! row, since sqlx reports the count only on each backend's own result type. And SQLite
+//! reads `$N` as PostgreSQL does (sqlx binds it by number, as it binds `?N`).
+//!
+//! What truly differs stays with each backend: how it opens (connect options, pool size,
+//! migrations) and its [`Dialect`], the statements it words its own way.
+
+use async_trait::async_trait;
+use sqlx::migrate::{Migrate, Migrator};
+use sqlx::pool::PoolOptions;
+use sqlx::{
+    ColumnIndex, Connection, Database, Decode, Encode, Executor, IntoArguments, Pool, Type,
+};
+use tessera_proto::ClientId;
+
+use crate::{rows, Client, Plan, Result, Revoked, SigningKey, Store, Timestamp, Usage};
+
+/// The statements one database needs in its own words.
+pub(crate) trait Dialect: Database {
+    /// [`Store::revoked_since`]: columns `seq, jti, client_id, exp` of the revocations with
+    /// a sequence number above `$1` and `exp` above `$2`, in sequence order.
+    const REVOKED_SINCE: &'static str;
+}
+
+/// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
+/// [`PostgresStore`](crate::postgres::PostgresStore) are its two kinds.
+pub struct SqlStore<DB: Database> {
+    pool: Pool<DB>,
+}
+
+impl<DB: Database> std::fmt::Debug for SqlStore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("database", &DB::NAME)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl<DB: Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<DB: Database> SqlStore<DB>
+where
+    DB::Connection: Migrate,
+{
+    /// Connects with `options` and brings the schema up to date with `migrator`.
+    pub(crate) async fn connect(
+        pool: PoolOptions<DB>,
+        options: <DB::Connection as Connection>::Options,
+        migrator: Migrator,
+    ) -> Result<Self> {
+        let pool = pool.connect_with(options).await?;
+        migrator.run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+/// The most rows one `INSERT` of usage carries, well below every backend's bind limit.
+const USAGE_CHUNK: usize = 1000;
+
+/// Inserts `rows` rows of usage, numbered `$1`, `$2`… four to a row, adding to the counts
+/// already there.
+fn usage_insert(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            let n = 4 * row;
+            format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4)
+        })
+        .collect();
+    format!(
+        "INSERT INTO usage (client_id, day, issued, refused) VALUES {} \
+         ON CONFLICT (client_id, day) DO UPDATE \
+         SET issued = usage.issued + excluded.issued, refused = usage.refused + excluded.refused",
+        values.join(", ")
+    )
+}
+
+#[async_trait]
+impl<DB> Store for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'n> &'n str: ColumnIndex<DB::Row>,
+    // The SQL types of the schemas, bound and read.
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Vec<u8>: Decode<'q, DB> + Type<DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+{
+    async fn revision(&self) -> Result<i64> {
+        let row = sqlx::query("SELECT value FROM revision WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        rows::get(&row, "value")
+    }
+
+    async fn put_plan(&self, plan: &Plan) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
+             rate_count, rate_period, rate_burst, reuse_percent) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (name) DO UPDATE SET scopes = $2, token_ttl = $3, updated_at = $5, \
+             rate_count = $6, rate_period = $7, rate_burst = $8, reuse_percent = $9",
+        )
+        .bind(plan.name.as_str())
+        .bind(plan.scopes.to_string())
+        .bind(i64::from(plan.token_ttl))
+        .bind(plan.created_at)
+        .bind(plan.updated_at)
+        .bind(plan.token_rate.map(|r| i64::from(r.count)))
+        .bind(plan.token_rate.map(|r| i64::from(r.period_secs)))
+        .bind(plan.token_rate.map(|r| i64::from(r.burst)))
+        .bind(plan.reuse_percent.map(i64::from))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn plans(&self) -> Result<Vec<Plan>> {
+        sqlx::query("SELECT * FROM plans ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::plan)
+            .collect()
+    }
+
+    async fn insert_clients(&self, clients: &[Client]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for client in clients {
+            let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
+            sqlx::query(
+                "INSERT INTO clients (id, plan, label, secret_hash, previous_secret_hash, \
+                 previous_secret_expires_at, auth_method, enabled, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(client.id.as_str())
+            .bind(client.plan.as_str())
+            .bind(client.label.as_str())
+            .bind(client.secret_hash.as_slice())
+            .bind(prev_hash)
+            .bind(prev_until)
+            .bind(client.auth_method.as_str())
+            .bind(client.enabled)
+            .bind(client.created_at)
+            .bind(client.updated_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn clients(&self) -> Result<Vec<Client>> {
+        sqlx::query("SELECT * FROM clients ORDER BY created_at, id")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::client)
+            .collect()
+    }
+
+    async fn client(&self, id: &ClientId) -> Result<Option<Client>> {
+        sqlx::query("SELECT * FROM clients WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::client)
+            .transpose()
+    }
+
+    async fn update_client(&self, client: &Client) -> Result<bool> {
+        let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
+        let changed = sqlx::query(
+            "UPDATE clients SET plan = $2, label = $3, secret_hash = $4, \
+             previous_secret_hash = $5, previous_secret_expires_at = $6, auth_method = $7, \
+             enabled = $8, updated_at = $9 WHERE id = $1 RETURNING id",
+        )
+        .bind(client.id.as_str())
+        .bind(client.plan.as_str())
+        .bind(client.label.as_str())
+        .bind(client.secret_hash.as_slice())
+        .bind(prev_hash)
+        .bind(prev_until)
+        .bind(client.auth_method.as_str())
+        .bind(client.enabled)
+        .bind(client.updated_at)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
+        Ok(changed.is_some())
+    }
+
+    async fn delete_client(&self, id: &ClientId) -> Result<bool> {
+        let gone = sqlx::query("DELETE FROM clients WHERE id = $1 RETURNING id")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(gone.is_some())
+    }
+
+    async fn insert_key(&self, key: &SigningKey) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO signing_keys (kid, alg, public_jwk, private_sealed, created_at, activates_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(key.kid.as_str())
+        .bind(key.alg.as_str())
+        .bind(key.public_jwk.as_str())
+        .bind(key.private_sealed.as_slice())
+        .bind(key.created_at)
+        .bind(key.activates_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| rows::constraint(e, &format!("key {}", key.kid), ""))?;
+        Ok(())
+    }
+
+    async fn keys(&self) -> Result<Vec<SigningKey>> {
+        sqlx::query("SELECT * FROM signing_keys ORDER BY activates_at, created_at, kid")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::key)
+            .collect()
+    }
+
+    async fn delete_key(&self, kid: &str) -> Result<bool> {
+        let gone = sqlx::query("DELETE FROM signing_keys WHERE kid = $1 RETURNING kid")
+            .bind(kid)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(gone.is_some())
+    }
+
+    async fn revoke(&self, revoked: &Revoked) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO revoked_tokens (jti, client_id, exp) VALUES ($1, $2, $3) \
+             ON CONFLICT (jti) DO NOTHING",
+        )
+        .bind(revoked.jti.as_str())
+        .bind(revoked.client_id.as_str())
+        .bind(revoked.exp)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn revoked_since(&self, after: i64, now: Timestamp) -> Result<Vec<(i64, Revoked)>> {
+        sqlx::query(DB::REVOKED_SINCE)
+            .bind(after)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| Ok((rows::get(row, "seq")?, rows::revoked(row)?)))
+            .collect()
+    }
+
+    async fn prune_revoked(&self, now: Timestamp) -> Result<()> {
+        sqlx::query("DELETE FROM revoked_tokens WHERE exp <= $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
+        sqlx::query("INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(proposed)
+            .execute(&self.pool)
+            .await?;
+        let row = sqlx::query("SELECT value FROM meta WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await?;
+        rows::get(&row, "value")
+    }
+
+    async fn add_usage(&self, usage: &[Usage]) -> Result<()> {
+        // Many rows per statement: a flush carries one row per active client.
+        let mut tx = self.pool.begin().await?;
+        for chunk in usage.chunks(USAGE_CHUNK) {
+            let sql = usage_insert(chunk.len());
+            let mut insert = sqlx::query(&sql);
+            for u in chunk {
+                insert = insert
+                    .bind(u.client_id.as_str())
+                    .bind(u.day.as_str())
+                    .bind(u.issued as i64)
+                    .bind(u.refused as i64);
+            }
+            insert.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
+        sqlx::query(
+            "SELECT client_id, day, issued, refused FROM usage WHERE client_id = $1 ORDER BY day",
+        )
+        .bind(client_id.as_str())
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::usage)
+        .collect()
+    }
+}
