@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use tessera_proto::Algorithm;
+use tessera_server::secrets::{load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets};
 
 mod admin;
 mod serve;
@@ -104,49 +105,19 @@ impl DataArgs {
         })
     }
 
-    /// Loads the master key. A missing default key file is generated only while the
-    /// database holds nothing sealed or hashed under another key.
+    /// Loads the master key by the server's policy ([`load_master_key`]).
     async fn secrets(
         &self,
         store: &dyn tessera_store::Store,
-    ) -> Result<(
-        std::sync::Arc<tessera_server::secrets::Secrets>,
-        tessera_server::secrets::MasterKeyOrigin,
-    )> {
-        use tessera_server::secrets::{MasterKeySource, Secrets};
-        let source = if let Ok(value) = std::env::var("TESSERA_MASTER_KEY") {
-            MasterKeySource::Value(tessera_proto::ClientSecret::new(value))
+    ) -> Result<(std::sync::Arc<Secrets>, MasterKeyOrigin)> {
+        let choice = if let Ok(value) = std::env::var("TESSERA_MASTER_KEY") {
+            MasterKeyChoice::Value(tessera_proto::ClientSecret::new(value))
         } else if let Some(path) = &self.master_key_file {
-            MasterKeySource::File {
-                path: path.clone(),
-                generate: false,
-            }
+            MasterKeyChoice::File(path.clone())
         } else {
-            let db = self.sqlite_path().ok_or_else(|| {
-                anyhow::anyhow!("set TESSERA_MASTER_KEY or --master-key-file for this database")
-            })?;
-            let mut path = db.into_os_string();
-            path.push(".key");
-            let path = PathBuf::from(path);
-            // Generating is allowed only while nothing is sealed or hashed under another key;
-            // that takes reading the registry, so it is asked only when the file is missing.
-            let generate = !path.exists()
-                && store.keys().await?.is_empty()
-                && store.clients().await?.is_empty();
-            MasterKeySource::File { path, generate }
+            MasterKeyChoice::BesideDatabase(self.sqlite_path())
         };
-        let (secrets, origin) = Secrets::load(&source).map_err(|e| {
-            anyhow::anyhow!(
-                "{e}; the master key is needed to read this database's keys and secrets"
-            )
-        })?;
-        let check = secrets.check_value();
-        if store.check_value("master_key_check", &check).await? != check {
-            anyhow::bail!(
-                "this master key does not belong to this database: its signing keys and client \
-                 secrets were sealed under another one"
-            );
-        }
+        let (secrets, origin) = load_master_key(choice, store).await?;
         Ok((std::sync::Arc::new(secrets), origin))
     }
 }

@@ -10,10 +10,7 @@ use crate::clock::Clock;
 use crate::keys;
 use crate::secrets::{self, Secrets};
 
-/// The default token lifetime of a new plan: the seed's sample of one hour.
-pub const DEFAULT_TOKEN_TTL: u32 = 3600;
-/// The longest token lifetime a plan may have.
-pub const MAX_TOKEN_TTL: u32 = 86_400;
+pub use tessera_store::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
 
 /// Why an admin operation was refused.
 #[derive(Debug, Error)]

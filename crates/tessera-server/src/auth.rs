@@ -5,10 +5,10 @@
 //! unknown client is checked against a dummy hash so that it takes as long as a wrong secret.
 
 use axum::http::{header, HeaderMap};
+use tessera_proto::client::BasicError;
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tessera_store::{AuthMethod, Timestamp};
 
-use crate::error::OAuthError;
 use crate::registry::{ClientEntry, Registry};
 use crate::secrets::Secrets;
 
@@ -21,8 +21,38 @@ pub struct Presented {
     method: AuthMethod,
 }
 
-/// Same text for every failure, so the answer tells an attacker nothing.
-const FAILED: &str = "client authentication failed";
+/// Why a request's credentials could not even be read (RFC 6749 2.3 and 3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialsError {
+    /// No credentials at all: the client may be waiting for the challenge.
+    Missing,
+    /// An `Authorization` scheme other than Basic.
+    NotBasic,
+    /// Two `Authorization` headers.
+    RepeatedHeader,
+    /// Both a header and a `client_secret` in the body.
+    TwoMethods,
+    /// An `Authorization` header that is not visible ASCII.
+    MalformedHeader,
+    /// Basic credentials that do not decode.
+    MalformedBasic,
+    /// A `client_id` in the body that differs from the header's.
+    ConflictingId,
+}
+
+/// Why presented credentials were refused. The answer is `invalid_client` for each, with
+/// the same words for the first two, so that it tells an attacker nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No such client (checked against a dummy hash all the same).
+    Unknown,
+    /// The secret is neither the current one nor a previous one within its grace period.
+    WrongSecret,
+    /// The right secret, presented with a method the client is not registered for.
+    WrongMethod(AuthMethod),
+    /// The right secret of a disabled client.
+    Disabled,
+}
 
 /// Finds the credentials in the `Authorization` header or the body (`client_id` and
 /// `client_secret` form parameters), never both.
@@ -30,74 +60,56 @@ pub fn presented(
     headers: &HeaderMap,
     body_id: Option<&ClientId>,
     body_secret: Option<&ClientSecret>,
-    realm: &str,
-) -> Result<Presented, OAuthError> {
+) -> Result<Presented, CredentialsError> {
     let mut authorization = headers.get_all(header::AUTHORIZATION).iter();
     let first = authorization.next();
     if authorization.next().is_some() {
-        return Err(OAuthError::invalid_request(
-            "more than one Authorization header",
-        ));
+        return Err(CredentialsError::RepeatedHeader);
     }
-    match first {
-        Some(value) => {
-            if body_secret.is_some() {
-                return Err(OAuthError::invalid_request(
-                    "client credentials sent both in the Authorization header and in the body",
-                ));
-            }
-            let value = value
-                .to_str()
-                .map_err(|_| OAuthError::invalid_request("malformed Authorization header"))?;
-            let basic = BasicCredentials::from_header(value).map_err(|e| match e {
-                tessera_proto::client::BasicError::NotBasic => {
-                    OAuthError::invalid_client(realm, "use HTTP Basic client authentication")
-                }
-                tessera_proto::client::BasicError::Malformed => {
-                    OAuthError::invalid_request("malformed Basic credentials")
-                }
-            })?;
-            // A client_id in the body is tolerated alongside Basic only when it agrees.
-            if body_id.is_some_and(|id| *id != basic.client_id) {
-                return Err(OAuthError::invalid_request(
-                    "client_id in the body differs from the Authorization header",
-                ));
-            }
-            Ok(Presented {
-                client_id: basic.client_id,
-                secret: basic.client_secret,
-                method: AuthMethod::ClientSecretBasic,
-            })
-        }
-        None => match (body_id, body_secret) {
+    let Some(value) = first else {
+        return match (body_id, body_secret) {
             (Some(id), Some(secret)) => Ok(Presented {
                 client_id: id.clone(),
                 secret: secret.clone(),
                 method: AuthMethod::ClientSecretPost,
             }),
-            _ => Err(OAuthError::invalid_client(
-                realm,
-                "client authentication required",
-            )),
-        },
+            _ => Err(CredentialsError::Missing),
+        };
+    };
+    if body_secret.is_some() {
+        return Err(CredentialsError::TwoMethods);
     }
+    let value = value
+        .to_str()
+        .map_err(|_| CredentialsError::MalformedHeader)?;
+    let basic = BasicCredentials::from_header(value).map_err(|e| match e {
+        BasicError::NotBasic => CredentialsError::NotBasic,
+        BasicError::Malformed => CredentialsError::MalformedBasic,
+    })?;
+    // A client_id in the body is tolerated alongside Basic only when it agrees.
+    if body_id.is_some_and(|id| *id != basic.client_id) {
+        return Err(CredentialsError::ConflictingId);
+    }
+    Ok(Presented {
+        client_id: basic.client_id,
+        secret: basic.client_secret,
+        method: AuthMethod::ClientSecretBasic,
+    })
 }
 
 /// A dummy hash to check unknown clients against, so that they cost the same.
 const DUMMY_HASH: [u8; 32] = [0; 32];
 
-/// Checks presented credentials against the registry.
+/// Checks presented credentials against the registry at time `now`.
 pub fn authenticate<'r>(
     registry: &'r Registry,
     secrets: &Secrets,
     presented: &Presented,
     now: Timestamp,
-    realm: &str,
-) -> Result<&'r ClientEntry, OAuthError> {
-    let fail = || OAuthError::invalid_client(realm, FAILED);
+) -> Result<&'r ClientEntry, AuthFailure> {
     let Some(client) = registry.clients.get(presented.client_id.as_str()) else {
         let _ = secrets.verify_secret(&presented.secret, &DUMMY_HASH);
-        return Err(fail());
+        return Err(AuthFailure::Unknown);
     };
     let current = secrets.verify_secret(&presented.secret, &client.secret_hash);
     let previous = client
@@ -107,19 +119,13 @@ pub fn authenticate<'r>(
             now < *until && secrets.verify_secret(&presented.secret, hash)
         });
     if !(current || previous) {
-        return Err(fail());
+        return Err(AuthFailure::WrongSecret);
     }
     if client.auth_method != presented.method {
-        return Err(OAuthError::invalid_client(
-            realm,
-            format!(
-                "this client must authenticate with {}",
-                client.auth_method.as_str()
-            ),
-        ));
+        return Err(AuthFailure::WrongMethod(client.auth_method));
     }
     if !client.enabled {
-        return Err(OAuthError::invalid_client(realm, "client is disabled"));
+        return Err(AuthFailure::Disabled);
     }
     Ok(client)
 }

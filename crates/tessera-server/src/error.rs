@@ -1,10 +1,16 @@
-//! The one place where errors become HTTP responses: the error body of RFC 6749 section 5.2,
-//! with `Cache-Control: no-store` and `Pragma: no-cache` (RFC 6749 section 5.1).
+//! The one place where domain results become HTTP: the error body of RFC 6749 section 5.2,
+//! with `Cache-Control: no-store` and `Pragma: no-cache` (RFC 6749 section 5.1); the
+//! `WWW-Authenticate` challenge of a failed client authentication; and the rate limit
+//! fields of a limiter's decision.
 
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tessera_proto::{ErrorCode, ErrorResponse};
+use tessera_store::RateLimit;
+
+use crate::auth::{AuthFailure, CredentialsError};
+use crate::limits::{Busy, Decision};
 
 /// An OAuth error as the token endpoint sends it.
 #[derive(Debug)]
@@ -26,8 +32,47 @@ impl OAuthError {
         )
     }
 
-    /// 401 `invalid_client` with a Basic challenge: client authentication failed.
-    pub fn invalid_client(realm: &str, description: impl Into<String>) -> Self {
+    /// 401 `invalid_client` for credentials that were checked and refused. An unknown
+    /// client and a wrong secret get the same words.
+    pub fn client_refused(failure: AuthFailure, realm: &str) -> Self {
+        let description = match failure {
+            AuthFailure::Unknown | AuthFailure::WrongSecret => {
+                "client authentication failed".to_owned()
+            }
+            AuthFailure::WrongMethod(method) => {
+                format!("this client must authenticate with {}", method.as_str())
+            }
+            AuthFailure::Disabled => "client is disabled".to_owned(),
+        };
+        Self::invalid_client(realm, description)
+    }
+
+    /// The answer to credentials that could not be read: 401 with a challenge when there
+    /// are none or they are not Basic (RFC 6749 5.2), 400 `invalid_request` when they are
+    /// malformed or sent twice (RFC 6749 2.3).
+    pub fn credentials(error: CredentialsError, realm: &str) -> Self {
+        let invalid = Self::invalid_request;
+        match error {
+            CredentialsError::Missing => {
+                Self::invalid_client(realm, "client authentication required")
+            }
+            CredentialsError::NotBasic => {
+                Self::invalid_client(realm, "use HTTP Basic client authentication")
+            }
+            CredentialsError::RepeatedHeader => invalid("more than one Authorization header"),
+            CredentialsError::TwoMethods => {
+                invalid("client credentials sent both in the Authorization header and in the body")
+            }
+            CredentialsError::MalformedHeader => invalid("malformed Authorization header"),
+            CredentialsError::MalformedBasic => invalid("malformed Basic credentials"),
+            CredentialsError::ConflictingId => {
+                invalid("client_id in the body differs from the Authorization header")
+            }
+        }
+    }
+
+    /// 401 `invalid_client` with a Basic challenge (RFC 6749 5.2, RFC 7617).
+    fn invalid_client(realm: &str, description: impl Into<String>) -> Self {
         let mut e = Self::new(
             StatusCode::UNAUTHORIZED,
             ErrorCode::InvalidClient,
@@ -61,14 +106,38 @@ impl OAuthError {
         )
     }
 
-    /// 429 `rate_limited`, with `Retry-After` and the rate limit fields in `headers`.
-    pub fn rate_limited(description: impl Into<String>, headers: HeaderMap) -> Self {
+    /// 429 `rate_limited` for a client over its plan's rate, with `Retry-After` and the
+    /// rate limit fields.
+    pub fn over_plan_rate(rate: RateLimit, retry_after_secs: u64) -> Self {
+        Self::rate_limited(
+            format!(
+                "too many token requests; retry after {retry_after_secs} s and cache tokens \
+                 for expires_in"
+            ),
+            rate,
+            retry_after_secs,
+        )
+    }
+
+    /// 429 `rate_limited` for an address over its allowance of failed authentications.
+    pub fn throttled(rate: RateLimit, retry_after_secs: u64) -> Self {
+        Self::rate_limited(
+            "too many failed client authentications from this address",
+            rate,
+            retry_after_secs,
+        )
+    }
+
+    fn rate_limited(description: impl Into<String>, rate: RateLimit, retry: u64) -> Self {
         let mut e = Self::new(
             StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::RateLimited,
             description,
         );
-        e.headers = Some(Box::new(headers));
+        let limited = Decision::Limited {
+            retry_after_secs: retry,
+        };
+        e.headers = Some(Box::new(rate_limit_fields(rate, limited)));
         e
     }
 
@@ -137,9 +206,65 @@ pub(crate) const NO_STORE: [(header::HeaderName, HeaderValue); 2] = [
     (header::PRAGMA, HeaderValue::from_static("no-cache")),
 ];
 
+/// 503 with `Retry-After: 1`: overload is the server's state, not the client's fault.
+impl From<Busy> for OAuthError {
+    fn from(_: Busy) -> Self {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        Self::unavailable("server busy; retry shortly").with_headers(headers)
+    }
+}
+
+/// The `RateLimit-Policy` and `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers-08
+/// for a decision under `rate`, and `Retry-After` (RFC 9110 10.2.3) when refused.
+pub(crate) fn rate_limit_fields(rate: RateLimit, decision: Decision) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let policy = format!("\"token\";q={};w={}", rate.count, rate.period_secs);
+    let (remaining, reset) = match decision {
+        Decision::Allowed {
+            remaining,
+            reset_secs,
+        } => (remaining, reset_secs),
+        Decision::Limited { retry_after_secs } => (0, retry_after_secs),
+    };
+    let current = format!("\"token\";r={remaining};t={reset}");
+    for (name, value) in [("ratelimit-policy", policy), ("ratelimit", current)] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    if let Decision::Limited { retry_after_secs } = decision {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+    }
+    headers
+}
+
 impl IntoResponse for OAuthError {
     fn into_response(self) -> Response {
         let headers = self.headers.map(|h| *h).unwrap_or_default();
         (self.status, NO_STORE, headers, Json(self.body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_follow_the_draft() {
+        let rate = RateLimit {
+            count: 60,
+            period_secs: 60,
+            burst: 60,
+        };
+        let h = rate_limit_fields(
+            rate,
+            Decision::Limited {
+                retry_after_secs: 3,
+            },
+        );
+        assert_eq!(h["ratelimit-policy"], "\"token\";q=60;w=60");
+        assert_eq!(h["ratelimit"], "\"token\";r=0;t=3");
+        assert_eq!(h["retry-after"], "3");
     }
 }

@@ -17,9 +17,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Serialize;
 use tessera_proto::{jws, AccessTokenClaims, Algorithm, Jwk};
-use tessera_store::{SigningKey, Timestamp};
+use tessera_store::{SigningKey, Store, Timestamp, MAX_TOKEN_TTL};
 use thiserror::Error;
 
+use crate::registry::{LoadError, Registry};
 use crate::secrets::{Secrets, SecretsError};
 
 /// Why a stored key could not be used.
@@ -230,10 +231,13 @@ impl KeyRing {
         self.keys.iter().rev().find(|k| k.activates_at <= now)
     }
 
-    /// The keys to publish now. Every key not yet active is published, so that verifiers
-    /// learn it ahead of time; a key replaced by a newer active one stays published for
-    /// `retire_after` seconds after it stopped signing, the longest a token it signed can live.
-    pub fn published(&self, now: Timestamp, retire_after: i64) -> Vec<&Arc<LoadedKey>> {
+    /// The keys to publish now (RFC 7517 section 5). Every key not yet active is published,
+    /// so that verifiers learn it ahead of time; a key replaced by a newer active one stays
+    /// published for [`MAX_TOKEN_TTL`] after it stopped signing: the longest any token can
+    /// live, not the current plans' longest, since a plan shortened since may still have
+    /// tokens out.
+    pub fn published(&self, now: Timestamp) -> Vec<&Arc<LoadedKey>> {
+        let retire_after = i64::from(MAX_TOKEN_TTL);
         self.keys
             .iter()
             .enumerate()
@@ -258,6 +262,41 @@ impl KeyRing {
             return None;
         }
         jws::decode_claims(&jws.payload)
+    }
+}
+
+/// Loads the registry, generating a signing key of algorithm `alg` on a server's first
+/// start only. A server configured for another algorithm than the active key's does not
+/// replace it unannounced (rotation publishes first): it warns.
+pub async fn bootstrap(
+    store: &dyn Store,
+    secrets: &Secrets,
+    alg: Algorithm,
+    now: Timestamp,
+) -> Result<Registry, LoadError> {
+    let registry = Registry::load(store, secrets).await?;
+    match registry.keys.signing_key(now) {
+        Some(key) => {
+            if key.alg != alg {
+                tracing::warn!(
+                    active = %key.alg,
+                    configured = %alg,
+                    "the active signing key uses another algorithm than configured; \
+                     run `tessera keys rotate --alg {alg}` to change it",
+                );
+            }
+            Ok(registry)
+        }
+        // The store's keys, not the ring: a key that would not open is no reason for
+        // another.
+        None if store.keys().await?.is_empty() => {
+            let key = generate(secrets, alg, now, now);
+            store.insert_key(&key).await?;
+            tracing::info!(kid = %key.kid, alg = %key.alg, "generated a signing key");
+            Registry::load(store, secrets).await
+        }
+        // Only keys that are not active yet: wait for the first one (readiness says so).
+        None => Ok(registry),
     }
 }
 
@@ -357,19 +396,16 @@ mod tests {
         let old = loaded(Algorithm::EdDSA, 100);
         let new = loaded(Algorithm::EdDSA, 200);
         let ring = KeyRing::new(vec![new.clone(), old.clone()]);
-        let kids = |now| -> Vec<String> {
-            ring.published(now, 50)
-                .iter()
-                .map(|k| k.kid.clone())
-                .collect()
-        };
+        let kids =
+            |now| -> Vec<String> { ring.published(now).iter().map(|k| k.kid.clone()).collect() };
         // Before the new key activates: the old one signs, both are published.
         assert_eq!(ring.signing_key(150).unwrap().kid, old.kid);
         assert_eq!(kids(150), [old.kid.clone(), new.kid.clone()]);
         // After: the new one signs; the old one stays until its last token expired.
         assert_eq!(ring.signing_key(200).unwrap().kid, new.kid);
-        assert_eq!(kids(249), [old.kid.clone(), new.kid.clone()]);
-        assert_eq!(kids(250), std::slice::from_ref(&new.kid));
+        let retired = 200 + i64::from(MAX_TOKEN_TTL);
+        assert_eq!(kids(retired - 1), [old.kid.clone(), new.kid.clone()]);
+        assert_eq!(kids(retired), std::slice::from_ref(&new.kid));
         assert!(ring.signing_key(99).is_none());
     }
 }

@@ -42,6 +42,75 @@ pub enum SecretsError {
     Unseal,
 }
 
+/// Why a server or a command cannot use its master key with its database.
+#[derive(Debug, Error)]
+pub enum MasterKeyError {
+    /// No key was given, and the database has no file beside it to keep a generated one.
+    #[error("set TESSERA_MASTER_KEY or --master-key-file for this database")]
+    NoDefaultFile,
+    /// The key could not be read or generated.
+    #[error("{0}; the master key is needed to read this database's keys and secrets")]
+    Load(#[from] SecretsError),
+    /// The database was first used with another key.
+    #[error(
+        "this master key does not belong to this database: its signing keys and client \
+         secrets were sealed under another one"
+    )]
+    Mismatch,
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] tessera_store::StoreError),
+}
+
+/// What the operator said about the master key.
+#[derive(Debug, Clone)]
+pub enum MasterKeyChoice {
+    /// The key itself, base64url (`TESSERA_MASTER_KEY`).
+    Value(ClientSecret),
+    /// A file the operator keeps (`--master-key-file`); never generated.
+    File(PathBuf),
+    /// Nothing: the embedded default keeps it in `DATABASE.key` beside this SQLite file, or
+    /// `None` for a database that is no file.
+    BesideDatabase(Option<PathBuf>),
+}
+
+/// Loads the master key for `store`, by the policy every command and the server share:
+///
+/// - A key file beside the database is generated only while it is missing and the database
+///   holds nothing sealed or hashed under another key (no signing key, no client).
+/// - The first use stores a check value in the database; a later key that does not match it
+///   is refused, instead of sealing keys and hashing secrets that no server could use.
+pub async fn load_master_key(
+    choice: MasterKeyChoice,
+    store: &dyn tessera_store::Store,
+) -> Result<(Secrets, MasterKeyOrigin), MasterKeyError> {
+    let source = match choice {
+        MasterKeyChoice::Value(value) => MasterKeySource::Value(value),
+        MasterKeyChoice::File(path) => MasterKeySource::File {
+            path,
+            generate: false,
+        },
+        MasterKeyChoice::BesideDatabase(None) => return Err(MasterKeyError::NoDefaultFile),
+        MasterKeyChoice::BesideDatabase(Some(db)) => {
+            let mut path = db.into_os_string();
+            path.push(".key");
+            let path = PathBuf::from(path);
+            // Deciding takes reading the registry, so it is asked only when the file is
+            // missing.
+            let generate = !path.exists()
+                && store.keys().await?.is_empty()
+                && store.clients().await?.is_empty();
+            MasterKeySource::File { path, generate }
+        }
+    };
+    let (secrets, origin) = Secrets::load(&source)?;
+    let check = secrets.check_value();
+    if store.check_value("master_key_check", &check).await? != check {
+        return Err(MasterKeyError::Mismatch);
+    }
+    Ok((secrets, origin))
+}
+
 /// Where the master key comes from.
 #[derive(Debug, Clone)]
 pub enum MasterKeySource {

@@ -55,6 +55,12 @@ pub enum StoreError {
 /// A shorthand for store results.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// The token lifetime of a new plan: the seed's sample of one hour.
+pub const DEFAULT_TOKEN_TTL: u32 = 3600;
+/// The longest token lifetime a plan may have, and so the longest any token can live: a
+/// superseded signing key stays published this long.
+pub const MAX_TOKEN_TTL: u32 = 86_400;
+
 /// A plan: the scopes its clients may request and the lifetime of their tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {

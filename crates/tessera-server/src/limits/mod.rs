@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
@@ -21,7 +20,6 @@ use tessera_store::RateLimit;
 use tokio::sync::Semaphore;
 
 use crate::clock::Clock;
-use crate::error::OAuthError;
 
 pub mod redis;
 
@@ -143,32 +141,6 @@ impl Limiter for LocalLimiter {
     }
 }
 
-/// The `RateLimit-Policy` and `RateLimit` fields for a decision under `rate`.
-pub fn headers(rate: RateLimit, decision: Decision) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    let policy = format!("\"token\";q={};w={}", rate.count, rate.period_secs);
-    let (remaining, reset) = match decision {
-        Decision::Allowed {
-            remaining,
-            reset_secs,
-        } => (remaining, reset_secs),
-        Decision::Limited { retry_after_secs } => (0, retry_after_secs),
-    };
-    let current = format!("\"token\";r={remaining};t={reset}");
-    for (name, value) in [("ratelimit-policy", policy), ("ratelimit", current)] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
-    if let Decision::Limited { retry_after_secs } = decision {
-        headers.insert(
-            axum::http::header::RETRY_AFTER,
-            HeaderValue::from(retry_after_secs),
-        );
-    }
-    headers
-}
-
 /// Brute-force protection (RFC 6749 section 2.3.1): failed client authentications are
 /// counted per source address; over the rate, the address is refused without a check of
 /// its credentials until the limiter allows again.
@@ -211,12 +183,9 @@ impl AuthThrottle {
         }
     }
 
-    /// The 429 for a blocked address.
-    pub fn refusal(&self, retry_after_secs: u64) -> OAuthError {
-        OAuthError::rate_limited(
-            "too many failed client authentications from this address",
-            headers(self.rate, Decision::Limited { retry_after_secs }),
-        )
+    /// The allowance of failures per address.
+    pub fn rate(&self) -> RateLimit {
+        self.rate
     }
 }
 
@@ -233,17 +202,14 @@ impl InFlight {
     }
 
     /// A slot for one request, held until the permit is dropped.
-    pub fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, OAuthError> {
-        self.0.try_acquire().map_err(|_| {
-            let mut headers = HeaderMap::new();
-            headers.insert(
-                axum::http::header::RETRY_AFTER,
-                HeaderValue::from_static("1"),
-            );
-            OAuthError::unavailable("server busy; retry shortly").with_headers(headers)
-        })
+    pub fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Busy> {
+        self.0.try_acquire().map_err(|_| Busy)
     }
 }
+
+/// Every slot of [`InFlight`] is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy;
 
 #[cfg(test)]
 mod tests {
@@ -294,30 +260,8 @@ mod tests {
     fn in_flight_slots_are_returned() {
         let cap = InFlight::new(1);
         let first = cap.admit().unwrap();
-        let refused = cap.admit().unwrap_err();
-        assert_eq!(
-            refused.code(),
-            tessera_proto::ErrorCode::TemporarilyUnavailable
-        );
+        assert_eq!(cap.admit().unwrap_err(), Busy);
         drop(first);
         assert!(cap.admit().is_ok());
-    }
-
-    #[test]
-    fn headers_follow_the_draft() {
-        let rate = RateLimit {
-            count: 60,
-            period_secs: 60,
-            burst: 60,
-        };
-        let h = headers(
-            rate,
-            Decision::Limited {
-                retry_after_secs: 3,
-            },
-        );
-        assert_eq!(h["ratelimit-policy"], "\"token\";q=60;w=60");
-        assert_eq!(h["ratelimit"], "\"token\";r=0;t=3");
-        assert_eq!(h["retry-after"], "3");
     }
 }

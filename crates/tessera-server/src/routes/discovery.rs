@@ -22,9 +22,7 @@ async fn jwks(State(state): State<AppState>) -> impl IntoResponse {
     let now = state.clock().now();
     let keys = registry
         .keys
-        // A retired key stays published for the longest lifetime any token may have, not
-        // the current plans' longest: a plan shortened since may still have tokens out.
-        .published(now, i64::from(crate::admin::MAX_TOKEN_TTL))
+        .published(now)
         .into_iter()
         .map(|k| k.jwk.clone())
         .collect();

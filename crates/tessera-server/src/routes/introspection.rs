@@ -26,7 +26,7 @@ async fn introspect(State(state): State<AppState>, request: Request) -> Response
     let (parts, body) = split(request, state.config().body_limit).await;
     let _slot = match state.in_flight().admit() {
         Ok(slot) => slot,
-        Err(busy) => return busy.into_response(),
+        Err(busy) => return OAuthError::from(busy).into_response(),
     };
     match answer(&state, &parts, body).await {
         Ok(body) => (NO_STORE, Json(body)).into_response(),
@@ -90,17 +90,17 @@ impl TokenRequestOfClient {
             .transpose()?;
         let secret = single(&pairs, "client_secret")?.map(ClientSecret::new);
         let registry = state.registry();
-        let mut caller = String::new();
-        authenticate_client(
+        let authenticated = authenticate_client(
             state,
             &registry,
             &parts.headers,
             client_ip(state, parts),
             id.as_ref(),
             secret.as_ref(),
-            &mut caller,
         )
-        .await?;
+        .await;
+        authenticated.client?;
+        let caller = authenticated.presented_id;
         Ok(Self {
             registry,
             caller,

@@ -151,10 +151,17 @@ pub(crate) fn single<'a>(
     Ok(first.filter(|v| !v.is_empty()))
 }
 
-/// Authenticates the calling client (RFC 6749 2.3.1), with brute-force protection per
-/// source address: wrong credentials count against the address, a request without any
-/// (a client waiting for the challenge) does not. `presented_id` receives the client id
-/// presented, for the audit trail.
+/// The calling client, authenticated (RFC 6749 2.3.1) with brute-force protection per
+/// source address: wrong credentials count against the address, a request without any (a
+/// client waiting for the challenge) does not. Also the id presented, whatever the outcome,
+/// for the audit trail.
+pub(crate) struct Caller<'r> {
+    /// The client id presented; empty when none could be read.
+    pub presented_id: String,
+    /// The client, or the answer to give.
+    pub client: Result<&'r ClientEntry, OAuthError>,
+}
+
 pub(crate) async fn authenticate_client<'r>(
     state: &AppState,
     registry: &'r Registry,
@@ -162,23 +169,26 @@ pub(crate) async fn authenticate_client<'r>(
     ip: Option<IpAddr>,
     body_id: Option<&ClientId>,
     body_secret: Option<&ClientSecret>,
-    presented_id: &mut String,
-) -> Result<&'r ClientEntry, OAuthError> {
-    if let Some(retry) = ip.and_then(|ip| state.throttle().blocked(ip)) {
-        return Err(state.throttle().refusal(retry));
-    }
+) -> Caller<'r> {
+    let throttle = state.throttle();
     let realm = &state.config().realm;
-    let presented = auth::presented(headers, body_id, body_secret, realm)?;
-    presented_id.push_str(presented.client_id.as_str());
-    let result = auth::authenticate(
-        registry,
-        state.secrets(),
-        &presented,
-        state.clock().now(),
-        realm,
-    );
-    if let (Err(_), Some(ip)) = (&result, ip) {
-        state.throttle().failed(ip).await;
+    let refused = |client| Caller {
+        presented_id: String::new(),
+        client: Err(client),
+    };
+    if let Some(retry) = ip.and_then(|ip| throttle.blocked(ip)) {
+        return refused(OAuthError::throttled(throttle.rate(), retry));
     }
-    result
+    let presented = match auth::presented(headers, body_id, body_secret) {
+        Ok(presented) => presented,
+        Err(error) => return refused(OAuthError::credentials(error, realm)),
+    };
+    let result = auth::authenticate(registry, state.secrets(), &presented, state.clock().now());
+    if let (Err(_), Some(ip)) = (&result, ip) {
+        throttle.failed(ip).await;
+    }
+    Caller {
+        presented_id: presented.client_id.as_str().to_owned(),
+        client: result.map_err(|failure| OAuthError::client_refused(failure, realm)),
+    }
 }

@@ -25,7 +25,7 @@ async fn revoke(State(state): State<AppState>, request: Request) -> Response {
     let (parts, body) = split(request, state.config().body_limit).await;
     let _slot = match state.in_flight().admit() {
         Ok(slot) => slot,
-        Err(busy) => return busy.into_response(),
+        Err(busy) => return OAuthError::from(busy).into_response(),
     };
     match run(&state, &parts, body).await {
         Ok(()) => (StatusCode::OK, NO_STORE).into_response(),

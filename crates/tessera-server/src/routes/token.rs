@@ -7,17 +7,17 @@ use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use tessera_proto::token::TokenType;
-use tessera_proto::{GrantType, ScopeSet, TokenRequest, TokenResponse};
-use tessera_store::Plan;
+use tessera_proto::{ErrorCode, GrantType, ScopeSet, TokenRequest, TokenResponse};
+use tessera_store::{Plan, RateLimit};
 
 use crate::audit::{self, Subject};
-use crate::error::{OAuthError, NO_STORE};
-use crate::limits::{self, Decision};
+use crate::error::{rate_limit_fields, OAuthError, NO_STORE};
+use crate::limits::Decision;
 use crate::metrics::NO_PLAN;
 use crate::reuse::Kept;
 use crate::routes::{authenticate_client, client_ip, read_form, split};
@@ -27,12 +27,18 @@ pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/connect/token", post(token))
 }
 
-/// What the audit trail, the metrics and metering learn of a request as it is handled.
+/// A token request as it is handled: what the audit trail, the metrics and metering learn
+/// of it, step by step, whatever the outcome.
 #[derive(Default)]
-struct Seen {
+struct Attempt {
+    /// The client id presented (empty until one is read).
     client_id: String,
+    /// The client's plan, once the client is identified.
     plan: Option<Arc<Plan>>,
+    /// The scope requested.
     scope: String,
+    /// The plan's rate and the limiter's decision, when the request was allowed under one.
+    allowed_under: Option<(RateLimit, Decision)>,
 }
 
 /// The claims of RFC 9068 section 2.2 as signed: the fields of [`AccessTokenClaims`],
@@ -83,176 +89,180 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
     let _slot = match state.in_flight().admit() {
         Ok(slot) => slot,
         Err(busy) => {
-            state.metrics().refused(NO_PLAN, busy.code());
-            return busy.into_response();
+            state
+                .metrics()
+                .refused(NO_PLAN, ErrorCode::TemporarilyUnavailable);
+            return OAuthError::from(busy).into_response();
         }
     };
     let source = client_ip(&state, &parts);
-    let mut seen = Seen::default();
-    let mut rate_headers = HeaderMap::new();
-    let outcome = issue(&state, source, &parts, body, &mut seen, &mut rate_headers).await;
-    let plan = seen.plan.as_ref().map_or(NO_PLAN, |p| p.name.as_str());
+    let mut attempt = Attempt::default();
+    let outcome = attempt.issue(&state, source, &parts, body).await;
+    let plan = attempt.plan.as_ref().map_or(NO_PLAN, |p| p.name.as_str());
     let subject = Subject {
-        client_id: &seen.client_id,
+        client_id: &attempt.client_id,
         plan,
-        scope: &seen.scope,
+        scope: &attempt.scope,
         source,
     };
+    let rate_fields = attempt
+        .allowed_under
+        .map(|(rate, decision)| rate_limit_fields(rate, decision))
+        .unwrap_or_default();
     let response = match outcome {
         Ok(issued) => {
             state.metrics().issued(plan, issued.reused);
-            state.usage().count(&seen.client_id, true);
+            state.usage().count(&attempt.client_id, true);
             audit::issued(&subject, &issued.jti, issued.reused);
             (
                 StatusCode::OK,
                 NO_STORE,
                 [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-                rate_headers,
+                rate_fields,
                 response_body(&issued.response),
             )
                 .into_response()
         }
         Err(error) => {
             state.metrics().refused(plan, error.code());
-            if seen.plan.is_some() {
-                state.usage().count(&seen.client_id, false);
+            if attempt.plan.is_some() {
+                state.usage().count(&attempt.client_id, false);
             }
             audit::refused(&subject, error.code());
-            error.with_headers(rate_headers).into_response()
+            error.with_headers(rate_fields).into_response()
         }
     };
     state.metrics().observe(started.elapsed());
     response
 }
 
-async fn issue(
-    state: &AppState,
-    source: Option<std::net::IpAddr>,
-    parts: &Parts,
-    body: Result<Bytes, OAuthError>,
-    seen: &mut Seen,
-    rate_headers: &mut HeaderMap,
-) -> Result<Issued, OAuthError> {
-    let config = state.config();
-    let names = ["grant_type", "scope", "client_id", "client_secret"];
-    let pairs = read_form(parts, body, &names)?;
-    let request = TokenRequest::from_form(&pairs)
-        .map_err(|e| OAuthError::invalid_request(e.error_description.unwrap_or_default()))?;
-    if let Some(scope) = &request.scope {
-        seen.scope.clone_from(scope);
-    }
-
-    let registry = state.registry();
-    let client = authenticate_client(
-        state,
-        &registry,
-        &parts.headers,
-        source,
-        request.client_id.as_ref(),
-        request.client_secret.as_ref(),
-        &mut seen.client_id,
-    )
-    .await?;
-    let plan = client.plan.clone();
-    seen.plan = Some(plan.clone());
-
-    // Rate limits apply to every token request of an identified client.
-    if let Some(rate) = plan.token_rate {
-        let decision = state.limiter().check(&seen.client_id, rate).await;
-        *rate_headers = limits::headers(rate, decision);
-        if let Decision::Limited { retry_after_secs } = decision {
-            return Err(OAuthError::rate_limited(
-                format!("too many token requests; retry after {retry_after_secs} s and cache tokens for expires_in"),
-                std::mem::take(rate_headers),
-            ));
+impl Attempt {
+    /// Reads, authenticates, limits and answers one request, recording what it learns.
+    async fn issue(
+        &mut self,
+        state: &AppState,
+        source: Option<std::net::IpAddr>,
+        parts: &Parts,
+        body: Result<Bytes, OAuthError>,
+    ) -> Result<Issued, OAuthError> {
+        let config = state.config();
+        let names = ["grant_type", "scope", "client_id", "client_secret"];
+        let pairs = read_form(parts, body, &names)?;
+        let request = TokenRequest::from_form(&pairs)
+            .map_err(|e| OAuthError::invalid_request(e.error_description.unwrap_or_default()))?;
+        if let Some(scope) = &request.scope {
+            self.scope.clone_from(scope);
         }
-    }
 
-    if let GrantType::Other(grant) = &request.grant_type {
-        return Err(OAuthError::unsupported_grant_type(format!(
-            "grant_type {grant} is not supported; use client_credentials"
-        )));
-    }
-    let scope = request
-        .scope
-        .as_deref()
-        .ok_or_else(|| OAuthError::invalid_scope("scope is required"))?;
-    let scopes = ScopeSet::parse(scope).map_err(|_| {
-        OAuthError::invalid_scope("scope must be scope names separated by single spaces")
-    })?;
-    let refused = scopes.outside(&plan.scopes);
-    if !refused.is_empty() {
-        let names: Vec<&str> = refused.iter().map(|s| s.as_str()).collect();
-        return Err(OAuthError::invalid_scope(format!(
-            "not in the client's plan: {}",
-            names.join(" ")
-        )));
-    }
-    let scope = scopes.to_string();
-    let now = state.clock().now();
+        let registry = state.registry();
+        let caller = authenticate_client(
+            state,
+            &registry,
+            &parts.headers,
+            source,
+            request.client_id.as_ref(),
+            request.client_secret.as_ref(),
+        )
+        .await;
+        self.client_id = caller.presented_id;
+        let client = caller.client?;
+        let plan = client.plan.clone();
+        self.plan = Some(plan.clone());
 
-    if let Some(percent) = plan.reuse_percent {
-        let kept = state.reuse().get(
-            &seen.client_id,
-            &scope,
-            now,
-            plan.token_ttl,
-            percent,
-            |jti| state.live().is_revoked(jti),
-        );
-        if let Some(kept) = kept {
-            return Ok(Issued {
-                response: TokenResponse {
-                    access_token: kept.token.to_string(),
-                    token_type: TokenType::Bearer,
-                    expires_in: (kept.exp - now) as u64,
-                    scope: scopes,
-                },
-                jti: kept.jti,
-                reused: true,
-            });
+        // Rate limits apply to every token request of an identified client.
+        if let Some(rate) = plan.token_rate {
+            match state.limiter().check(&self.client_id, rate).await {
+                Decision::Limited { retry_after_secs } => {
+                    return Err(OAuthError::over_plan_rate(rate, retry_after_secs));
+                }
+                allowed => self.allowed_under = Some((rate, allowed)),
+            }
         }
-    }
 
-    let key = registry
-        .keys
-        .signing_key(now)
-        .ok_or_else(|| OAuthError::unavailable("no active signing key"))?;
-    let expires_in = u64::from(plan.token_ttl);
-    let iat = now.max(0) as u64;
-    let jti = secrets::random_token(16);
-    let claims = SignedClaims {
-        iss: &config.issuer,
-        sub: &seen.client_id,
-        client_id: &seen.client_id,
-        aud: Audiences(&scopes),
-        scope: &scope,
-        iat,
-        exp: iat + expires_in,
-        jti: &jti,
-        app_only: true,
-    };
-    let access_token = key.sign_jwt(&claims);
-    let exp = claims.exp;
-    let jti: Arc<str> = jti.into();
-    if plan.reuse_percent.is_some() {
-        let kept = Kept {
-            token: access_token.as_str().into(),
-            jti: jti.clone(),
-            exp: exp as i64,
+        if let GrantType::Other(grant) = &request.grant_type {
+            return Err(OAuthError::unsupported_grant_type(format!(
+                "grant_type {grant} is not supported; use client_credentials"
+            )));
+        }
+        let scope = request
+            .scope
+            .as_deref()
+            .ok_or_else(|| OAuthError::invalid_scope("scope is required"))?;
+        let scopes = ScopeSet::parse(scope).map_err(|_| {
+            OAuthError::invalid_scope("scope must be scope names separated by single spaces")
+        })?;
+        let refused = scopes.outside(&plan.scopes);
+        if !refused.is_empty() {
+            let names: Vec<&str> = refused.iter().map(|s| s.as_str()).collect();
+            return Err(OAuthError::invalid_scope(format!(
+                "not in the client's plan: {}",
+                names.join(" ")
+            )));
+        }
+        let scope = scopes.to_string();
+        let now = state.clock().now();
+        let client_id = self.client_id.as_str();
+
+        if let Some(percent) = plan.reuse_percent {
+            let kept = state
+                .reuse()
+                .get(client_id, &scope, now, plan.token_ttl, percent, |jti| {
+                    state.live().is_revoked(jti)
+                });
+            if let Some(kept) = kept {
+                return Ok(Issued {
+                    response: TokenResponse {
+                        access_token: kept.token.to_string(),
+                        token_type: TokenType::Bearer,
+                        expires_in: (kept.exp - now) as u64,
+                        scope: scopes,
+                    },
+                    jti: kept.jti,
+                    reused: true,
+                });
+            }
+        }
+
+        let key = registry
+            .keys
+            .signing_key(now)
+            .ok_or_else(|| OAuthError::unavailable("no active signing key"))?;
+        let expires_in = u64::from(plan.token_ttl);
+        let iat = now.max(0) as u64;
+        let jti = secrets::random_token(16);
+        let claims = SignedClaims {
+            iss: &config.issuer,
+            sub: client_id,
+            client_id,
+            aud: Audiences(&scopes),
+            scope: &scope,
+            iat,
+            exp: iat + expires_in,
+            jti: &jti,
+            app_only: true,
         };
-        state.reuse().put(&seen.client_id, &scope, kept);
+        let access_token = key.sign_jwt(&claims);
+        let exp = claims.exp;
+        let jti: Arc<str> = jti.into();
+        if plan.reuse_percent.is_some() {
+            let kept = Kept {
+                token: access_token.as_str().into(),
+                jti: jti.clone(),
+                exp: exp as i64,
+            };
+            state.reuse().put(client_id, &scope, kept);
+        }
+        Ok(Issued {
+            response: TokenResponse {
+                access_token,
+                token_type: TokenType::Bearer,
+                expires_in,
+                scope: scopes,
+            },
+            jti,
+            reused: false,
+        })
     }
-    Ok(Issued {
-        response: TokenResponse {
-            access_token,
-            token_type: TokenType::Bearer,
-            expires_in,
-            scope: scopes,
-        },
-        jti,
-        reused: false,
-    })
 }
 
 #[cfg(test)]

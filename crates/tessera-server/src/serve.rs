@@ -1,0 +1,123 @@
+//! The accept loop: HTTP/1.1 on a bound listener, with the background tasks that keep the
+//! registry fresh and the housekeeping, until a shutdown future resolves.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::state::AppState;
+
+/// The router with every endpoint and layer.
+pub fn app(state: AppState) -> axum::Router {
+    crate::routes::router(state)
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then lets in-flight requests
+/// finish. Keeps the registry in sync with the store meanwhile.
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = app(state.clone());
+    run_router(listener, state, router, shutdown).await
+}
+
+/// [`run`] with a router built from [`app`] and wrapped in layers of the caller's (a
+/// deployment's own middleware, or a test's), served the same way.
+pub async fn run_router(
+    listener: TcpListener,
+    state: AppState,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let sync_state = state.clone();
+    let sync = tokio::spawn(async move { sync_state.sync_forever().await });
+    let house_state = state.clone();
+    let housekeeping = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(house_state.config().housekeeping_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            house_state.housekeeping().await;
+        }
+    });
+    let served = serve(listener, router, state.config(), shutdown).await;
+    sync.abort();
+    housekeeping.abort();
+    state.housekeeping().await;
+    served
+}
+
+/// Accepts HTTP/1.1 connections until `shutdown`, then lets each connection finish its
+/// in-flight request. A client gets `header_timeout` to send its request head (a slowloris
+/// defence; the body is bounded by the request timeout layer), and every request sees its
+/// peer as `ConnectInfo<SocketAddr>`.
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    config: &Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::extract::ConnectInfo;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt;
+
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.header_timeout)
+        // A request head (and what is buffered of a body) fits in 16 KiB; bounding the
+        // buffer bounds the memory an unfinished head can hold.
+        .max_buf_size(16 * 1024)
+        .keep_alive(true);
+    let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // At the cap, stop accepting (the kernel's backlog holds the rest) until one closes.
+        let slot = tokio::select! {
+            () = &mut shutdown => break,
+            slot = connections.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = router
+            .clone()
+            .map_request(move |mut request: axum::extract::Request<_>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            });
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _slot = slot;
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(config.request_timeout * 3, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the grace period; closing them");
+    }
+    Ok(())
+}

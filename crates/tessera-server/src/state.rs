@@ -1,0 +1,172 @@
+//! The state every request shares: settings, the live registry, limiters, counters; how a
+//! server is prepared (the first signing key included), and its periodic housekeeping.
+
+use std::sync::Arc;
+
+use tessera_store::Store;
+
+use crate::admin::Admin;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::keys;
+use crate::limits::{self, AuthThrottle, Limiter, LocalLimiter};
+use crate::metrics::Metrics;
+use crate::registry::{Live, LoadError, Registry};
+use crate::reuse::ReuseCache;
+use crate::secrets::Secrets;
+use crate::usage::UsageCounter;
+
+/// Shared state of every request: cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Config,
+    secrets: Arc<Secrets>,
+    store: Arc<dyn Store>,
+    live: Live,
+    limiter: Arc<dyn Limiter>,
+    throttle: AuthThrottle,
+    metrics: Metrics,
+    usage: UsageCounter,
+    reuse: ReuseCache,
+    in_flight: limits::InFlight,
+}
+
+impl AppState {
+    /// Prepares a server: makes sure a signing key of the configured algorithm is active
+    /// (generating one on first start) and loads the registry.
+    pub async fn prepare(
+        config: Config,
+        store: Arc<dyn Store>,
+        secrets: Arc<Secrets>,
+    ) -> Result<Self, LoadError> {
+        let clock = config.clock.clone();
+        let registry =
+            keys::bootstrap(store.as_ref(), &secrets, config.signing_alg, clock.now()).await?;
+        let max_in_flight = config.max_in_flight;
+        let limiter: Arc<dyn Limiter> = match &config.redis_url {
+            Some(url) => Arc::new(
+                limits::redis::RedisLimiter::connect(url, &config.redis_prefix, clock.clone())
+                    .await
+                    .map_err(|e| LoadError::Limiter(e.to_string()))?,
+            ),
+            None => Arc::new(LocalLimiter::new(clock.clone())),
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                throttle: AuthThrottle::new(
+                    limiter.clone(),
+                    config.auth_failure_rate,
+                    clock.clone(),
+                ),
+                limiter,
+                config,
+                secrets,
+                store,
+                live: Live::new(registry, clock),
+                metrics: Metrics::default(),
+                usage: UsageCounter::default(),
+                reuse: ReuseCache::default(),
+                in_flight: limits::InFlight::new(max_in_flight),
+            }),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The clock every decision by time reads.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.config.clock
+    }
+
+    /// The admin operations, on this server's store and clock.
+    pub fn admin(&self) -> Admin<'_> {
+        Admin::new(self.store(), &self.inner.config.clock)
+    }
+
+    /// The current registry snapshot.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.inner.live.get()
+    }
+
+    pub(crate) fn live(&self) -> &Live {
+        &self.inner.live
+    }
+
+    pub(crate) fn secrets(&self) -> &Secrets {
+        &self.inner.secrets
+    }
+
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.inner.store.as_ref()
+    }
+
+    pub(crate) fn limiter(&self) -> &dyn Limiter {
+        self.inner.limiter.as_ref()
+    }
+
+    pub(crate) fn throttle(&self) -> &AuthThrottle {
+        &self.inner.throttle
+    }
+
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub(crate) fn usage(&self) -> &UsageCounter {
+        &self.inner.usage
+    }
+
+    pub(crate) fn reuse(&self) -> &ReuseCache {
+        &self.inner.reuse
+    }
+
+    pub(crate) fn in_flight(&self) -> &limits::InFlight {
+        &self.inner.in_flight
+    }
+
+    /// Writes usage counts, prunes limiter and reuse state, forgets expired revocations and
+    /// reads the live ones again.
+    pub async fn housekeeping(&self) {
+        let now = self.clock().now();
+        if let Err(error) = self.inner.usage.flush(self.store(), now).await {
+            tracing::warn!(%error, "writing usage counts failed; kept for the next try");
+        }
+        self.inner.limiter.prune();
+        self.inner.reuse.prune(now);
+        if let Err(error) = self.store().prune_revoked(now).await {
+            tracing::warn!(%error, "forgetting expired revocations failed");
+        }
+        if let Err(error) = self.inner.live.reload_revocations(self.store()).await {
+            tracing::warn!(%error, "reading revocations failed");
+        }
+    }
+
+    /// Polls the store every `sync_interval` until the task is dropped.
+    pub(crate) async fn sync_forever(&self) {
+        let inner = &self.inner;
+        inner
+            .live
+            .sync_forever(
+                inner.store.as_ref(),
+                &inner.secrets,
+                inner.config.sync_interval,
+            )
+            .await;
+    }
+
+    /// Polls the store once; tests use it to avoid waiting for the background sync.
+    pub async fn sync(&self) -> Result<bool, LoadError> {
+        self.inner
+            .live
+            .sync(self.inner.store.as_ref(), &self.inner.secrets)
+            .await
+    }
+}
