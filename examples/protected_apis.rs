@@ -17,21 +17,21 @@ use tessera_verify::{ConfigError, RequiredScope, Scoped, UserToken, Verifier};
 
 /// `market-data-api`: quotes.
 #[derive(Debug)]
-pub struct MarketData;
+pub(crate) struct MarketData;
 impl RequiredScope for MarketData {
     const SCOPE: &'static str = "market-data-api";
 }
 
 /// `news-api`: headlines.
 #[derive(Debug)]
-pub struct News;
+pub(crate) struct News;
 impl RequiredScope for News {
     const SCOPE: &'static str = "news-api";
 }
 
 /// `oms-api`: the order management system.
 #[derive(Debug)]
-pub struct Oms;
+pub(crate) struct Oms;
 impl RequiredScope for Oms {
     const SCOPE: &'static str = "oms-api";
 }
@@ -75,7 +75,7 @@ async fn my_orders(_scope: Scoped<Oms>, user: UserToken) -> Json<Value> {
 }
 
 /// The three APIs, each verifying tokens of `issuer` for its own audience.
-pub fn app(issuer: &str) -> Result<Router, ConfigError> {
+pub(crate) fn app(issuer: &str) -> Result<Router, ConfigError> {
     let verifier = |audience: &str| Verifier::builder(issuer, audience).build();
     let market = Router::new()
         .route("/market-data/v1/quotes", get(quotes))

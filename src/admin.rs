@@ -7,14 +7,14 @@ use anyhow::Result;
 use clap::Subcommand;
 use serde_json::json;
 use tessera_proto::Algorithm;
-use tessera_server::admin::{self, Admin};
+use tessera_server::admin::{self, Admin, Change};
 use tessera_server::clock::Clock;
 use tessera_store::{AuthMethod, Client, RateLimit};
 
 use crate::DataArgs;
 
 #[derive(Debug, Subcommand)]
-pub enum PlanCommand {
+pub(crate) enum PlanCommand {
     /// Create a plan or change its scopes and token lifetime.
     Set {
         /// Plan name.
@@ -46,7 +46,7 @@ pub enum PlanCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ClientCommand {
+pub(crate) enum ClientCommand {
     /// Register a client; prints its secret once.
     Create {
         /// The plan deciding its scopes.
@@ -123,7 +123,7 @@ pub enum ClientCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum KeysCommand {
+pub(crate) enum KeysCommand {
     /// List signing keys.
     List {
         /// Print JSON.
@@ -150,7 +150,7 @@ fn parse_method(s: &str) -> Result<AuthMethod, String> {
     })
 }
 
-pub async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
+pub(crate) async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
     let store = data.store().await?;
     let clock = Clock::system();
     let ops = Admin::new(store.as_ref(), &clock);
@@ -164,8 +164,8 @@ pub async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
             reuse_percent,
         } => {
             let token_rate = match token_rate.as_deref() {
-                None => None,
-                Some("none") => Some(None),
+                None => Change::Keep,
+                Some("none") => Change::Clear,
                 Some(spec) => {
                     let mut rate = RateLimit::parse(spec).ok_or_else(|| {
                         anyhow::anyhow!("bad --token-rate {spec:?}: use COUNT/UNIT, e.g. 60/min")
@@ -173,13 +173,17 @@ pub async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
                     if let Some(burst) = token_burst {
                         rate.burst = burst;
                     }
-                    Some(Some(rate))
+                    Change::Set(rate)
                 }
             };
             let settings = admin::PlanSettings {
                 token_ttl,
                 token_rate,
-                reuse_percent: reuse_percent.map(|p| (p > 0).then_some(p)),
+                reuse_percent: match reuse_percent {
+                    None => Change::Keep,
+                    Some(0) => Change::Clear,
+                    Some(p) => Change::Set(p),
+                },
             };
             let plan = ops.set_plan_with(&name, &scopes, &settings).await?;
             println!("{}", describe(&plan));
@@ -232,7 +236,7 @@ fn client_json(c: &Client) -> serde_json::Value {
     })
 }
 
-pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
+pub(crate) async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
     let store = data.store().await?;
     let store = store.as_ref();
     let clock = Clock::system();
@@ -346,7 +350,7 @@ pub async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
     Ok(())
 }
 
-pub async fn keys(data: &DataArgs, cmd: KeysCommand) -> Result<()> {
+pub(crate) async fn keys(data: &DataArgs, cmd: KeysCommand) -> Result<()> {
     let store = data.store().await?;
     let store = store.as_ref();
     let clock = Clock::system();

@@ -11,11 +11,11 @@ use tessera_store::AuthMethod;
 use crate::DataArgs;
 
 #[derive(Debug, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "TESSERA_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Issuer identifier (the `iss` of tokens). Default: http://<listen address>.
+    /// Issuer identifier (the `iss` of tokens). Default: http://ADDRESS, with the --listen address.
     #[arg(long, env = "TESSERA_ISSUER")]
     issuer: Option<String>,
     /// Algorithm of the signing keys this server generates: EdDSA or ES256.
@@ -42,7 +42,7 @@ pub struct ServeArgs {
     log_json: bool,
 }
 
-pub async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
+pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     // Held until the server stops, so that buffered log lines are written out.
     let _log_guard = init_logging(args.log_json);
     let store = data.store().await?;

@@ -19,7 +19,7 @@ use tessera_client::{
 use tessera_server::clock::Clock;
 
 #[derive(Debug, clap::Args)]
-pub struct TokenArgs {
+pub(crate) struct TokenArgs {
     /// production, staging, or a base URL. Production and staging addresses come from
     /// TESSERA_AUTH_URL and TESSERA_AUTH_URL_STAGE.
     #[arg(long = "env", default_value = "production")]
@@ -61,7 +61,7 @@ struct CacheFile {
     tokens: Vec<Entry>,
 }
 
-pub async fn run(args: TokenArgs) -> Result<()> {
+pub(crate) async fn run(args: TokenArgs) -> Result<()> {
     let environment =
         match args.environment.as_str() {
             "production" => Environment::Production,

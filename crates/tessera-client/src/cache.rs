@@ -437,7 +437,7 @@ mod tests {
             scopes: ScopeSet::parse(scopes).unwrap(),
         };
         let a = cache.entry(&key("a b"));
-        let b = cache.clone().entry(&key("b a"));
+        let b = cache.entry(&key("b a"));
         assert!(Arc::ptr_eq(&a, &b));
         let c = cache.entry(&key("a"));
         assert!(!Arc::ptr_eq(&a, &c));

@@ -4,6 +4,9 @@
 //! Run with
 //! `cargo bench -p tessera-server --bench hot_path -- --warm-up-time 1 --measurement-time 3`.
 
+// criterion_group! and criterion_main! write functions without docs.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 

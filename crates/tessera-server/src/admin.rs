@@ -38,16 +38,47 @@ pub enum AdminError {
     Store(#[from] StoreError),
 }
 
-/// What `plan set` may change besides the scopes. `None` keeps an existing plan's value
-/// (or the default for a new plan); `Some(None)` clears an option.
+/// A change to one optional setting of a plan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Change<T> {
+    /// Keep an existing plan's value (none for a new plan).
+    #[default]
+    Keep,
+    /// Remove the setting.
+    Clear,
+    /// Set it to this value.
+    Set(T),
+}
+
+impl<T> Change<T> {
+    /// The value after the change, given the current one.
+    pub fn apply(self, current: Option<T>) -> Option<T> {
+        match self {
+            Change::Keep => current,
+            Change::Clear => None,
+            Change::Set(value) => Some(value),
+        }
+    }
+
+    /// The value being set, if any.
+    pub fn set(&self) -> Option<&T> {
+        match self {
+            Change::Set(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+/// What `plan set` may change besides the scopes. `None` keeps an existing plan's lifetime
+/// (or the default for a new plan).
 #[derive(Debug, Clone, Default)]
 pub struct PlanSettings {
     /// Token lifetime in seconds.
     pub token_ttl: Option<u32>,
     /// The per-client token request rate.
-    pub token_rate: Option<Option<RateLimit>>,
+    pub token_rate: Change<RateLimit>,
     /// Token reuse: the share of lifetime, in percent, that must be left.
-    pub reuse_percent: Option<Option<u8>>,
+    pub reuse_percent: Change<u8>,
 }
 
 /// The admin operations on one store, reading the time from one clock: the CLI's on the
@@ -65,7 +96,7 @@ impl<'a> Admin<'a> {
         Self { store, clock }
     }
 
-    /// Creates a plan or changes its scopes and TTL; see [`set_plan_with`].
+    /// Creates a plan or changes its scopes and TTL; see [`Admin::set_plan_with`].
     pub async fn set_plan(
         &self,
         name: &str,
@@ -101,13 +132,13 @@ impl<'a> Admin<'a> {
         {
             return Err(AdminError::BadTtl);
         }
-        if let Some(Some(rate)) = settings.token_rate {
+        if let Some(rate) = settings.token_rate.set() {
             if rate.count == 0 || rate.burst == 0 || rate.period_secs == 0 {
                 return Err(AdminError::BadRate);
             }
         }
-        if let Some(Some(p)) = settings.reuse_percent {
-            if !(1..=99).contains(&p) {
+        if let Some(p) = settings.reuse_percent.set() {
+            if !(1..=99).contains(p) {
                 return Err(AdminError::BadReuse);
             }
         }
@@ -127,10 +158,10 @@ impl<'a> Admin<'a> {
                 .unwrap_or(DEFAULT_TOKEN_TTL),
             token_rate: settings
                 .token_rate
-                .unwrap_or_else(|| existing.as_ref().and_then(|p| p.token_rate)),
+                .apply(existing.as_ref().and_then(|p| p.token_rate)),
             reuse_percent: settings
                 .reuse_percent
-                .unwrap_or_else(|| existing.as_ref().and_then(|p| p.reuse_percent)),
+                .apply(existing.as_ref().and_then(|p| p.reuse_percent)),
             created_at: existing.as_ref().map_or(now, |p| p.created_at),
             updated_at: now,
         };

@@ -1,6 +1,9 @@
 //! Verification of a valid token with the keys already cached: the cost every protected
 //! request pays. Run with `cargo bench -p tessera-verify`.
 
+// criterion_group! and criterion_main! write functions without docs.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::{SystemTime, UNIX_EPOCH};
 

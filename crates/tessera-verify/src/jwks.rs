@@ -37,7 +37,7 @@ impl VerifyingKey {
     /// section 5 asks to ignore keys that are not understood. The JWK's `kty`, `crv` and `alg`
     /// must agree (RFC 8037 section 2, RFC 7518 section 6.2), so a token's `alg` is matched
     /// against a key whose type cannot be reinterpreted.
-    pub fn from_jwk(jwk: &Jwk) -> Option<Self> {
+    pub(crate) fn from_jwk(jwk: &Jwk) -> Option<Self> {
         if jwk.use_ != "sig" || !is_reasonable_kid(&jwk.kid) {
             return None;
         }
@@ -75,7 +75,7 @@ impl VerifyingKey {
     }
 
     /// Whether `signature` is this key's signature of `message`.
-    pub fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
+    pub(crate) fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
         self.key.verify_sig(message, signature).is_ok()
     }
 }
@@ -88,7 +88,7 @@ pub(crate) struct KeySet {
 
 impl KeySet {
     /// The usable keys among `jwks`; the first of two keys with one `kid` wins.
-    pub fn new<'a>(jwks: impl IntoIterator<Item = &'a Jwk>) -> Self {
+    pub(crate) fn new<'a>(jwks: impl IntoIterator<Item = &'a Jwk>) -> Self {
         let mut by_kid = HashMap::new();
         for jwk in jwks {
             match VerifyingKey::from_jwk(jwk) {
@@ -101,11 +101,11 @@ impl KeySet {
         Self { by_kid }
     }
 
-    pub fn get(&self, kid: &str) -> Option<&VerifyingKey> {
+    pub(crate) fn get(&self, kid: &str) -> Option<&VerifyingKey> {
         self.by_kid.get(kid)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_kid.is_empty()
     }
 }
@@ -142,7 +142,7 @@ pub(crate) struct KeyCache {
 }
 
 impl KeyCache {
-    pub fn fixed(keys: KeySet) -> Self {
+    pub(crate) fn fixed(keys: KeySet) -> Self {
         Self {
             snapshot: RwLock::new(Snapshot {
                 keys: Arc::new(keys),
@@ -154,7 +154,7 @@ impl KeyCache {
         }
     }
 
-    pub fn remote(remote: Remote) -> Self {
+    pub(crate) fn remote(remote: Remote) -> Self {
         let jwks_uri = remote.jwks_uri.clone();
         Self {
             snapshot: RwLock::default(),
@@ -166,7 +166,7 @@ impl KeyCache {
 
     /// The current keys. Also schedules a background refresh when they are older than the
     /// cache lifetime and the rate limit allows, without waiting for it.
-    pub fn current(self: &Arc<Self>) -> Arc<KeySet> {
+    pub(crate) fn current(self: &Arc<Self>) -> Arc<KeySet> {
         let (keys, stale) = {
             let s = self.snapshot.read().unwrap_or_else(PoisonError::into_inner);
             let stale = match (&self.remote, s.fetched_at) {
@@ -189,13 +189,13 @@ impl KeyCache {
     /// The keys after a refresh for a `kid` not in the cache, or the cached keys when the rate
     /// limit says no. Waits for a fetch already in flight, so a new key published during it is
     /// found.
-    pub async fn after_unknown_kid(&self) -> Arc<KeySet> {
+    pub(crate) async fn after_unknown_kid(&self) -> Arc<KeySet> {
         let _ = self.refresh(false).await;
         self.snapshot().keys.clone()
     }
 
     /// Fetches the key set if `force` or the rate limit allows, and stores it on success.
-    pub async fn refresh(&self, force: bool) -> Result<(), KeySourceError> {
+    pub(crate) async fn refresh(&self, force: bool) -> Result<(), KeySourceError> {
         let Some(remote) = &self.remote else {
             return Ok(());
         };

@@ -411,11 +411,11 @@ async fn the_servers_own_rate_limit_is_waited_out() {
     let server = TestServer::spawn(3600).await;
     // A real per-plan limit: one token request a second.
     let settings = tessera_server::admin::PlanSettings {
-        token_rate: Some(Some(tessera_store::RateLimit {
+        token_rate: tessera_server::admin::Change::Set(tessera_store::RateLimit {
             count: 1,
             period_secs: 1,
             burst: 1,
-        })),
+        }),
         ..Default::default()
     };
     server

@@ -127,7 +127,9 @@ async fn instances_sharing_redis_share_each_clients_rate_limit() {
     let a = spawn_with(shared).await;
     let b = spawn_with(shared).await;
     let settings = admin::PlanSettings {
-        token_rate: Some(tessera_store::RateLimit::parse("2/min")),
+        token_rate: tessera_server::admin::Change::Set(
+            tessera_store::RateLimit::parse("2/min").unwrap(),
+        ),
         ..Default::default()
     };
     a.admin()

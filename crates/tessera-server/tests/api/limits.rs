@@ -19,11 +19,11 @@ async fn plan_with(app: &TestApp, name: &str, settings: PlanSettings) {
 
 fn rate(count: u32, period_secs: u32, burst: u32) -> PlanSettings {
     PlanSettings {
-        token_rate: Some(Some(RateLimit {
+        token_rate: tessera_server::admin::Change::Set(RateLimit {
             count,
             period_secs,
             burst,
-        })),
+        }),
         ..PlanSettings::default()
     }
 }
@@ -195,7 +195,7 @@ async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
         "reusing",
         PlanSettings {
             token_ttl: Some(60),
-            reuse_percent: Some(Some(50)),
+            reuse_percent: tessera_server::admin::Change::Set(50),
             ..PlanSettings::default()
         },
     )

@@ -20,14 +20,14 @@ use serde_json::{json, Value};
 use tessera_proto::{Algorithm, Jwk, JwkSet};
 use tessera_verify::Verifier;
 
-pub const AUDIENCE: &str = "market-data-api";
-pub const ISSUER: &str = "https://auth.tessera.test";
+pub(crate) const AUDIENCE: &str = "market-data-api";
+pub(crate) const ISSUER: &str = "https://auth.tessera.test";
 
-pub fn b64(bytes: impl AsRef<[u8]>) -> String {
+pub(crate) fn b64(bytes: impl AsRef<[u8]>) -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-pub fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -35,7 +35,7 @@ pub fn now() -> u64 {
 }
 
 /// Claims as Tessera issues them, valid for ten minutes.
-pub fn claims(iss: &str) -> Value {
+pub(crate) fn claims(iss: &str) -> Value {
     let now = now();
     json!({
         "iss": iss,
@@ -56,18 +56,18 @@ enum Pair {
 }
 
 /// A signing key made for the test, with its public JWK.
-pub struct TestKey {
+pub(crate) struct TestKey {
     pair: Pair,
     pub alg: Algorithm,
     pub jwk: Jwk,
 }
 
 impl TestKey {
-    pub fn ed25519() -> Self {
+    pub(crate) fn ed25519() -> Self {
         Self::new(Pair::Ed25519(Ed25519KeyPair::generate().unwrap()))
     }
 
-    pub fn es256() -> Self {
+    pub(crate) fn es256() -> Self {
         Self::new(Pair::Es256(
             EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap(),
         ))
@@ -105,12 +105,12 @@ impl TestKey {
         Self { pair, alg, jwk }
     }
 
-    pub fn kid(&self) -> &str {
+    pub(crate) fn kid(&self) -> &str {
         &self.jwk.kid
     }
 
     /// The public key bytes, as an attacker could take them from the JWKS.
-    pub fn public_bytes(&self) -> Vec<u8> {
+    pub(crate) fn public_bytes(&self) -> Vec<u8> {
         match &self.pair {
             Pair::Ed25519(p) => p.public_key().as_ref().to_vec(),
             Pair::Es256(p) => p.public_key().as_ref().to_vec(),
@@ -118,17 +118,17 @@ impl TestKey {
     }
 
     /// The header Tessera sends.
-    pub fn header(&self) -> Value {
+    pub(crate) fn header(&self) -> Value {
         json!({"alg": self.alg.as_str(), "kid": self.kid(), "typ": "at+jwt"})
     }
 
     /// A token as Tessera signs it.
-    pub fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         self.sign_with(&self.header(), claims)
     }
 
     /// Any header and claims, signed by this key.
-    pub fn sign_with(&self, header: &Value, claims: &Value) -> String {
+    pub(crate) fn sign_with(&self, header: &Value, claims: &Value) -> String {
         let input = format!("{}.{}", b64(header.to_string()), b64(claims.to_string()));
         let signature = match &self.pair {
             Pair::Ed25519(p) => p.sign(input.as_bytes()).as_ref().to_vec(),
@@ -142,29 +142,29 @@ impl TestKey {
     }
 }
 
-pub fn jwks(keys: &[&TestKey]) -> JwkSet {
+pub(crate) fn jwks(keys: &[&TestKey]) -> JwkSet {
     JwkSet {
         keys: keys.iter().map(|k| k.jwk.clone()).collect(),
     }
 }
 
 /// A verifier for [`ISSUER`] and [`AUDIENCE`] with these keys, fixed.
-pub fn static_verifier(keys: &[&TestKey]) -> Verifier {
+pub(crate) fn static_verifier(keys: &[&TestKey]) -> Verifier {
     Verifier::with_static_keys(ISSUER, AUDIENCE, jwks(keys)).unwrap()
 }
 
 /// What the test issuer served.
 #[derive(Default)]
-pub struct Hits {
+pub(crate) struct Hits {
     pub metadata: AtomicUsize,
     pub jwks: AtomicUsize,
 }
 
 impl Hits {
-    pub fn jwks(&self) -> usize {
+    pub(crate) fn jwks(&self) -> usize {
         self.jwks.load(Ordering::SeqCst)
     }
-    pub fn metadata(&self) -> usize {
+    pub(crate) fn metadata(&self) -> usize {
         self.metadata.load(Ordering::SeqCst)
     }
 }
@@ -177,7 +177,7 @@ struct IssuerState {
 }
 
 /// A minimal issuer serving its metadata and key set on 127.0.0.1:0.
-pub struct TestIssuer {
+pub(crate) struct TestIssuer {
     /// `http://127.0.0.1:PORT`, also the issuer identifier.
     pub url: String,
     /// Replace to rotate keys.
@@ -187,7 +187,7 @@ pub struct TestIssuer {
 }
 
 impl TestIssuer {
-    pub async fn spawn(keys: JwkSet) -> Self {
+    pub(crate) async fn spawn(keys: JwkSet) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let state = IssuerState {
@@ -215,7 +215,7 @@ impl TestIssuer {
     }
 
     /// Stops the server: the port refuses connections from now on.
-    pub async fn shut_down(&self) {
+    pub(crate) async fn shut_down(&self) {
         self.server.abort();
         while !self.server.is_finished() {
             tokio::task::yield_now().await;

@@ -9,14 +9,14 @@ use tessera_verify::VerifyError;
 use crate::helpers::{b64, claims, now, static_verifier, TestKey, ISSUER};
 
 /// The keys the verifier trusts, and one it does not.
-pub struct Keys {
+pub(crate) struct Keys {
     pub ed: TestKey,
     pub es: TestKey,
     pub attacker: TestKey,
 }
 
 impl Keys {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             ed: TestKey::ed25519(),
             es: TestKey::es256(),
@@ -28,16 +28,22 @@ impl Keys {
 /// A header like Tessera's with `extra` merged in.
 fn header_with(key: &TestKey, extra: Value) -> Value {
     let mut h = key.header();
-    for (k, v) in extra.as_object().unwrap() {
-        h[k] = v.clone();
+    let Value::Object(extra) = extra else {
+        panic!("extra header members are an object")
+    };
+    for (k, v) in extra {
+        h[&k] = v;
     }
     h
 }
 
 fn claims_with(extra: Value) -> Value {
     let mut c = claims(ISSUER);
-    for (k, v) in extra.as_object().unwrap() {
-        c[k] = v.clone();
+    let Value::Object(extra) = extra else {
+        panic!("extra claims are an object")
+    };
+    for (k, v) in extra {
+        c[&k] = v;
     }
     c
 }
@@ -56,7 +62,7 @@ fn hs256(header: &Value, claims: &Value, secret: &[u8]) -> String {
 }
 
 /// Every hostile token: a name, the token, the refusal expected.
-pub fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
+pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
     let Keys { ed, es, attacker } = keys;
     let good = claims(ISSUER);
     let mut cases: Vec<(String, String, VerifyError)> = Vec::new();
@@ -249,7 +255,7 @@ pub fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
 }
 
 /// Tokens that must pass.
-pub fn valid(keys: &Keys) -> Vec<(&'static str, String)> {
+pub(crate) fn valid(keys: &Keys) -> Vec<(&'static str, String)> {
     let Keys { ed, es, .. } = keys;
     vec![
         ("EdDSA", ed.sign(&claims(ISSUER))),
