@@ -2,10 +2,6 @@
 //! both on port 0: every answer of RFC 6750 section 3 and RFC 9470, and the isolation of
 //! staging from production (seed section 4).
 
-#[path = "../../examples/protected_apis.rs"]
-#[allow(dead_code)]
-mod protected_apis;
-
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tessera_store::AuthMethod;
 use tessera_testkit::TestApp;
@@ -73,13 +69,56 @@ impl Issuer {
     }
 }
 
-/// The example APIs for `issuer`, on port 0.
-async fn apis(issuer: &str) -> String {
-    let app = protected_apis::app(issuer).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    base
+/// The example program `protected_apis` (built by `cargo test` with the tests), running for
+/// `issuer` on port 0 until dropped.
+struct Apis {
+    base: String,
+    _process: tokio::process::Child,
+}
+
+impl std::fmt::Display for Apis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.base)
+    }
+}
+
+async fn apis(issuer: &str) -> Apis {
+    use tokio::io::AsyncBufReadExt;
+    // target/debug/deps/apis-HASH -> target/debug/examples/protected_apis
+    let exe = std::env::current_exe().unwrap();
+    let program = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples")
+        .join(format!("protected_apis{}", std::env::consts::EXE_SUFFIX));
+    let mut process = tokio::process::Command::new(&program)
+        .args(["--issuer", issuer, "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (cargo test builds the examples)",
+                program.display()
+            )
+        });
+    let stdout = process.stdout.take().unwrap();
+    let mut first = String::new();
+    tokio::io::BufReader::new(stdout)
+        .read_line(&mut first)
+        .await
+        .unwrap();
+    // "protected APIs on http://ADDR for issuer ISSUER"
+    let base = first
+        .split_whitespace()
+        .find(|word| word.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    Apis {
+        base,
+        _process: process,
+    }
 }
 
 async fn get(url: String, token: Option<&str>) -> reqwest::Response {
