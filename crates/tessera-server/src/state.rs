@@ -56,6 +56,9 @@ impl AppState {
             ),
             None => Arc::new(LocalLimiter::new(clock.clone())),
         };
+        let live = Live::new(registry, clock.clone());
+        // Revoked tokens are refused from the first request on, not from the first poll.
+        live.reload_revocations(store.as_ref()).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 throttle: AuthThrottle::new(
@@ -67,7 +70,7 @@ impl AppState {
                 config,
                 secrets,
                 store,
-                live: Live::new(registry, clock),
+                live,
                 metrics: Metrics::default(),
                 usage: UsageCounter::default(),
                 reuse: ReuseCache::default(),

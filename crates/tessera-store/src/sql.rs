@@ -30,7 +30,7 @@ pub(crate) trait Dialect: Database {
 /// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
 /// [`PostgresStore`](crate::postgres::PostgresStore) are its two kinds.
 pub struct SqlStore<DB: Database> {
-    pool: Pool<DB>,
+    pub(crate) pool: Pool<DB>,
 }
 
 impl<DB: Database> std::fmt::Debug for SqlStore<DB> {

@@ -41,3 +41,34 @@ impl Dialect for Sqlite {
     const REVOKED_SINCE: &'static str = "SELECT rowid AS seq, jti, client_id, exp \
         FROM revoked_tokens WHERE rowid > $1 AND exp > $2 ORDER BY rowid";
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The durability promise rests on these two settings of every connection: an
+    /// acknowledged write is in the WAL and synced before the answer (SQLite's
+    /// `synchronous=FULL` is 2).
+    #[tokio::test]
+    async fn every_connection_syncs_each_commit_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&format!("sqlite://{}", dir.path().join("t.db").display()))
+            .await
+            .unwrap();
+        // More than one connection: each must carry the settings, not only the first.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut connection = store.pool.acquire().await.unwrap();
+            let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                .fetch_one(&mut *connection)
+                .await
+                .unwrap();
+            let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+                .fetch_one(&mut *connection)
+                .await
+                .unwrap();
+            assert_eq!((synchronous, journal.as_str()), (2, "wal"));
+            held.push(connection);
+        }
+    }
+}

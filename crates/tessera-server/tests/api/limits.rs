@@ -248,20 +248,25 @@ async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
     assert_eq!(third["expires_in"], 60);
 }
 
-async fn metric(app: &TestApp, line_start: &str) -> u64 {
-    let text = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+/// The value of the sample `series` in `/metrics`; `None` when the series is absent (a
+/// counter not yet created). Panics unless `/metrics` answers 200 with the family's TYPE
+/// line, so that a missing endpoint or a renamed family never reads as zero.
+async fn metric(app: &TestApp, series: &str) -> Option<u64> {
+    let response = app.http.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let family = series.split('{').next().unwrap();
+    let family = family.strip_suffix("_count").unwrap_or(family);
+    let family = family.strip_suffix("_total").unwrap_or(family);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("# TYPE ") && l[7..].starts_with(family)),
+        "no family {family} in {text}"
+    );
     text.lines()
-        .find(|l| l.starts_with(line_start))
+        .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())
-        .map_or(0, |v| v.parse().unwrap())
+        .map(|v| v.parse().unwrap())
 }
 
 #[tokio::test]
@@ -280,7 +285,7 @@ async fn metrics_and_usage_follow_the_requests() {
         "tessera_token_requests_refused_total{plan=\"none\",error=\"invalid_client\"}";
     let limited = "tessera_rate_limited_total{limit=\"limited\"}";
     let count = "tessera_token_request_duration_seconds_count";
-    assert_eq!(metric(&app, issued).await, 0);
+    assert_eq!(metric(&app, issued).await, None, "nothing issued yet");
 
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
@@ -291,11 +296,11 @@ async fn metrics_and_usage_follow_the_requests() {
     assert_eq!(app.token(&lim, &lim_secret, NEWS).await.status(), 200);
     assert_eq!(app.token(&lim, &lim_secret, NEWS).await.status(), 429);
 
-    assert_eq!(metric(&app, issued).await, 2);
-    assert_eq!(metric(&app, scope_refused).await, 1);
-    assert_eq!(metric(&app, client_refused).await, 1);
-    assert_eq!(metric(&app, limited).await, 1);
-    assert_eq!(metric(&app, count).await, 6);
+    assert_eq!(metric(&app, issued).await, Some(2));
+    assert_eq!(metric(&app, scope_refused).await, Some(1));
+    assert_eq!(metric(&app, client_refused).await, Some(1));
+    assert_eq!(metric(&app, limited).await, Some(1));
+    assert_eq!(metric(&app, count).await, Some(6));
     let text = app
         .http
         .get(app.url("/metrics"))

@@ -4,6 +4,7 @@
 mod audit;
 mod cluster;
 mod discovery;
+mod inflight;
 mod limits;
 mod registry;
 mod token;
