@@ -458,6 +458,39 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
         assert!(!text.contains(&secret), "the secret is never cached");
     }
 
+    // Time passes (the file is moved back in time, as if the clock had moved on): a token
+    // within its refresh margin (10% of its life, at most 30 s) is not served, an earlier
+    // one still is.
+    let age_cache = |by: i64| {
+        let mut file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+        for entry in file["tokens"].as_array_mut().unwrap() {
+            for field in ["expires_at", "received_at"] {
+                entry[field] = (entry[field].as_i64().unwrap() - by).into();
+            }
+        }
+        std::fs::write(&cache, file.to_string()).unwrap();
+    };
+    let news = |args: &[&str]| {
+        let mut all = vec!["--env", base, "--scope", "news-api"];
+        all.extend_from_slice(args);
+        let out = token_cmd(d, &cache, &id, &secret, &all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    age_cache(3600 - 31);
+    assert_eq!(news(&[]), token, "31 s left: still served");
+    assert_eq!(issued_total(base).await, 1);
+    age_cache(2);
+    let renewed = news(&[]);
+    assert_ne!(renewed, token, "29 s left: within the margin, renewed");
+    assert_eq!(issued_total(base).await, 2);
+    age_cache(3600);
+    let after_expiry = news(&[]);
+    assert_ne!(after_expiry, renewed, "an expired token is never served");
+    assert_eq!(issued_total(base).await, 3);
+    let token = after_expiry;
+
     // The cached token goes only to the secret it was issued for.
     let wrong = token_cmd(
         d,
@@ -471,7 +504,7 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
         "a wrong secret must not get the cached token"
     );
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("invalid_client"));
-    assert_eq!(issued_total(base).await, 1);
+    assert_eq!(issued_total(base).await, 3);
 
     // Another scope set is another entry; --no-cache always asks.
     let other = token_cmd(
@@ -491,7 +524,7 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
         &["--env", base, "--scope", "news-api", "--no-cache"],
     );
     assert_ne!(String::from_utf8(fresh.stdout).unwrap().trim(), token);
-    assert_eq!(issued_total(base).await, 3);
+    assert_eq!(issued_total(base).await, 5);
 
     // A cache file others could read or write is not trusted.
     #[cfg(unix)]

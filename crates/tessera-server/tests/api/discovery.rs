@@ -65,13 +65,45 @@ async fn metadata_describes_the_server_at_both_addresses() {
         doc["scopes_supported"],
         serde_json::json!(["market-data-api", "news-api"])
     );
+    assert_eq!(
+        doc["introspection_endpoint"],
+        format!("{}/connect/introspect", app.base)
+    );
+    assert_eq!(
+        doc["revocation_endpoint"],
+        format!("{}/connect/revocation", app.base)
+    );
+}
+
+async fn get(app: &TestApp, path: &str) -> (u16, String) {
+    let r = app.http.get(app.url(path)).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
 }
 
 #[tokio::test]
 async fn health_and_readiness() {
-    let app = spawn_app().await;
-    let healthz = app.http.get(app.url("/healthz")).send().await.unwrap();
-    assert_eq!(healthz.status(), 200);
-    let readyz = app.http.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(readyz.status(), 200);
+    // The background poll runs at start and then not for an hour: the test decides when
+    // the store was last reached.
+    let app = spawn_with(|s| s.config.sync_interval = std::time::Duration::from_secs(3600)).await;
+    assert_eq!(get(&app, "/healthz").await, (200, "ok\n".into()));
+    assert_eq!(get(&app, "/readyz").await, (200, "ready\n".into()));
+
+    // The store not reached for more than 10 s: not ready, alive all the same.
+    app.clock.advance(std::time::Duration::from_secs(11));
+    assert_eq!(get(&app, "/readyz").await, (503, "store unreachable\n".into()));
+    assert_eq!(get(&app, "/healthz").await.0, 200);
+    app.sync().await;
+    assert_eq!(get(&app, "/readyz").await.0, 200);
+
+    // No key active yet (the clock before the first key's activation): not ready.
+    let now = app.clock.now();
+    app.clock.set(now - 3600);
+    app.sync().await;
+    assert_eq!(
+        get(&app, "/readyz").await,
+        (503, "no active signing key\n".into())
+    );
+    app.clock.set(now);
+    app.sync().await;
+    assert_eq!(get(&app, "/readyz").await.0, 200);
 }

@@ -64,6 +64,13 @@ async fn introspection_describes_active_tokens_only() {
     assert_eq!(active["iss"], app.base);
     assert_eq!(active["token_type"], "Bearer");
     assert_eq!(active["app_only"], true);
+    let claims = claims_of(&token);
+    assert_eq!(active["sub"], id.as_str());
+    assert_eq!(active["aud"], serde_json::json!(["news-api"]));
+    assert_eq!(active["iat"], app.clock.now());
+    assert_eq!(active["exp"], app.clock.now() + 3600);
+    assert_eq!(active["jti"], claims["jti"]);
+    assert_eq!(active["jti"].as_str().unwrap().len(), 22, "128 bits in base64url");
 
     for junk in [
         "",
