@@ -38,9 +38,6 @@ pub struct Setup {
     pub database_url: Option<String>,
     /// The clock the server reads; by default one standing at the current time.
     pub clock: ManualClock,
-    /// Serve on the system clock instead (for peers that read the system clock
-    /// themselves); then moving [`TestApp::clock`] moves nothing.
-    pub system_clock: bool,
     /// Token lifetime of plan `pro`, in seconds (default 3600).
     pub pro_ttl: Option<u32>,
     /// Layers around the server's router (a test's middleware), applied last.
@@ -100,7 +97,6 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
         config,
         database_url: None,
         clock: ManualClock::starting_now(),
-        system_clock: false,
         pro_ttl: None,
         wrap: None,
     };
@@ -113,11 +109,7 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
         .await
         .expect("the test database");
     let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
-    setup.config.clock = if setup.system_clock {
-        tessera_server::clock::Clock::system()
-    } else {
-        setup.clock.clone().into()
-    };
+    setup.config.clock = setup.clock.clone().into();
     Admin::new(store.as_ref(), &setup.config.clock)
         .set_plan("pro", SCOPES, setup.pro_ttl)
         .await

@@ -40,33 +40,41 @@ impl TestServer {
         let token_requests = Arc::new(AtomicUsize::new(0));
         let canned = Arc::new(Mutex::new(VecDeque::<Canned>::new()));
         let (count, answers) = (token_requests.clone(), canned.clone());
-        let middleware = middleware::from_fn(move |request: Request, next: Next| {
-            let (count, answers) = (count.clone(), answers.clone());
-            async move {
-                if request.uri().path() != "/connect/token" {
-                    return next.run(request).await;
-                }
-                count.fetch_add(1, Ordering::SeqCst);
-                let answer = answers.lock().unwrap().pop_front();
-                match answer {
-                    Some((status, headers)) => {
-                        let mut response =
-                            Response::new(Body::from(r#"{"error":"temporarily_unavailable"}"#));
-                        *response.status_mut() = status;
-                        for (name, value) in headers {
-                            response.headers_mut().insert(name, value.parse().unwrap());
-                        }
-                        response
-                    }
-                    None => next.run(request).await,
-                }
-            }
-        });
         let app = tessera_testkit::spawn_with(|s| {
             s.pro_ttl = Some(ttl);
-            // The client kit waits out Retry-After on the system clock: so does the
-            // server here.
-            s.system_clock = true;
+            // The server's clock stands still, except that a 429 of its own moves it by
+            // the Retry-After it sent: the time the client waits out passes for the server
+            // exactly then, however slow this machine is.
+            let clock = s.clock.clone();
+            let middleware = middleware::from_fn(move |request: Request, next: Next| {
+                let (count, answers, clock) = (count.clone(), answers.clone(), clock.clone());
+                async move {
+                    if request.uri().path() != "/connect/token" {
+                        return next.run(request).await;
+                    }
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let answer = answers.lock().unwrap().pop_front();
+                    let Some((status, headers)) = answer else {
+                        let response = next.run(request).await;
+                        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+                            let retry: u64 = response.headers()[header::RETRY_AFTER]
+                                .to_str()
+                                .unwrap()
+                                .parse()
+                                .unwrap();
+                            clock.advance(Duration::from_secs(retry));
+                        }
+                        return response;
+                    };
+                    let mut response =
+                        Response::new(Body::from(r#"{"error":"temporarily_unavailable"}"#));
+                    *response.status_mut() = status;
+                    for (name, value) in headers {
+                        response.headers_mut().insert(name, value.parse().unwrap());
+                    }
+                    response
+                }
+            });
             s.wrap = Some(Box::new(move |router| router.layer(middleware)));
         })
         .await;
@@ -133,13 +141,24 @@ async fn no_request_before_expiry_and_one_after() {
     // Two seconds of lifetime: the skew is 10% (0.2 s), so the token is served for 1.8 s.
     let server = TestServer::spawn(2).await;
     let client = server.token_client("news-api").await;
+    let started = Instant::now();
     let first = client.token().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(client.token().await.unwrap(), first);
     assert_eq!(server.requests(), 1, "a request before expiry");
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let second = client.token().await.unwrap();
-    assert_ne!(second, first);
+    // Wait for the renewal itself (a generous bound); it can never come early.
+    let second = loop {
+        let token = client.token().await.unwrap();
+        if token != first {
+            break token;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never renewed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        started.elapsed() >= Duration::from_millis(1800),
+        "renewed {:?} after the first request, before its refresh point",
+        started.elapsed()
+    );
     assert_eq!(server.requests(), 2);
     assert_eq!(client.token().await.unwrap(), second);
     assert_eq!(server.requests(), 2);
