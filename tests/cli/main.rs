@@ -476,7 +476,11 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
         let mut all = vec!["--env", base, "--scope", "news-api"];
         all.extend_from_slice(args);
         let out = token_cmd(d, &cache, &id, &secret, &all);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     };
     age_cache(3600 - 31);

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! - [`clock`]: [`Clock`], where every decision by time reads it, and [`ManualClock`] for
+//!   tests.
 //! - [`form`]: the strict `application/x-www-form-urlencoded` decoder (RFC 6749 Appendix B).
 //! - [`scope`]: [`Scope`] and [`ScopeSet`], the scope grammar of RFC 6749 section 3.3.
 //! - [`client`]: [`ClientId`] and [`ClientSecret`], and HTTP Basic credentials (RFC 6749 2.3.1).
@@ -16,6 +18,7 @@
 
 pub mod claims;
 pub mod client;
+pub mod clock;
 pub mod error;
 pub mod form;
 pub mod jwk;
@@ -26,6 +29,7 @@ pub mod token;
 
 pub use claims::AccessTokenClaims;
 pub use client::{BasicCredentials, ClientId, ClientSecret};
+pub use clock::{Clock, ManualClock};
 pub use error::{ErrorCode, ErrorResponse};
 pub use jwk::{Algorithm, Jwk, JwkSet};
 pub use metadata::AuthorizationServerMetadata;

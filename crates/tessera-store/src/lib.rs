@@ -29,8 +29,7 @@ pub mod sqlite;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
-/// Seconds since the Unix epoch.
-pub type Timestamp = i64;
+pub use tessera_proto::clock::Timestamp;
 
 /// What can go wrong in a store. Knows nothing of HTTP; the server maps it at its edge.
 #[derive(Debug, Error)]

@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tessera_proto::Clock;
 
 use aws_lc_rs::signature::{ParsedPublicKey, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, ED25519};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -119,15 +121,18 @@ pub(crate) struct Remote {
     pub jwks_uri: Option<String>,
     pub min_refresh_interval: Duration,
     pub cache_lifetime: Duration,
+    /// Measures the refresh interval and the cache lifetime.
+    pub clock: Clock,
 }
 
 #[derive(Debug, Default)]
 struct Snapshot {
     keys: Arc<KeySet>,
-    /// When `keys` were fetched; `None` before the first success.
-    fetched_at: Option<Instant>,
+    /// When `keys` were fetched (the clock's monotonic reading); `None` before the first
+    /// success.
+    fetched_at: Option<Duration>,
     /// When the last fetch started, successful or not: the rate limit counts attempts.
-    attempted_at: Option<Instant>,
+    attempted_at: Option<Duration>,
 }
 
 /// The key cache. Static key sets have no [`Remote`] and never refresh.
@@ -170,7 +175,9 @@ impl KeyCache {
         let (keys, stale) = {
             let s = self.snapshot.read().unwrap_or_else(PoisonError::into_inner);
             let stale = match (&self.remote, s.fetched_at) {
-                (Some(r), Some(at)) => at.elapsed() >= r.cache_lifetime && self.may_fetch(&s),
+                (Some(r), Some(at)) => {
+                    r.clock.elapsed().saturating_sub(at) >= r.cache_lifetime && self.may_fetch(&s)
+                }
                 _ => false,
             };
             (s.keys.clone(), stale)
@@ -209,7 +216,7 @@ impl KeyCache {
             if !force && !self.may_fetch(&s) {
                 return Ok(());
             }
-            s.attempted_at = Some(Instant::now());
+            s.attempted_at = Some(remote.clock.elapsed());
         }
         let result = fetch(remote, &mut jwks_uri).await;
         match result {
@@ -219,7 +226,7 @@ impl KeyCache {
                     .write()
                     .unwrap_or_else(PoisonError::into_inner);
                 s.keys = Arc::new(keys);
-                s.fetched_at = Some(Instant::now());
+                s.fetched_at = Some(remote.clock.elapsed());
                 tracing::debug!("JWKS refreshed");
                 Ok(())
             }
@@ -238,7 +245,7 @@ impl KeyCache {
         match (&self.remote, s.attempted_at) {
             (None, _) => false,
             (Some(_), None) => true,
-            (Some(r), Some(at)) => at.elapsed() >= r.min_refresh_interval,
+            (Some(r), Some(at)) => r.clock.elapsed().saturating_sub(at) >= r.min_refresh_interval,
         }
     }
 }

@@ -1,9 +1,9 @@
 //! The [`Verifier`], its builder, and the validation steps of RFC 9068 section 4 in order.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use tessera_proto::{jws, AccessTokenClaims, Algorithm, JwkSet};
+use tessera_proto::{jws, AccessTokenClaims, Algorithm, Clock, JwkSet};
 
 use crate::error::{ConfigError, KeySourceError, VerifyError};
 use crate::jwks::{KeyCache, KeySet, Remote};
@@ -56,6 +56,7 @@ pub struct VerifierBuilder {
     cache_lifetime: Duration,
     http_timeout: Duration,
     keys: KeysFrom,
+    clock: Clock,
 }
 
 impl VerifierBuilder {
@@ -115,6 +116,14 @@ impl VerifierBuilder {
         self
     }
 
+    /// The clock that expiry and the key refresh interval are measured by: the system clock
+    /// by default; a [`tessera_proto::ManualClock`] in tests, which then set the time
+    /// instead of sleeping.
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
     /// Checks the configuration and builds the verifier. Nothing is fetched yet: the first
     /// token does it, or [`Verifier::refresh_keys`] for a start that fails fast.
     pub fn build(self) -> Result<Verifier, ConfigError> {
@@ -159,6 +168,7 @@ impl VerifierBuilder {
                     },
                     min_refresh_interval: self.min_refresh_interval,
                     cache_lifetime: self.cache_lifetime,
+                    clock: self.clock.clone(),
                 })
             }
         };
@@ -180,6 +190,7 @@ impl VerifierBuilder {
                 leeway: self.leeway.as_secs(),
                 max_token_size: self.max_token_size,
                 cache: Arc::new(cache),
+                clock: self.clock,
             }),
         })
     }
@@ -205,6 +216,7 @@ struct Inner {
     leeway: u64,
     max_token_size: usize,
     cache: Arc<KeyCache>,
+    clock: Clock,
 }
 
 impl Verifier {
@@ -222,6 +234,7 @@ impl Verifier {
             cache_lifetime: defaults::CACHE_LIFETIME,
             http_timeout: defaults::HTTP_TIMEOUT,
             keys: KeysFrom::Discovery,
+            clock: Clock::system(),
         }
     }
 
@@ -270,9 +283,7 @@ impl Verifier {
         if !key.verify(jws.signing_input, &jws.signature) {
             return Err(VerifyError::BadSignature);
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = u64::try_from(inner.clock.now()).unwrap_or(0);
         validate::check_claims(
             &jws.payload,
             Expected {

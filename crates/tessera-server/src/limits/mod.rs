@@ -19,7 +19,7 @@ use governor::{Quota, RateLimiter};
 use tessera_store::RateLimit;
 use tokio::sync::Semaphore;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, LimiterClock};
 
 pub mod redis;
 
@@ -50,7 +50,8 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     fn prune(&self) {}
 }
 
-type Keyed = RateLimiter<String, DefaultKeyedStateStore<String>, Clock, StateInformationMiddleware>;
+type Keyed =
+    RateLimiter<String, DefaultKeyedStateStore<String>, LimiterClock, StateInformationMiddleware>;
 
 /// GCRA in this process's memory (governor). Instances of a cluster each count on their own;
 /// [`redis::RedisLimiter`] counts for all of them.
@@ -96,7 +97,7 @@ impl LocalLimiter {
             .entry(rate)
             .or_insert_with(|| {
                 Arc::new(
-                    RateLimiter::dashmap_with_clock(quota(rate), self.clock.clone())
+                    RateLimiter::dashmap_with_clock(quota(rate), LimiterClock(self.clock.clone()))
                         .with_middleware::<StateInformationMiddleware>(),
                 )
             })

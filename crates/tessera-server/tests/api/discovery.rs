@@ -90,7 +90,10 @@ async fn health_and_readiness() {
 
     // The store not reached for more than 10 s: not ready, alive all the same.
     app.clock.advance(std::time::Duration::from_secs(11));
-    assert_eq!(get(&app, "/readyz").await, (503, "store unreachable\n".into()));
+    assert_eq!(
+        get(&app, "/readyz").await,
+        (503, "store unreachable\n".into())
+    );
     assert_eq!(get(&app, "/healthz").await.0, 200);
     app.sync().await;
     assert_eq!(get(&app, "/readyz").await.0, 200);

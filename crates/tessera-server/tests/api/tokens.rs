@@ -70,7 +70,11 @@ async fn introspection_describes_active_tokens_only() {
     assert_eq!(active["iat"], app.clock.now());
     assert_eq!(active["exp"], app.clock.now() + 3600);
     assert_eq!(active["jti"], claims["jti"]);
-    assert_eq!(active["jti"].as_str().unwrap().len(), 22, "128 bits in base64url");
+    assert_eq!(
+        active["jti"].as_str().unwrap().len(),
+        22,
+        "128 bits in base64url"
+    );
 
     for junk in [
         "",

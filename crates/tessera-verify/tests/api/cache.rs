@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use tessera_proto::ManualClock;
 use tessera_verify::{KeySourceError, Verifier, VerifyError};
 use tokio::task::JoinSet;
 
@@ -40,8 +41,10 @@ async fn unknown_kids_cost_at_most_one_fetch_per_interval() {
     let key = TestKey::ed25519();
     let issuer = TestIssuer::spawn(jwks(&[&key])).await;
     let interval = Duration::from_millis(1500);
+    let clock = ManualClock::starting_now();
     let verifier = Verifier::builder(&issuer.url, AUDIENCE)
         .min_refresh_interval(interval)
+        .clock(clock.clone())
         .build()
         .unwrap();
 
@@ -58,7 +61,7 @@ async fn unknown_kids_cost_at_most_one_fetch_per_interval() {
     assert_eq!(issuer.hits.jwks(), 1);
 
     // After it, 300 concurrent unknown kids cost exactly one fetch; the next 300 none.
-    tokio::time::sleep(interval + Duration::from_millis(100)).await;
+    clock.advance(interval);
     let results = flood(&verifier, random_kid_tokens(&key, &issuer.url, 300)).await;
     assert!(results.iter().all(|r| *r == Err(VerifyError::UnknownKey)));
     assert_eq!(issuer.hits.jwks(), 2);
@@ -78,8 +81,10 @@ async fn a_rotated_key_is_fetched_when_first_seen() {
     let old = TestKey::ed25519();
     let new = TestKey::es256();
     let issuer = TestIssuer::spawn(jwks(&[&old])).await;
+    let clock = ManualClock::starting_now();
     let verifier = Verifier::builder(&issuer.url, AUDIENCE)
         .min_refresh_interval(Duration::from_millis(100))
+        .clock(clock.clone())
         .build()
         .unwrap();
     verifier.refresh_keys().await.unwrap();
@@ -90,7 +95,7 @@ async fn a_rotated_key_is_fetched_when_first_seen() {
     );
 
     *issuer.keys.write().unwrap() = jwks(&[&old, &new]);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    clock.advance(Duration::from_millis(100));
     let before = issuer.hits.jwks();
     verifier
         .verify(&new.sign(&claims(&issuer.url)))
@@ -103,25 +108,49 @@ async fn a_rotated_key_is_fetched_when_first_seen() {
     assert_eq!(issuer.hits.jwks(), before + 1);
 }
 
+/// Verifies `token` (which must pass) until the issuer has served more JWKS fetches than
+/// `before`, moving `clock` past the refresh interval each time; panics after 10 s.
+async fn until_more_fetches(
+    issuer: &TestIssuer,
+    verifier: &Verifier,
+    clock: &ManualClock,
+    token: &str,
+    before: usize,
+) {
+    let started = std::time::Instant::now();
+    while issuer.hits.jwks() <= before {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no refresh tried"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        clock.advance(Duration::from_millis(10));
+        verifier.verify(token).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn cached_keys_keep_working_when_the_issuer_is_down() {
     let key = TestKey::ed25519();
     let issuer = TestIssuer::spawn(jwks(&[&key])).await;
     // Keys go stale at once, and may be refetched every 10 ms: every verification below
     // tries to refresh, and every try fails.
+    let clock = ManualClock::starting_now();
     let verifier = Verifier::builder(&issuer.url, AUDIENCE)
         .cache_lifetime(Duration::ZERO)
         .min_refresh_interval(Duration::from_millis(10))
+        .clock(clock.clone())
         .build()
         .unwrap();
     let token = key.sign(&claims(&issuer.url));
     verifier.verify(&token).await.unwrap();
 
-    // Down with an error status: an empty key set answers 503.
+    // Down with an error status: an empty key set answers 503. Each verification of stale
+    // keys starts a background refresh; the test waits for each to reach the issuer.
     issuer.keys.write().unwrap().keys.clear();
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        verifier.verify(&token).await.unwrap();
+        let before = issuer.hits.jwks();
+        until_more_fetches(&issuer, &verifier, &clock, &token, before).await;
     }
     assert!(matches!(
         verifier.refresh_keys().await,
@@ -132,7 +161,7 @@ async fn cached_keys_keep_working_when_the_issuer_is_down() {
     // Down for good: connections are refused.
     issuer.shut_down().await;
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        clock.advance(Duration::from_millis(10));
         verifier.verify(&token).await.unwrap();
     }
     assert!(matches!(
