@@ -1,7 +1,8 @@
-//! The audit trail: one structured event per token issued or refused, on the tracing
-//! target `tessera::audit`. Fields: `event` (`token_issued` or `token_refused`),
-//! `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused` or the OAuth error code),
-//! `jti` (issued only) and `source` (the caller's address, see `routes::client_ip`). Never a secret or a token.
+//! The audit trail: one structured event per token issued, refused or revoked, on the
+//! tracing target `tessera::audit`. Fields: `event` (`token_issued`, `token_refused` or
+//! `token_revoked`), `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused`, the OAuth
+//! error code, or `revoked`), `jti` (issued and revoked only) and `source` (the caller's
+//! address, see `routes::client_ip`). Never a secret or a token.
 
 use std::net::IpAddr;
 
@@ -44,6 +45,20 @@ pub fn refused(subject: &Subject<'_>, error: ErrorCode) {
         plan = subject.plan,
         scope = truncate(subject.scope, 256),
         outcome = error.as_str(),
+        source = subject.source.map(tracing::field::display),
+    );
+}
+
+/// A client revoked one of its tokens (RFC 7009); `scope` is the token's.
+pub fn revoked(subject: &Subject<'_>, jti: &str) {
+    tracing::info!(
+        target: "tessera::audit",
+        event = "token_revoked",
+        client_id = subject.client_id,
+        plan = subject.plan,
+        scope = subject.scope,
+        outcome = "revoked",
+        jti,
         source = subject.source.map(tracing::field::display),
     );
 }

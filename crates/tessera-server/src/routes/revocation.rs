@@ -11,9 +11,10 @@ use axum::routing::post;
 use axum::Router;
 use tessera_store::Revoked;
 
+use crate::audit::{self, Subject};
 use crate::error::{OAuthError, NO_STORE};
 use crate::routes::introspection::{active_claims, TokenRequestOfClient};
-use crate::routes::split;
+use crate::routes::{client_ip, split};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -64,6 +65,16 @@ async fn run(
         .map_err(|e| OAuthError::internal(&e))?;
     state.reuse().forget_jti(&claims.jti);
     state.live().add_revoked(&revoked.jti, revoked.exp);
-    tracing::info!(target: "tessera::audit", event = "token_revoked", client_id = %caller, jti = %claims.jti);
+    let plan = registry
+        .clients
+        .get(caller.as_str())
+        .map_or("", |client| client.plan.name.as_str());
+    let subject = Subject {
+        client_id: &caller,
+        plan,
+        scope: &claims.scope,
+        source: client_ip(state, parts),
+    };
+    audit::revoked(&subject, &claims.jti);
     Ok(())
 }

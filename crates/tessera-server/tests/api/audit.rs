@@ -21,10 +21,22 @@ async fn audit_events_name_who_and_what_but_never_a_secret() {
     let token = body["access_token"].as_str().unwrap().to_owned();
     let bad = "grant_type=client_credentials&scope=oms-api";
     assert_eq!(app.token(&id, &secret, bad).await.status(), 400);
+    let revoke = app
+        .http
+        .post(app.url("/connect/revocation"))
+        .header("authorization", basic(&id, &secret))
+        // Not a trusted proxy: the header is the caller's to write, and ignored.
+        .header("x-forwarded-for", "198.51.100.9")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoke.status(), 200);
 
     let log = app.log();
     let events = audit_events(&log, id.as_str());
-    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events.len(), 3, "{events:?}");
     let issued = &events[0];
     assert_eq!(issued["event"], "token_issued");
     assert_eq!(issued["client_id"], id.as_str());
@@ -35,7 +47,47 @@ async fn audit_events_name_who_and_what_but_never_a_secret() {
     assert_eq!(issued["source"], "127.0.0.1");
     let refused = &events[1];
     assert_eq!(refused["event"], "token_refused");
+    assert_eq!(refused["client_id"], id.as_str());
+    assert_eq!(refused["plan"], "pro");
+    assert_eq!(refused["scope"], "oms-api");
     assert_eq!(refused["outcome"], "invalid_scope");
+    assert_eq!(refused["source"], "127.0.0.1");
+    assert!(refused.get("jti").is_none());
+    let revoked = &events[2];
+    assert_eq!(revoked["event"], "token_revoked");
+    assert_eq!(revoked["client_id"], id.as_str());
+    assert_eq!(revoked["plan"], "pro");
+    assert_eq!(revoked["scope"], "news-api");
+    assert_eq!(revoked["outcome"], "revoked");
+    assert_eq!(revoked["jti"], claims_of(&token)["jti"]);
+    assert_eq!(
+        revoked["source"], "127.0.0.1",
+        "X-Forwarded-For of an untrusted peer"
+    );
     assert!(!log.contains(secret.expose()), "no secret in the logs");
     assert!(!log.contains(&token), "no token in the logs");
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_the_audit_names_the_forwarded_address() {
+    let app = spawn_with(|s| {
+        s.config.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    let answer = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("authorization", basic(&id, &secret))
+        // The leftmost entry is the client's own claim; the proxy appended the last one.
+        .header("x-forwarded-for", "192.0.2.1, 203.0.113.5")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(NEWS)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let events = audit_events(&app.log(), id.as_str());
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["source"], "203.0.113.5");
 }

@@ -1,0 +1,315 @@
+//! What the README promises and no other test held the server to: lifetime bounds, request
+//! and connection limits, key pruning, the reuse threshold, refusals counted against the
+//! plan's rate, rate limit fields on errors, metrics of throttled addresses, usage written
+//! on shutdown, and revocation of an expired token.
+
+use std::time::{Duration, Instant};
+
+use tessera_proto::Algorithm;
+use tessera_server::admin::{AdminError, Change, PlanSettings};
+use tessera_store::{AuthMethod, RateLimit, MAX_TOKEN_TTL};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use tessera_testkit::*;
+
+const NEWS: &str = "grant_type=client_credentials&scope=news-api";
+
+async fn plan(app: &TestApp, name: &str, settings: PlanSettings) {
+    app.admin()
+        .set_plan_with(name, "news-api", &settings)
+        .await
+        .unwrap();
+}
+
+async fn metrics(app: &TestApp) -> String {
+    let response = app.http.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+fn sample(metrics: &str, series: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap())
+}
+
+#[tokio::test]
+async fn token_lifetimes_go_up_to_a_day_and_no_further() {
+    let app = spawn_app().await;
+    let day = PlanSettings {
+        token_ttl: Some(MAX_TOKEN_TTL),
+        ..PlanSettings::default()
+    };
+    plan(&app, "daily", day).await;
+    assert_eq!(MAX_TOKEN_TTL, 86_400);
+    let longer = PlanSettings {
+        token_ttl: Some(MAX_TOKEN_TTL + 1),
+        ..PlanSettings::default()
+    };
+    let refused = app
+        .admin()
+        .set_plan_with("longer", "news-api", &longer)
+        .await;
+    assert!(matches!(refused, Err(AdminError::BadTtl)), "{refused:?}");
+    let (id, secret) = app.client_on("daily", AuthMethod::ClientSecretBasic).await;
+    let body: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
+    assert_eq!(body["expires_in"], 86_400);
+    let claims = claims_of(body["access_token"].as_str().unwrap());
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        86_400
+    );
+}
+
+/// Sends a request head with one header of `filler` bytes and reads the whole answer.
+async fn head_of_size(app: &TestApp, filler: usize) -> String {
+    let request = format!(
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nx-filler: {}\r\nconnection: close\r\n\r\n",
+        "a".repeat(filler)
+    );
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    // The server may answer and close before it has read all of an oversized head.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn a_request_head_must_fit_in_16_kib() {
+    let app = spawn_app().await;
+    let fits = head_of_size(&app, 15 * 1024).await;
+    assert!(fits.starts_with("HTTP/1.1 200"), "{fits}");
+    let too_big = head_of_size(&app, 17 * 1024).await;
+    assert!(
+        too_big.is_empty() || too_big.starts_with("HTTP/1.1 431"),
+        "{too_big}"
+    );
+    assert!(!too_big.starts_with("HTTP/1.1 200"));
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_the_next_connection_waits_for_one_to_close() {
+    let app = spawn_with(|s| s.config.max_connections = 1).await;
+    // The one connection the cap allows, kept open after an answer.
+    let mut first = TcpStream::connect(app.addr).await.unwrap();
+    first
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = first.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+
+    // A second one is accepted by the kernel but not served while the first is open.
+    let second = tokio::spawn({
+        let url = app.url("/healthz");
+        async move {
+            // A fresh client, so that no pooled connection is reused.
+            reqwest::Client::new()
+                .get(url)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    let waited = tokio::time::timeout(Duration::from_millis(300), async {
+        while !second.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_err(), "served past the connection cap");
+    drop(first);
+    let started = Instant::now();
+    assert_eq!(second.await.unwrap(), 200, "served once a slot was free");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn rotation_deletes_keys_whose_last_token_has_expired() {
+    let app = spawn_app().await;
+    let first = app.store.keys().await.unwrap();
+    assert_eq!(first.len(), 1);
+    let admin = app.admin();
+    let second = admin
+        .rotate_keys(&app.secrets, Algorithm::EdDSA, 0)
+        .await
+        .unwrap();
+    // The first key is superseded now; it stays while a token it signed may live.
+    app.clock
+        .advance(Duration::from_secs(u64::from(MAX_TOKEN_TTL) - 1));
+    admin
+        .rotate_keys(&app.secrets, Algorithm::EdDSA, 0)
+        .await
+        .unwrap();
+    let kids: Vec<String> = app
+        .store
+        .keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| k.kid)
+        .collect();
+    assert!(kids.contains(&first[0].kid), "pruned too early");
+    app.clock.advance(Duration::from_secs(1));
+    admin
+        .rotate_keys(&app.secrets, Algorithm::EdDSA, 0)
+        .await
+        .unwrap();
+    let kids: Vec<String> = app
+        .store
+        .keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| k.kid)
+        .collect();
+    assert!(
+        !kids.contains(&first[0].kid),
+        "a key no token can need is deleted"
+    );
+    assert!(
+        kids.contains(&second.kid),
+        "the key superseded a day ago is kept"
+    );
+    assert_eq!(kids.len(), 3);
+}
+
+/// The token and `expires_in` of a token request for news-api.
+async fn news_token(
+    app: &TestApp,
+    id: &tessera_proto::ClientId,
+    secret: &tessera_proto::ClientSecret,
+) -> (String, u64) {
+    let body: serde_json::Value = app.token(id, secret, NEWS).await.json().await.unwrap();
+    (
+        body["access_token"].as_str().unwrap().to_owned(),
+        body["expires_in"].as_u64().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn reuse_stops_when_too_little_life_is_left_and_is_counted() {
+    let app = spawn_app().await;
+    let reusing = PlanSettings {
+        token_ttl: Some(100),
+        reuse_percent: Change::Set(50),
+        ..PlanSettings::default()
+    };
+    plan(&app, "reusing", reusing).await;
+    let (id, secret) = app
+        .client_on("reusing", AuthMethod::ClientSecretBasic)
+        .await;
+    let (first, _) = news_token(&app, &id, &secret).await;
+    // 51 s left of 100: more than half, the same token.
+    app.clock.advance(Duration::from_secs(49));
+    assert_eq!(news_token(&app, &id, &secret).await, (first.clone(), 51));
+    // 50 s left: no longer more than half, a new one.
+    app.clock.advance(Duration::from_secs(1));
+    let (second, left) = news_token(&app, &id, &secret).await;
+    assert_ne!(second, first);
+    assert_eq!(left, 100);
+    let text = metrics(&app).await;
+    assert_eq!(
+        sample(&text, "tessera_tokens_reused_total{plan=\"reusing\"}"),
+        Some(1)
+    );
+    assert_eq!(
+        sample(&text, "tessera_tokens_issued_total{plan=\"reusing\"}"),
+        Some(3)
+    );
+}
+
+#[tokio::test]
+async fn refusals_count_against_the_rate_and_carry_its_fields() {
+    let app = spawn_app().await;
+    let limited = PlanSettings {
+        token_rate: Change::Set(RateLimit {
+            count: 2,
+            period_secs: 60,
+            burst: 2,
+        }),
+        ..PlanSettings::default()
+    };
+    plan(&app, "limited", limited).await;
+    let (id, secret) = app
+        .client_on("limited", AuthMethod::ClientSecretBasic)
+        .await;
+    // A refused request of an identified client takes its share, and says so.
+    let refused = app
+        .token(&id, &secret, "grant_type=client_credentials&scope=oms-api")
+        .await;
+    assert_eq!(refused.status(), 400);
+    assert_eq!(refused.headers()["ratelimit-policy"], "\"token\";q=2;w=60");
+    assert_eq!(refused.headers()["ratelimit"], "\"token\";r=1;t=30");
+    assert_eq!(error_of(refused).await.1, "invalid_scope");
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    let over = app.token(&id, &secret, NEWS).await;
+    assert_eq!(over.status(), 429);
+    assert_eq!(over.headers()["retry-after"], "30");
+}
+
+#[tokio::test]
+async fn throttled_addresses_are_counted_in_the_metrics() {
+    let app = spawn_with(|s| {
+        s.config.auth_failure_rate = RateLimit {
+            count: 1,
+            period_secs: 60,
+            burst: 1,
+        };
+    })
+    .await;
+    let (id, _) = app.client().await;
+    let wrong = tessera_proto::ClientSecret::new("guess");
+    assert_eq!(app.token(&id, &wrong, NEWS).await.status(), 401);
+    assert_eq!(app.token(&id, &wrong, NEWS).await.status(), 401);
+    assert_eq!(app.token(&id, &wrong, NEWS).await.status(), 429);
+    let text = metrics(&app).await;
+    assert_eq!(
+        sample(&text, "tessera_rate_limited_total{limit=\"auth_failure\"}"),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn usage_is_written_on_shutdown() {
+    let mut app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    assert!(
+        app.store.usage(&id).await.unwrap().is_empty(),
+        "not yet written"
+    );
+    app.stop().await.unwrap();
+    let usage = app.store.usage(&id).await.unwrap();
+    assert_eq!(usage.len(), 1);
+    assert_eq!((usage[0].issued, usage[0].refused), (1, 0));
+}
+
+#[tokio::test]
+async fn revoking_an_expired_token_answers_200() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let body: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
+    app.clock.advance(Duration::from_secs(3601));
+    let answer = app
+        .http
+        .post(app.url("/connect/revocation"))
+        .header("authorization", basic(&id, &secret))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={}", body["access_token"].as_str().unwrap()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.status(),
+        200,
+        "RFC 7009 2.2: nothing to revoke is no error"
+    );
+    assert_eq!(answer.headers()["cache-control"], "no-store");
+}
