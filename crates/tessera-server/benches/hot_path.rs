@@ -9,6 +9,7 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair, ParsedPublicKey, ED25519};
 use axum::body::Body;
@@ -25,6 +26,7 @@ use tessera_proto::{
 use tessera_server::admin::Admin;
 use tessera_server::clock::Clock;
 use tessera_server::keys::{self, KeyRing, LoadedKey};
+use tessera_server::metrics::Metrics;
 use tessera_server::secrets::{self, Secrets};
 use tessera_server::{AppState, Config};
 use tessera_store::AuthMethod;
@@ -111,6 +113,15 @@ fn pieces(c: &mut Criterion) {
     c.bench_function("verify/Ed25519 primitive (parsed key, 300 B)", |b| {
         b.iter(|| public.verify_sig(black_box(&message), black_box(signature.as_ref())))
     });
+    // What the token endpoint records for one issued token.
+    let metrics = Metrics::default();
+    c.bench_function("metrics/issued+observe", |b| {
+        b.iter(|| {
+            metrics.issued(black_box("bench"), false);
+            metrics.observe(black_box(Duration::from_micros(28)));
+        })
+    });
+
     for (alg, name) in [(Algorithm::EdDSA, "EdDSA"), (Algorithm::ES256, "ES256")] {
         let key = loaded_key(&secrets, alg);
         let token = key.sign_jwt(&sample);

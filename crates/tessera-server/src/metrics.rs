@@ -1,209 +1,175 @@
-//! Counters and a latency histogram, rendered in the Prometheus text exposition format.
+//! Counters, a latency histogram and the signing key's age, kept with `prometheus-client` and
+//! rendered in the Prometheus text exposition format (version 0.0.4).
 //! Labels are bounded: plans and error codes, never client ids.
+//!
+//! Cost on the hot path: a label set owns its plan name, so an update allocates it. One
+//! token's updates (`issued` + `observe`) took 104-164 ns against 77-119 ns for the
+//! hand-written counters this replaced, 27-45 ns more in paired runs on a loaded 2-core
+//! machine: about 0.1% of a token's ~28 µs. Measured with
+//! `cargo bench -p tessera-server --bench hot_path -- --warm-up-time 1 --measurement-time 3 metrics/`
 
-use std::collections::HashMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
 use std::time::Duration;
 
+use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use tessera_proto::ErrorCode;
 
-/// A counter per label value.
-#[derive(Debug, Default)]
-struct CounterVec(RwLock<HashMap<String, AtomicU64>>);
+/// The content type of what [`Metrics::render`] writes.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-impl CounterVec {
-    fn inc(&self, label: &str) {
-        if let Some(c) = self.0.read().unwrap_or_else(|p| p.into_inner()).get(label) {
-            c.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(label.to_owned())
-            .or_default()
-            .fetch_add(1, Ordering::Relaxed);
-    }
+/// The plan label for requests whose client was not identified; rendered `plan="none"`.
+pub const NO_PLAN: &str = "";
 
-    fn snapshot(&self) -> Vec<(String, u64)> {
-        let mut all: Vec<_> = self
-            .0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
-            .collect();
-        all.sort();
-        all
-    }
-}
-
-/// Upper bounds of the latency buckets, in seconds.
+/// Upper bounds of the latency buckets, in seconds (`+Inf` is added by the histogram).
 const BUCKETS: [f64; 12] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
 ];
 
-#[derive(Debug, Default)]
-struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanLabel {
+    plan: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    plan: String,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    /// A plan name, or `auth_failure` for the per-address limit on failed authentications.
+    limit: String,
 }
 
 /// The server's metrics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    issued: CounterVec,
-    reused: CounterVec,
-    /// Keyed `plan\0code`.
-    refused: CounterVec,
-    /// Keyed by what limited: a plan name, `auth_failure` or `in_flight`.
-    rate_limited: CounterVec,
+    /// Renders the metrics below, which it holds as clones sharing their counts.
+    registry: Registry,
+    issued: Family<PlanLabel, Counter>,
+    reused: Family<PlanLabel, Counter>,
+    refused: Family<RefusalLabels, Counter>,
+    rate_limited: Family<LimitLabel, Counter>,
     latency: Histogram,
 }
 
-/// The plan label for requests whose client was not identified.
-pub const NO_PLAN: &str = "";
+impl Default for Metrics {
+    fn default() -> Self {
+        let issued = Family::default();
+        let reused = Family::default();
+        let refused = Family::default();
+        let rate_limited = Family::default();
+        let latency = Histogram::new(BUCKETS);
+        // Counters are named without `_total`, which the encoder appends; it also ends each
+        // help text with a period.
+        let mut registry = Registry::default();
+        registry.register(
+            "tessera_tokens_issued",
+            "Access tokens issued, by plan",
+            issued.clone(),
+        );
+        registry.register(
+            "tessera_tokens_reused",
+            "Issued tokens that were an earlier token returned again, by plan",
+            reused.clone(),
+        );
+        registry.register(
+            "tessera_token_requests_refused",
+            "Token requests refused, by plan and OAuth error code",
+            refused.clone(),
+        );
+        registry.register(
+            "tessera_rate_limited",
+            "Requests refused by a rate limit, by plan or by auth_failure",
+            rate_limited.clone(),
+        );
+        registry.register(
+            "tessera_token_request_duration_seconds",
+            "Time to answer a token request",
+            latency.clone(),
+        );
+        Self {
+            registry,
+            issued,
+            reused,
+            refused,
+            rate_limited,
+            latency,
+        }
+    }
+}
 
 impl Metrics {
     /// A token was issued (`reused`: an earlier one was returned again).
     pub fn issued(&self, plan: &str, reused: bool) {
-        self.issued.inc(plan);
+        let label = PlanLabel {
+            plan: plan_label(plan).to_owned(),
+        };
+        self.issued.get_or_create(&label).inc();
         if reused {
-            self.reused.inc(plan);
+            self.reused.get_or_create(&label).inc();
         }
     }
 
     /// A token request was refused.
     pub fn refused(&self, plan: &str, code: ErrorCode) {
-        self.refused.inc(&format!("{plan}\0{}", code.as_str()));
+        self.refused
+            .get_or_create(&RefusalLabels {
+                plan: plan_label(plan).to_owned(),
+                error: code.as_str(),
+            })
+            .inc();
         if code == ErrorCode::RateLimited {
-            self.rate_limited.inc(if plan.is_empty() {
+            let limit = if plan == NO_PLAN {
                 "auth_failure"
             } else {
                 plan
-            });
+            };
+            self.rate_limited
+                .get_or_create(&LimitLabel {
+                    limit: limit.to_owned(),
+                })
+                .inc();
         }
     }
 
     /// A token request took `elapsed`.
     pub fn observe(&self, elapsed: Duration) {
-        let secs = elapsed.as_secs_f64();
-        let h = &self.latency;
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
-            h.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        h.count.fetch_add(1, Ordering::Relaxed);
-        h.sum_nanos
-            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        self.latency.observe(elapsed.as_secs_f64());
     }
 
-    /// Renders everything; `key_age_secs` is the age of the active signing key.
+    /// Renders everything; `key_age_secs` is the age of the active signing key, left out
+    /// when there is none. A label set appears once it has been counted.
     pub fn render(&self, key_age_secs: Option<i64>) -> String {
         let mut out = String::new();
-        let plan = |p: &str| {
-            if p.is_empty() {
-                "none".to_owned()
-            } else {
-                escape(p)
-            }
-        };
-        header(
-            &mut out,
-            "tessera_tokens_issued_total",
-            "counter",
-            "Access tokens issued, by plan.",
-        );
-        for (p, v) in self.issued.snapshot() {
-            let _ = writeln!(
-                out,
-                "tessera_tokens_issued_total{{plan=\"{}\"}} {v}",
-                plan(&p)
-            );
-        }
-        header(
-            &mut out,
-            "tessera_tokens_reused_total",
-            "counter",
-            "Issued tokens that were an earlier token returned again, by plan.",
-        );
-        for (p, v) in self.reused.snapshot() {
-            let _ = writeln!(
-                out,
-                "tessera_tokens_reused_total{{plan=\"{}\"}} {v}",
-                plan(&p)
-            );
-        }
-        header(
-            &mut out,
-            "tessera_token_requests_refused_total",
-            "counter",
-            "Token requests refused, by plan and OAuth error code.",
-        );
-        for (key, v) in self.refused.snapshot() {
-            let (p, code) = key.split_once('\0').unwrap_or((&key, ""));
-            let _ = writeln!(
-                out,
-                "tessera_token_requests_refused_total{{plan=\"{}\",error=\"{code}\"}} {v}",
-                plan(p)
-            );
-        }
-        header(
-            &mut out,
-            "tessera_rate_limited_total",
-            "counter",
-            "Requests refused by a rate limit, by plan or by auth_failure.",
-        );
-        for (what, v) in self.rate_limited.snapshot() {
-            let _ = writeln!(
-                out,
-                "tessera_rate_limited_total{{limit=\"{}\"}} {v}",
-                escape(&what)
-            );
-        }
-        let name = "tessera_token_request_duration_seconds";
-        header(
-            &mut out,
-            name,
-            "histogram",
-            "Time to answer a token request.",
-        );
-        let mut cumulative = 0;
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            cumulative += self.latency.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        let count = self.latency.count.load(Ordering::Relaxed);
-        let sum = self.latency.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {sum}");
-        let _ = writeln!(out, "{name}_count {count}");
+        prometheus_text::encode(&mut out, &self.registry).expect("writing to a String");
         if let Some(age) = key_age_secs {
-            header(
-                &mut out,
+            // Known only when asked for, from the key ring: a registry of its own per scrape.
+            let gauge: Gauge = Gauge::default();
+            gauge.set(age);
+            let mut registry = Registry::default();
+            registry.register(
                 "tessera_signing_key_age_seconds",
-                "gauge",
-                "Seconds since the active signing key started signing.",
+                "Seconds since the active signing key started signing",
+                gauge,
             );
-            let _ = writeln!(out, "tessera_signing_key_age_seconds {age}");
+            prometheus_text::encode(&mut out, &registry).expect("writing to a String");
         }
         out
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// Escapes a label value (Prometheus text format: backslash, quote, newline).
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+fn plan_label(plan: &str) -> &str {
+    if plan == NO_PLAN {
+        "none"
+    } else {
+        plan
+    }
 }
 
 #[cfg(test)]
@@ -218,19 +184,31 @@ mod tests {
         m.refused("pro", ErrorCode::InvalidScope);
         m.refused(NO_PLAN, ErrorCode::InvalidClient);
         m.refused("pro", ErrorCode::RateLimited);
+        m.refused(NO_PLAN, ErrorCode::RateLimited);
         m.observe(Duration::from_micros(80));
         let text = m.render(Some(5));
-        assert!(text.contains("tessera_tokens_issued_total{plan=\"pro\"} 2"));
-        assert!(text.contains("tessera_tokens_reused_total{plan=\"pro\"} 1"));
-        assert!(text.contains(
-            "tessera_token_requests_refused_total{plan=\"pro\",error=\"invalid_scope\"} 1"
-        ));
-        assert!(text.contains(
-            "tessera_token_requests_refused_total{plan=\"none\",error=\"invalid_client\"} 1"
-        ));
-        assert!(text.contains("tessera_rate_limited_total{limit=\"pro\"} 1"));
-        assert!(text.contains("tessera_token_request_duration_seconds_bucket{le=\"0.0001\"} 1"));
-        assert!(text.contains("tessera_token_request_duration_seconds_count 1"));
-        assert!(text.contains("tessera_signing_key_age_seconds 5"));
+        for line in [
+            "# HELP tessera_tokens_issued_total Access tokens issued, by plan.",
+            "# TYPE tessera_tokens_issued_total counter",
+            "tessera_tokens_issued_total{plan=\"pro\"} 2",
+            "# TYPE tessera_tokens_reused_total counter",
+            "tessera_tokens_reused_total{plan=\"pro\"} 1",
+            "# TYPE tessera_token_requests_refused_total counter",
+            "tessera_token_requests_refused_total{plan=\"pro\",error=\"invalid_scope\"} 1",
+            "tessera_token_requests_refused_total{plan=\"none\",error=\"invalid_client\"} 1",
+            "# TYPE tessera_rate_limited_total counter",
+            "tessera_rate_limited_total{limit=\"pro\"} 1",
+            "tessera_rate_limited_total{limit=\"auth_failure\"} 1",
+            "# TYPE tessera_token_request_duration_seconds histogram",
+            "tessera_token_request_duration_seconds_bucket{le=\"0.0001\"} 1",
+            "tessera_token_request_duration_seconds_bucket{le=\"+Inf\"} 1",
+            "tessera_token_request_duration_seconds_sum 0.00008",
+            "tessera_token_request_duration_seconds_count 1",
+            "# TYPE tessera_signing_key_age_seconds gauge",
+            "tessera_signing_key_age_seconds 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+        }
+        assert!(!m.render(None).contains("tessera_signing_key_age_seconds"));
     }
 }

@@ -20,10 +20,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .signing_key(now)
         .map(|k| now - k.activates_at.max(k.created_at));
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics().render(age),
     )
 }
