@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod signals;
+
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
 fn tessera(dir: &Path, args: &[&str]) -> Output {

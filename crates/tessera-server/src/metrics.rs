@@ -144,22 +144,31 @@ impl Metrics {
     }
 
     /// Renders everything; `key_age_secs` is the age of the active signing key, left out
-    /// when there is none. A label set appears once it has been counted.
-    pub fn render(&self, key_age_secs: Option<i64>) -> String {
+    /// when there is none, and `in_flight` the OAuth requests being worked on now. A label
+    /// set appears once it has been counted.
+    pub fn render(&self, key_age_secs: Option<i64>, in_flight: usize) -> String {
         let mut out = String::new();
         prometheus_text::encode(&mut out, &self.registry).expect("writing to a String");
+        // Known only when asked for, from the key ring and the cap: a registry of their own
+        // per scrape.
+        let mut registry = Registry::default();
         if let Some(age) = key_age_secs {
-            // Known only when asked for, from the key ring: a registry of its own per scrape.
             let gauge: Gauge = Gauge::default();
             gauge.set(age);
-            let mut registry = Registry::default();
             registry.register(
                 "tessera_signing_key_age_seconds",
                 "Seconds since the active signing key started signing",
                 gauge,
             );
-            prometheus_text::encode(&mut out, &registry).expect("writing to a String");
         }
+        let gauge: Gauge = Gauge::default();
+        gauge.set(i64::try_from(in_flight).unwrap_or(i64::MAX));
+        registry.register(
+            "tessera_requests_in_flight",
+            "OAuth requests being worked on now, as the in-flight cap counts them",
+            gauge,
+        );
+        prometheus_text::encode(&mut out, &registry).expect("writing to a String");
         out
     }
 }
@@ -186,7 +195,7 @@ mod tests {
         m.refused("pro", ErrorCode::RateLimited);
         m.refused(NO_PLAN, ErrorCode::RateLimited);
         m.observe(Duration::from_micros(80));
-        let text = m.render(Some(5));
+        let text = m.render(Some(5), 0);
         for line in [
             "# HELP tessera_tokens_issued_total Access tokens issued, by plan.",
             "# TYPE tessera_tokens_issued_total counter",
@@ -209,6 +218,8 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
         }
-        assert!(!m.render(None).contains("tessera_signing_key_age_seconds"));
+        assert!(!m
+            .render(None, 0)
+            .contains("tessera_signing_key_age_seconds"));
     }
 }

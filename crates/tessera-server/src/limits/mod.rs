@@ -194,17 +194,28 @@ impl AuthThrottle {
 /// slow uploads (bounded by the request timeout) cannot take the slots; over the cap the
 /// answer is 503 with `Retry-After: 1` rather than an unbounded queue.
 #[derive(Debug)]
-pub struct InFlight(Semaphore);
+pub struct InFlight {
+    slots: Semaphore,
+    capacity: usize,
+}
 
 impl InFlight {
     /// Allows `slots` requests at once.
     pub fn new(slots: usize) -> Self {
-        Self(Semaphore::new(slots))
+        Self {
+            slots: Semaphore::new(slots),
+            capacity: slots,
+        }
+    }
+
+    /// How many requests are being worked on now.
+    pub fn in_use(&self) -> usize {
+        self.capacity - self.slots.available_permits()
     }
 
     /// A slot for one request, held until the permit is dropped.
     pub fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Busy> {
-        self.0.try_acquire().map_err(|_| Busy)
+        self.slots.try_acquire().map_err(|_| Busy)
     }
 }
 
@@ -262,7 +273,9 @@ mod tests {
         let cap = InFlight::new(1);
         let first = cap.admit().unwrap();
         assert_eq!(cap.admit().unwrap_err(), Busy);
+        assert_eq!(cap.in_use(), 1);
         drop(first);
+        assert_eq!(cap.in_use(), 0);
         assert!(cap.admit().is_ok());
     }
 }

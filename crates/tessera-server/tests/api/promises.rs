@@ -136,39 +136,30 @@ async fn rotation_deletes_keys_whose_last_token_has_expired() {
     let first = app.store.keys().await.unwrap();
     assert_eq!(first.len(), 1);
     let admin = app.admin();
+    let kids = || async {
+        let keys = app.store.keys().await.unwrap();
+        keys.into_iter().map(|k| k.kid).collect::<Vec<String>>()
+    };
+    // The second key signs from one second on: a later second than the first key's, so
+    // that the two are ordered by time, not by kid.
     let second = admin
-        .rotate_keys(&app.secrets, Algorithm::EdDSA, 0)
+        .rotate_keys(&app.secrets, Algorithm::EdDSA, 1)
         .await
         .unwrap();
-    // The first key is superseded now; it stays while a token it signed may live.
+    // The first key is superseded from then on; it stays while a token it signed may live.
     app.clock
-        .advance(Duration::from_secs(u64::from(MAX_TOKEN_TTL) - 1));
+        .advance(Duration::from_secs(u64::from(MAX_TOKEN_TTL)));
     admin
         .rotate_keys(&app.secrets, Algorithm::EdDSA, 0)
         .await
         .unwrap();
-    let kids: Vec<String> = app
-        .store
-        .keys()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|k| k.kid)
-        .collect();
-    assert!(kids.contains(&first[0].kid), "pruned too early");
+    assert!(kids().await.contains(&first[0].kid), "pruned too early");
     app.clock.advance(Duration::from_secs(1));
     admin
         .rotate_keys(&app.secrets, Algorithm::EdDSA, 0)
         .await
         .unwrap();
-    let kids: Vec<String> = app
-        .store
-        .keys()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|k| k.kid)
-        .collect();
+    let kids = kids().await;
     assert!(
         !kids.contains(&first[0].kid),
         "a key no token can need is deleted"
