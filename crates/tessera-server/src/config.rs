@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use tessera_proto::Algorithm;
-use tessera_store::RateLimit;
 
 use crate::clock::Clock;
+use crate::limits::FailureRates;
 use crate::routes;
 
 /// Server settings.
@@ -25,8 +25,9 @@ pub struct Config {
     pub body_limit: usize,
     /// The realm of `WWW-Authenticate` challenges.
     pub realm: String,
-    /// Failed client authentications allowed per source address.
-    pub auth_failure_rate: RateLimit,
+    /// Failed client authentications allowed per source and client, per client, and per
+    /// source.
+    pub auth_failures: FailureRates,
     /// OAuth requests worked on at once (bodies received) before new ones get 503.
     pub max_in_flight: usize,
     /// Connections open at once; past this the server stops accepting until one closes.
@@ -54,11 +55,7 @@ impl Config {
             header_timeout: routes::DEFAULT_TIMEOUT,
             body_limit: 8 * 1024,
             realm: "tessera".into(),
-            auth_failure_rate: RateLimit {
-                count: 10,
-                period_secs: 60,
-                burst: 10,
-            },
+            auth_failures: FailureRates::default(),
             max_in_flight: 1024,
             max_connections: 10_000,
             // Usage upserts one row per active client: every 30 s keeps that cheap with

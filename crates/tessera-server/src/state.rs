@@ -61,11 +61,7 @@ impl AppState {
         live.reload_revocations(store.as_ref()).await?;
         Ok(Self {
             inner: Arc::new(Inner {
-                throttle: AuthThrottle::new(
-                    limiter.clone(),
-                    config.auth_failure_rate,
-                    clock.clone(),
-                ),
+                throttle: AuthThrottle::new(limiter.clone(), config.auth_failures),
                 limiter,
                 config,
                 secrets,

@@ -32,8 +32,11 @@ pub const SCOPES: &str = "market-data-api news-api";
 
 /// What a test may change before the server starts.
 pub struct Setup {
-    /// The server's settings; the issuer is already `http://ADDRESS`.
+    /// The server's settings; an issuer left empty becomes `http://127.0.0.1:PORT`.
     pub config: Config,
+    /// Where to listen: `127.0.0.1:0` by default; `[::]:0` for a dual-stack listener,
+    /// whose IPv4 peers appear as `::ffff:a.b.c.d`.
+    pub listen: SocketAddr,
     /// The database; `None` is a fresh SQLite file in a temporary folder.
     pub database_url: Option<String>,
     /// The clock the server reads; by default one standing at the current time.
@@ -86,21 +89,26 @@ pub async fn spawn_app() -> TestApp {
 pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
     capture_log();
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port on loopback");
-    let addr = listener.local_addr().expect("a bound address");
-    let base = format!("http://{addr}");
-    let mut config = Config::new(base.clone());
+    let mut config = Config::new(String::new());
     config.sync_interval = Duration::from_millis(100);
     let mut setup = Setup {
         config,
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         database_url: None,
         clock: ManualClock::starting_now(),
         pro_ttl: None,
         wrap: None,
     };
     configure(&mut setup);
+    let listener = tokio::net::TcpListener::bind(setup.listen)
+        .await
+        .expect("a port to listen on");
+    let port = listener.local_addr().expect("a bound address").port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let base = format!("http://{addr}");
+    if setup.config.issuer.is_empty() {
+        setup.config.issuer.clone_from(&base);
+    }
     let db_url = setup
         .database_url
         .clone()

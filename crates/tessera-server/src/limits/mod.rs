@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -48,6 +48,10 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     async fn check(&self, key: &str, rate: RateLimit) -> Decision;
     /// Forgets keys whose allowance is whole again, to bound memory.
     fn prune(&self) {}
+    /// How many keys are counted in this process's memory (0 where they live elsewhere).
+    fn tracked(&self) -> usize {
+        0
+    }
 }
 
 type Keyed =
@@ -129,6 +133,15 @@ impl Limiter for LocalLimiter {
         }
     }
 
+    fn tracked(&self) -> usize {
+        self.by_rate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|limiter| limiter.len())
+            .sum()
+    }
+
     fn prune(&self) {
         for limiter in self
             .by_rate
@@ -142,51 +155,114 @@ impl Limiter for LocalLimiter {
     }
 }
 
-/// Brute-force protection (RFC 6749 section 2.3.1): failed client authentications are
-/// counted per source address; over the rate, the address is refused without a check of
-/// its credentials until the limiter allows again.
+/// Allowances of failed client authentications (RFC 6749 section 2.3.1, RFC 6819 section
+/// 5.1.4.2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureRates {
+    /// Per source address and client: one caller's mistakes with one client.
+    pub per_source_and_client: RateLimit,
+    /// Per client, from every source: guessing spread over many addresses.
+    pub per_client: RateLimit,
+    /// Per source address, whatever client it names: a coarse cap far above legitimate
+    /// rates, so that one neighbour behind a NAT cannot exhaust it for the others.
+    pub per_source: RateLimit,
+    /// How many counters are kept in memory at most. Past this, under a flood of distinct
+    /// addresses and client ids, a failure is answered 429 without a counter of its own,
+    /// so memory stays bounded; correct credentials are never affected.
+    pub max_tracked: usize,
+}
+
+impl Default for FailureRates {
+    fn default() -> Self {
+        let per_minute = |count| RateLimit {
+            count,
+            period_secs: 60,
+            burst: count,
+        };
+        Self {
+            per_source_and_client: per_minute(10),
+            per_client: per_minute(100),
+            per_source: per_minute(1_000),
+            max_tracked: 100_000,
+        }
+    }
+}
+
+/// Failed client authentications, counted so that floods cost little. Generated secrets
+/// carry 256 random bits, so guessing cannot succeed: the throttle bounds the cost and log
+/// volume of floods, not what an attacker learns. It is asked only after credentials
+/// failed, so correct credentials are never refused by it, and one client's failures from
+/// an address leave the other clients at that address alone.
 #[derive(Debug)]
 pub struct AuthThrottle {
     limiter: Arc<dyn Limiter>,
-    rate: RateLimit,
-    /// Until when (on `clock`'s monotonic reading) each blocked address is refused.
-    blocked: Mutex<HashMap<IpAddr, Duration>>,
-    clock: Clock,
+    rates: FailureRates,
 }
 
 impl AuthThrottle {
-    /// Allows `rate` failures per address.
-    pub fn new(limiter: Arc<dyn Limiter>, rate: RateLimit, clock: Clock) -> Self {
-        Self {
-            limiter,
-            rate,
-            blocked: Mutex::default(),
-            clock,
+    /// Counts failures in `limiter` under `rates`.
+    pub fn new(limiter: Arc<dyn Limiter>, rates: FailureRates) -> Self {
+        Self { limiter, rates }
+    }
+
+    /// Counts a failed authentication from `source` naming `client` (only a registered
+    /// client's id: an unknown id is the caller's to vary, and counts for its source
+    /// alone). Returns the seconds to wait when an allowance is exhausted.
+    pub async fn failed(&self, source: Option<IpAddr>, client: Option<&str>) -> Option<u64> {
+        if self.limiter.tracked() >= self.rates.max_tracked {
+            return Some(1);
         }
-    }
-
-    /// Seconds left while `ip` is refused.
-    pub fn blocked(&self, ip: IpAddr) -> Option<u64> {
-        let blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-        let until = *blocked.get(&ip)?;
-        let left = until.checked_sub(self.clock.elapsed())?;
-        Some((left.as_secs_f64().ceil() as u64).max(1))
-    }
-
-    /// Counts a failure from `ip`.
-    pub async fn failed(&self, ip: IpAddr) {
-        let key = format!("auth-failure:{ip}");
-        if let Decision::Limited { retry_after_secs } = self.limiter.check(&key, self.rate).await {
-            let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-            let now = self.clock.elapsed();
-            blocked.retain(|_, until| *until > now);
-            blocked.insert(ip, now + Duration::from_secs(retry_after_secs));
+        let bucket = source.map(source_bucket);
+        let mut checks: Vec<(String, RateLimit)> = Vec::with_capacity(3);
+        if let Some(bucket) = &bucket {
+            checks.push((format!("auth-failure:src:{bucket}"), self.rates.per_source));
         }
+        if let Some(client) = client {
+            checks.push((
+                format!("auth-failure:client:{client}"),
+                self.rates.per_client,
+            ));
+            if let Some(bucket) = &bucket {
+                checks.push((
+                    format!("auth-failure:pair:{bucket}:{client}"),
+                    self.rates.per_source_and_client,
+                ));
+            }
+        }
+        let mut wait = None;
+        for (key, rate) in checks {
+            if let Decision::Limited { retry_after_secs } = self.limiter.check(&key, rate).await {
+                wait = wait.max(Some(retry_after_secs));
+            }
+        }
+        wait
     }
 
-    /// The allowance of failures per address.
+    /// The allowance per source address and client, for the rate limit fields.
     pub fn rate(&self) -> RateLimit {
-        self.rate
+        self.rates.per_source_and_client
+    }
+}
+
+/// What a source address is counted as: an IPv4 address, or the /64 of an IPv6 address
+/// (one host is usually given a whole /64). IPv4-mapped IPv6 addresses count as IPv4.
+pub fn source_bucket(ip: IpAddr) -> IpAddr {
+    match canonical(ip) {
+        IpAddr::V6(v6) => {
+            let mut octets = v6.octets();
+            octets[8..].fill(0);
+            IpAddr::from(octets)
+        }
+        v4 => v4,
+    }
+}
+
+/// `::ffff:a.b.c.d` as `a.b.c.d`, so that a dual-stack listener's peers compare, throttle
+/// and audit as the IPv4 addresses they are.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
     }
 }
 
@@ -266,6 +342,45 @@ mod tests {
             limiter.check("a", rate).await,
             Decision::Allowed { remaining: 0, .. }
         ));
+    }
+
+    #[test]
+    fn addresses_are_bucketed_as_a_host_sees_them() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(canonical(ip("::ffff:10.0.0.5")), ip("10.0.0.5"));
+        assert_eq!(canonical(ip("2001:db8::1")), ip("2001:db8::1"));
+        assert_eq!(source_bucket(ip("::ffff:10.0.0.5")), ip("10.0.0.5"));
+        assert_eq!(
+            source_bucket(ip("2001:db8:1:2:aaaa::1")),
+            source_bucket(ip("2001:db8:1:2:bbbb::2")),
+            "one /64, one bucket"
+        );
+        assert_ne!(
+            source_bucket(ip("2001:db8:1:2::1")),
+            source_bucket(ip("2001:db8:1:3::1"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_distinct_sources_and_ids_keeps_memory_bounded() {
+        let clock = crate::clock::ManualClock::at(1_000);
+        let limiter = Arc::new(LocalLimiter::new(clock.into()));
+        let rates = FailureRates {
+            max_tracked: 1_000,
+            ..FailureRates::default()
+        };
+        let throttle = AuthThrottle::new(limiter.clone(), rates);
+        let mut refused = 0;
+        for i in 0..5_000u32 {
+            let source = IpAddr::from((0x0a00_0000 + i).to_be_bytes());
+            let client = format!("tc_{i}");
+            if throttle.failed(Some(source), Some(&client)).await.is_some() {
+                refused += 1;
+            }
+        }
+        // Three counters per failure (source, client, both) until the cap, then none.
+        assert!(limiter.tracked() <= 1_000 + 2, "{}", limiter.tracked());
+        assert!(refused >= 5_000 - 334, "{refused}");
     }
 
     #[test]

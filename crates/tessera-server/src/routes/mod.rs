@@ -13,7 +13,9 @@ use tessera_proto::{form, ClientId, ClientSecret};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::auth::AuthFailure;
 use crate::error::OAuthError;
+use crate::limits::canonical;
 use crate::registry::{ClientEntry, Registry};
 use crate::{auth, AppState};
 
@@ -74,10 +76,16 @@ pub(crate) fn client_ip(state: &AppState, parts: &Parts) -> Option<IpAddr> {
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip())?;
+        .map(|ConnectInfo(addr)| canonical(addr.ip()))?;
     let headers = &parts.headers;
-    let trusted = &state.config().trusted_proxies;
-    if !trusted.contains(&peer) {
+    let trusted = |ip: IpAddr| {
+        state
+            .config()
+            .trusted_proxies
+            .iter()
+            .any(|proxy| canonical(*proxy) == ip)
+    };
+    if !trusted(peer) {
         return Some(peer);
     }
     let forwarded: Vec<&str> = headers
@@ -88,8 +96,8 @@ pub(crate) fn client_ip(state: &AppState, parts: &Parts) -> Option<IpAddr> {
         .map(str::trim)
         .collect();
     for hop in forwarded.iter().rev() {
-        match hop.parse::<IpAddr>() {
-            Ok(ip) if trusted.contains(&ip) => continue,
+        match hop.parse::<IpAddr>().map(canonical) {
+            Ok(ip) if trusted(ip) => continue,
             Ok(ip) => return Some(ip),
             Err(_) => break,
         }
@@ -172,20 +180,25 @@ pub(crate) async fn authenticate_client<'r>(
 ) -> Caller<'r> {
     let throttle = state.throttle();
     let realm = &state.config().realm;
-    let refused = |client| Caller {
-        presented_id: String::new(),
-        client: Err(client),
-    };
-    if let Some(retry) = ip.and_then(|ip| throttle.blocked(ip)) {
-        return refused(OAuthError::throttled(throttle.rate(), retry));
-    }
     let presented = match auth::presented(headers, body_id, body_secret) {
         Ok(presented) => presented,
-        Err(error) => return refused(OAuthError::credentials(error, realm)),
+        Err(error) => {
+            return Caller {
+                presented_id: String::new(),
+                client: Err(OAuthError::credentials(error, realm)),
+            }
+        }
     };
     let result = auth::authenticate(registry, state.secrets(), &presented, state.clock().now());
-    if let (Err(_), Some(ip)) = (&result, ip) {
-        throttle.failed(ip).await;
+    // Only failures are counted, after the check: correct credentials are never throttled.
+    if let Err(failure) = result {
+        let known = (failure != AuthFailure::Unknown).then_some(presented.client_id.as_str());
+        if let Some(retry) = throttle.failed(ip, known).await {
+            return Caller {
+                presented_id: presented.client_id.as_str().to_owned(),
+                client: Err(OAuthError::throttled(throttle.rate(), retry)),
+            };
+        }
     }
     Caller {
         presented_id: presented.client_id.as_str().to_owned(),

@@ -91,3 +91,31 @@ async fn behind_a_trusted_proxy_the_audit_names_the_forwarded_address() {
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["source"], "203.0.113.5");
 }
+
+#[tokio::test]
+async fn on_a_dual_stack_listener_ipv4_peers_are_ipv4_addresses() {
+    // Behind `--listen [::]:PORT`, a peer at 127.0.0.1 arrives as ::ffff:127.0.0.1; the
+    // trusted proxy is named 127.0.0.1 and must still match, and the audit says 127.0.0.1.
+    let app = spawn_with(|s| {
+        s.listen = "[::]:0".parse().unwrap();
+        s.config.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    let forwarded = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("authorization", basic(&id, &secret))
+        .header("x-forwarded-for", "203.0.113.8")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(NEWS)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forwarded.status(), 200);
+    let (other, other_secret) = app.client().await;
+    assert_eq!(app.token(&other, &other_secret, NEWS).await.status(), 200);
+    let log = app.log();
+    assert_eq!(audit_events(&log, id.as_str())[0]["source"], "203.0.113.8");
+    assert_eq!(audit_events(&log, other.as_str())[0]["source"], "127.0.0.1");
+}

@@ -65,47 +65,87 @@ async fn the_request_over_the_limit_gets_429_and_later_ones_succeed() {
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
 }
 
+fn per_minute(count: u32) -> RateLimit {
+    RateLimit {
+        count,
+        period_secs: 60,
+        burst: count,
+    }
+}
+
 #[tokio::test]
-async fn brute_force_from_one_address_is_throttled_while_others_get_tokens() {
-    let app = spawn_with(|s| {
-        s.config.auth_failure_rate = RateLimit {
-            count: 3,
-            period_secs: 60,
-            burst: 3,
-        }
-    })
-    .await;
+async fn failures_are_throttled_per_client_and_address_and_never_the_right_secret() {
+    let app = spawn_with(|s| s.config.auth_failures.per_source_and_client = per_minute(3)).await;
     let (id, secret) = app.client().await;
-    let attacker = reqwest::Client::builder()
-        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
-        .build()
-        .unwrap();
-    let attempt = |secret: String| {
-        attacker
-            .post(app.url("/connect/token"))
+    let (other, other_secret) = app.client().await;
+    // A neighbour behind the same address (a NAT, a load balancer without --trusted-proxy).
+    let from = |ip: [u8; 4]| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from(ip))
+            .build()
+            .unwrap()
+    };
+    let (attacker, neighbour) = (from([127, 0, 0, 2]), from([127, 0, 0, 2]));
+    let attempt = |http: &reqwest::Client, id: &tessera_proto::ClientId, secret: &str| {
+        http.post(app.url("/connect/token"))
             .header(
                 "authorization",
-                basic(&id, &tessera_proto::ClientSecret::new(secret)),
+                basic(id, &tessera_proto::ClientSecret::new(secret.to_owned())),
             )
             .header("content-type", "application/x-www-form-urlencoded")
             .body(NEWS)
             .send()
     };
-    for i in 0..4 {
-        let r = attempt(format!("guess-{i}")).await.unwrap();
+    for i in 0..3 {
+        let r = attempt(&attacker, &id, &format!("guess-{i}"))
+            .await
+            .unwrap();
         assert_eq!(r.status(), 401, "guess {i}");
     }
-    // Now even the right secret from that address is refused, unchecked.
-    let blocked = attempt(secret.expose().to_owned()).await.unwrap();
-    assert_eq!(blocked.status(), 429);
-    let retry: u64 = blocked.headers()["retry-after"]
+    // Over the allowance: the next wrong secret gets 429 with the wait.
+    let limited = attempt(&attacker, &id, "guess-3").await.unwrap();
+    assert_eq!(limited.status(), 429);
+    let retry: u64 = limited.headers()["retry-after"]
         .to_str()
         .unwrap()
         .parse()
         .unwrap();
     assert!((1..=60).contains(&retry), "{retry}");
-    assert_eq!(error_of(blocked).await.1, "rate_limited");
-    // Another address still gets tokens.
+    assert_eq!(error_of(limited).await.1, "rate_limited");
+    // The right secret from the same address is never refused by the throttle.
+    let right = attempt(&attacker, &id, secret.expose()).await.unwrap();
+    assert_eq!(right.status(), 200);
+    // Another client at the same address is unaffected: its own failures are its own.
+    let wrong = attempt(&neighbour, &other, "typo").await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let ok = attempt(&neighbour, &other, other_secret.expose())
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    // And from another address, the attacked client goes on as ever.
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    assert_eq!(
+        app.token(&id, &tessera_proto::ClientSecret::new("typo"), NEWS)
+            .await
+            .status(),
+        401
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_unknown_ids_meets_the_coarse_cap_of_its_address() {
+    let app = spawn_with(|s| s.config.auth_failures.per_source = per_minute(5)).await;
+    let (id, secret) = app.client().await;
+    let mut statuses = Vec::new();
+    for i in 0..7 {
+        let unknown = tessera_proto::ClientId::parse(&format!("tc_unknown{i}")).unwrap();
+        let r = app
+            .token(&unknown, &tessera_proto::ClientSecret::new("x"), NEWS)
+            .await;
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, [401, 401, 401, 401, 401, 429, 429]);
+    // Correct credentials from that address still pass.
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
 }
 
@@ -147,11 +187,7 @@ async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
 async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
     let app = spawn_with(|s| {
         s.config.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
-        s.config.auth_failure_rate = RateLimit {
-            count: 2,
-            period_secs: 60,
-            burst: 2,
-        };
+        s.config.auth_failures.per_source_and_client = per_minute(2);
     })
     .await;
     let (id, secret) = app.client().await;
@@ -178,13 +214,14 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
             .unwrap();
         assert_eq!(anonymous.status(), 401);
     }
-    for _ in 0..3 {
+    for _ in 0..2 {
         assert_eq!(from("198.51.100.1", &wrong).await.unwrap().status(), 401);
     }
-    // The address the proxy saw is blocked; the leftmost entry, the client's own claim, is
-    // not what counts; another address behind the same proxy is unaffected.
-    assert_eq!(from("198.51.100.1", &secret).await.unwrap().status(), 429);
-    assert_eq!(from("198.51.100.2", &secret).await.unwrap().status(), 200);
+    // The address the proxy saw is throttled (the leftmost entry, the client's own claim,
+    // is not what counts); another address behind the same proxy is not.
+    assert_eq!(from("198.51.100.1", &wrong).await.unwrap().status(), 429);
+    assert_eq!(from("198.51.100.2", &wrong).await.unwrap().status(), 401);
+    assert_eq!(from("198.51.100.1", &secret).await.unwrap().status(), 200);
 }
 
 #[tokio::test]
