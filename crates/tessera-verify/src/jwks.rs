@@ -18,7 +18,7 @@ use base64::Engine;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tessera_proto::jws::is_reasonable_kid;
-use tessera_proto::{Algorithm, AuthorizationServerMetadata, Jwk};
+use tessera_proto::{Algorithm, Jwk};
 
 use crate::error::KeySourceError;
 
@@ -119,6 +119,16 @@ pub(crate) struct Remote {
     pub jwks_uri: Option<String>,
     pub min_refresh_interval: Duration,
     pub cache_lifetime: Duration,
+}
+
+/// The members of the RFC 8414 metadata a verifier reads. RFC 8414 section 2 makes most
+/// members optional, and another server's document need not carry what Tessera serves, so
+/// this reads only the two used here and ignores the rest (the full type,
+/// [`tessera_proto::AuthorizationServerMetadata`], is what the server writes).
+#[derive(Deserialize)]
+struct Metadata {
+    issuer: String,
+    jwks_uri: String,
 }
 
 #[derive(Debug, Default)]
@@ -279,7 +289,7 @@ async fn discover(remote: &Remote) -> Result<String, KeySourceError> {
         "{}/.well-known/oauth-authorization-server",
         remote.issuer.trim_end_matches('/')
     );
-    let metadata: AuthorizationServerMetadata = get_json(&remote.client, &url).await?;
+    let metadata: Metadata = get_json(&remote.client, &url).await?;
     // RFC 8414 section 3.3: the issuer must be identical, or the document must not be used.
     if metadata.issuer != remote.issuer {
         return Err(KeySourceError::IssuerMismatch);
