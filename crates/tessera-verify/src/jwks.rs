@@ -6,8 +6,13 @@
 //! - a failed fetch keeps the cached keys, so a down issuer does not stop verification.
 //!
 //! Keys older than `cache_lifetime` are refreshed in the background while still in use.
+//!
+//! Keys travel over https, or over plain http only to this machine unless the builder says
+//! otherwise: every signature is checked against them, so whoever can rewrite the answer can
+//! forge tokens ([`transport`]).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -119,6 +124,44 @@ pub(crate) struct Remote {
     pub jwks_uri: Option<String>,
     pub min_refresh_interval: Duration,
     pub cache_lifetime: Duration,
+    /// Plain http to a host that is not loopback is allowed (`allow_insecure_http`).
+    pub allow_insecure_http: bool,
+}
+
+/// How a metadata or key set URL would be fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// `https://`.
+    Https,
+    /// `http://` to `localhost`, 127.0.0.0/8 or `::1`: the traffic never leaves the machine.
+    LoopbackHttp,
+    /// `http://` to any other host: anyone on the path can read and rewrite it.
+    RemoteHttp,
+    /// Not an http or https URL.
+    NotHttp,
+}
+
+/// Classifies `url`. It is parsed by the same parser the HTTP client uses (`reqwest::Url`),
+/// so the host judged here is the host connected to: `http://127.0.0.1@evil.example/` is
+/// `evil.example`, and `http://127.1/` is 127.0.0.1. Names other than `localhost` are not
+/// resolved: `127.0.0.1.example` may point anywhere tomorrow, so it counts as remote.
+pub(crate) fn transport(url: &str) -> Transport {
+    let Ok(url) = reqwest::Url::parse(url) else {
+        return Transport::NotHttp;
+    };
+    // `host_str` writes an IPv6 address in brackets.
+    let host = url
+        .host_str()
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+    let loopback = host.is_some_and(|h| {
+        h.eq_ignore_ascii_case("localhost") || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    });
+    match url.scheme() {
+        "https" if host.is_some() => Transport::Https,
+        "http" if loopback => Transport::LoopbackHttp,
+        "http" if host.is_some() => Transport::RemoteHttp,
+        _ => Transport::NotHttp,
+    }
 }
 
 /// The members of the RFC 8414 metadata a verifier reads. RFC 8414 section 2 makes most
@@ -294,9 +337,17 @@ async fn discover(remote: &Remote) -> Result<String, KeySourceError> {
     if metadata.issuer != remote.issuer {
         return Err(KeySourceError::IssuerMismatch);
     }
-    // RFC 8414 section 2: jwks_uri uses https. A plain-http issuer (a local setup) may have a
-    // plain-http jwks_uri; an https issuer may not downgrade.
-    if remote.issuer.starts_with("https://") && !metadata.jwks_uri.starts_with("https://") {
+    // RFC 8414 section 2: jwks_uri uses https. An https issuer may not downgrade; a plain-http
+    // issuer (a local setup, or one allowed by the builder) may name plain-http keys on the
+    // same terms as it was itself allowed: loopback, or anywhere with `allow_insecure_http`.
+    let https_issuer = transport(&remote.issuer) == Transport::Https;
+    let allowed = match transport(&metadata.jwks_uri) {
+        Transport::Https => true,
+        Transport::LoopbackHttp => !https_issuer,
+        Transport::RemoteHttp => !https_issuer && remote.allow_insecure_http,
+        Transport::NotHttp => false,
+    };
+    if !allowed {
         return Err(KeySourceError::InsecureJwksUri);
     }
     Ok(metadata.jwks_uri)
@@ -360,6 +411,35 @@ mod tests {
             kid: "k".into(),
             alg: alg.into(),
             use_: "sig".into(),
+        }
+    }
+
+    #[test]
+    fn only_loopback_hosts_pass_plain_http() {
+        use Transport::*;
+        for (url, want) in [
+            ("https://auth.example", Https),
+            ("https://auth.example/tenant/", Https),
+            ("http://127.0.0.1:8080", LoopbackHttp),
+            ("http://127.255.0.9", LoopbackHttp),
+            ("http://127.1/", LoopbackHttp),
+            ("http://[::1]:8080/jwks", LoopbackHttp),
+            ("http://localhost:3000", LoopbackHttp),
+            ("http://LOCALHOST", LoopbackHttp),
+            ("http://issuer.example", RemoteHttp),
+            ("http://10.0.0.1", RemoteHttp),
+            ("http://0.0.0.0:8080", RemoteHttp),
+            ("http://[::ffff:127.0.0.1]", RemoteHttp),
+            ("http://localhost.evil.example", RemoteHttp),
+            ("http://127.0.0.1.evil.example", RemoteHttp),
+            ("http://127.0.0.1@evil.example/", RemoteHttp),
+            ("http://evil.example#@127.0.0.1", RemoteHttp),
+            ("ftp://127.0.0.1/jwks", NotHttp),
+            ("file:///etc/jwks.json", NotHttp),
+            ("https://", NotHttp),
+            ("auth.example", NotHttp),
+        ] {
+            assert_eq!(transport(url), want, "{url}");
         }
     }
 
