@@ -113,6 +113,10 @@ impl KeySet {
     pub fn is_empty(&self) -> bool {
         self.by_kid.is_empty()
     }
+
+    pub fn len(&self) -> usize {
+        self.by_kid.len()
+    }
 }
 
 /// Where keys come from and how often they may be fetched.
@@ -305,12 +309,19 @@ async fn fetch(remote: &Remote, jwks_uri: &mut Option<String>) -> Result<KeySet,
             jwks_uri.insert(uri).clone()
         }
     };
+    let body = get(&remote.client, &uri).await?;
+    read_jwks(&uri, &body)
+}
+
+/// Reads a JWK Set document (RFC 7517 section 5) into the usable keys. Pure, for the fuzzer
+/// too (`crate::fuzzing`).
+pub(crate) fn read_jwks(url: &str, body: &[u8]) -> Result<KeySet, KeySourceError> {
     // Parsed key by key, so one key of an unknown type does not hide the others.
     #[derive(Deserialize)]
     struct RawSet {
         keys: Vec<serde_json::Value>,
     }
-    let raw: RawSet = get_json(&remote.client, &uri).await?;
+    let raw: RawSet = parse_json(url, body)?;
     let jwks: Vec<Jwk> = raw
         .keys
         .into_iter()
@@ -332,19 +343,31 @@ async fn discover(remote: &Remote) -> Result<String, KeySourceError> {
         "{}/.well-known/oauth-authorization-server",
         remote.issuer.trim_end_matches('/')
     );
-    let metadata: Metadata = get_json(&remote.client, &url).await?;
+    let body = get(&remote.client, &url).await?;
+    read_metadata(&url, &body, &remote.issuer, remote.allow_insecure_http)
+}
+
+/// Reads a metadata document (RFC 8414 section 3.2) of `issuer` and returns its `jwks_uri`,
+/// if this verifier may fetch it. Pure, for the fuzzer too (`crate::fuzzing`).
+pub(crate) fn read_metadata(
+    url: &str,
+    body: &[u8],
+    issuer: &str,
+    allow_insecure_http: bool,
+) -> Result<String, KeySourceError> {
+    let metadata: Metadata = parse_json(url, body)?;
     // RFC 8414 section 3.3: the issuer must be identical, or the document must not be used.
-    if metadata.issuer != remote.issuer {
+    if metadata.issuer != issuer {
         return Err(KeySourceError::IssuerMismatch);
     }
     // RFC 8414 section 2: jwks_uri uses https. An https issuer may not downgrade; a plain-http
     // issuer (a local setup, or one allowed by the builder) may name plain-http keys on the
     // same terms as it was itself allowed: loopback, or anywhere with `allow_insecure_http`.
-    let https_issuer = transport(&remote.issuer) == Transport::Https;
+    let https_issuer = transport(issuer) == Transport::Https;
     let allowed = match transport(&metadata.jwks_uri) {
         Transport::Https => true,
         Transport::LoopbackHttp => !https_issuer,
-        Transport::RemoteHttp => !https_issuer && remote.allow_insecure_http,
+        Transport::RemoteHttp => !https_issuer && allow_insecure_http,
         Transport::NotHttp => false,
     };
     if !allowed {
@@ -353,12 +376,9 @@ async fn discover(remote: &Remote) -> Result<String, KeySourceError> {
     Ok(metadata.jwks_uri)
 }
 
-/// GETs a JSON document: status 200 only (redirects are not followed), at most
-/// [`MAX_DOCUMENT`] bytes.
-async fn get_json<T: DeserializeOwned>(
-    client: &reqwest::Client,
-    url: &str,
-) -> Result<T, KeySourceError> {
+/// GETs a document: status 200 only (redirects are not followed), at most [`MAX_DOCUMENT`]
+/// bytes.
+async fn get(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, KeySourceError> {
     let http = |source| KeySourceError::Http {
         url: url.to_owned(),
         source,
@@ -392,7 +412,11 @@ async fn get_json<T: DeserializeOwned>(
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).map_err(|source| KeySourceError::Json {
+    Ok(body)
+}
+
+fn parse_json<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, KeySourceError> {
+    serde_json::from_slice(body).map_err(|source| KeySourceError::Json {
         url: url.to_owned(),
         source,
     })

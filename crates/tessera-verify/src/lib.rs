@@ -21,6 +21,7 @@
 //!   how the bearer token is read (RFC 6750 section 2).
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
 //!   (RFC 6750 section 3, RFC 9470 section 3).
+//! - `fuzzing`: hidden entry points to the document readers, for `fuzz/` only.
 //!
 //! # Example
 //!
@@ -63,6 +64,8 @@
 
 pub mod error;
 pub mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 mod jwks;
 pub mod rejection;
 mod validate;
