@@ -106,6 +106,21 @@ pub enum ConfigError {
     /// The leeway is larger than five minutes (RFC 7519 section 4.1.4 asks for a small one).
     #[error("the leeway must be at most 300 seconds")]
     Leeway,
+    /// The configured `jwks_uri` is not an http or https URL.
+    #[error("the jwks_uri must be an http or https URL")]
+    JwksUri,
+    /// The issuer (when keys are discovered) or the `jwks_uri` is plain `http://` to a host
+    /// that is not loopback, and
+    /// [`allow_insecure_http`](crate::VerifierBuilder::allow_insecure_http) was not given:
+    /// anyone on the path could substitute the keys.
+    #[error(
+        "refusing to fetch keys over plain http from {url}: anyone on the path could substitute \
+         them; use https, a loopback host, or VerifierBuilder::allow_insecure_http"
+    )]
+    InsecureHttp {
+        /// The URL refused.
+        url: String,
+    },
     /// The static key set has no usable key.
     #[error("the key set has no usable EdDSA or ES256 signing key")]
     NoUsableKeys,
@@ -155,8 +170,10 @@ pub enum KeySourceError {
     /// The metadata names another issuer (RFC 8414 section 3.3: it must not be used).
     #[error("the metadata document names another issuer")]
     IssuerMismatch,
-    /// `jwks_uri` is not https while the issuer is (RFC 8414 section 2).
-    #[error("jwks_uri must use https")]
+    /// The metadata's `jwks_uri` is not https (RFC 8414 section 2), and plain http is not
+    /// allowed for it: the issuer is https, or its host is not loopback and
+    /// [`allow_insecure_http`](crate::VerifierBuilder::allow_insecure_http) was not given.
+    #[error("the metadata's jwks_uri must use https")]
     InsecureJwksUri,
     /// The key set has no key this verifier can use; the cached keys are kept.
     #[error("the key set has no usable EdDSA or ES256 signing key")]

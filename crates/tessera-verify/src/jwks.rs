@@ -6,8 +6,13 @@
 //! - a failed fetch keeps the cached keys, so a down issuer does not stop verification.
 //!
 //! Keys older than `cache_lifetime` are refreshed in the background while still in use.
+//!
+//! Keys travel over https, or over plain http only to this machine unless the builder says
+//! otherwise: every signature is checked against them, so whoever can rewrite the answer can
+//! forge tokens ([`transport`]).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -20,7 +25,7 @@ use base64::Engine;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tessera_proto::jws::is_reasonable_kid;
-use tessera_proto::{Algorithm, AuthorizationServerMetadata, Jwk};
+use tessera_proto::{Algorithm, Jwk};
 
 use crate::error::KeySourceError;
 
@@ -110,6 +115,10 @@ impl KeySet {
     pub(crate) fn is_empty(&self) -> bool {
         self.by_kid.is_empty()
     }
+
+    pub(crate) fn len(&self) -> usize {
+        self.by_kid.len()
+    }
 }
 
 /// Where keys come from and how often they may be fetched.
@@ -123,6 +132,54 @@ pub(crate) struct Remote {
     pub cache_lifetime: Duration,
     /// Measures the refresh interval and the cache lifetime.
     pub clock: Clock,
+    /// Plain http to a host that is not loopback is allowed (`allow_insecure_http`).
+    pub allow_insecure_http: bool,
+}
+
+/// How a metadata or key set URL would be fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// `https://`.
+    Https,
+    /// `http://` to `localhost`, 127.0.0.0/8 or `::1`: the traffic never leaves the machine.
+    LoopbackHttp,
+    /// `http://` to any other host: anyone on the path can read and rewrite it.
+    RemoteHttp,
+    /// Not an http or https URL.
+    NotHttp,
+}
+
+/// Classifies `url`. It is parsed by the same parser the HTTP client uses (`reqwest::Url`),
+/// so the host judged here is the host connected to: `http://127.0.0.1@evil.example/` is
+/// `evil.example`, and `http://127.1/` is 127.0.0.1. Names other than `localhost` are not
+/// resolved: `127.0.0.1.example` may point anywhere tomorrow, so it counts as remote.
+pub(crate) fn transport(url: &str) -> Transport {
+    let Ok(url) = reqwest::Url::parse(url) else {
+        return Transport::NotHttp;
+    };
+    // `host_str` writes an IPv6 address in brackets.
+    let host = url
+        .host_str()
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+    let loopback = host.is_some_and(|h| {
+        h.eq_ignore_ascii_case("localhost") || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    });
+    match url.scheme() {
+        "https" if host.is_some() => Transport::Https,
+        "http" if loopback => Transport::LoopbackHttp,
+        "http" if host.is_some() => Transport::RemoteHttp,
+        _ => Transport::NotHttp,
+    }
+}
+
+/// The members of the RFC 8414 metadata a verifier reads. RFC 8414 section 2 makes most
+/// members optional, and another server's document need not carry what Tessera serves, so
+/// this reads only the two used here and ignores the rest (the full type,
+/// [`tessera_proto::AuthorizationServerMetadata`], is what the server writes).
+#[derive(Deserialize)]
+struct Metadata {
+    issuer: String,
+    jwks_uri: String,
 }
 
 #[derive(Debug, Default)]
@@ -259,12 +316,19 @@ async fn fetch(remote: &Remote, jwks_uri: &mut Option<String>) -> Result<KeySet,
             jwks_uri.insert(uri).clone()
         }
     };
+    let body = get(&remote.client, &uri).await?;
+    read_jwks(&uri, &body)
+}
+
+/// Reads a JWK Set document (RFC 7517 section 5) into the usable keys. Pure, for the fuzzer
+/// too (`crate::fuzzing`).
+pub(crate) fn read_jwks(url: &str, body: &[u8]) -> Result<KeySet, KeySourceError> {
     // Parsed key by key, so one key of an unknown type does not hide the others.
     #[derive(Deserialize)]
     struct RawSet {
         keys: Vec<serde_json::Value>,
     }
-    let raw: RawSet = get_json(&remote.client, &uri).await?;
+    let raw: RawSet = parse_json(url, body)?;
     let jwks: Vec<Jwk> = raw
         .keys
         .into_iter()
@@ -286,25 +350,42 @@ async fn discover(remote: &Remote) -> Result<String, KeySourceError> {
         "{}/.well-known/oauth-authorization-server",
         remote.issuer.trim_end_matches('/')
     );
-    let metadata: AuthorizationServerMetadata = get_json(&remote.client, &url).await?;
+    let body = get(&remote.client, &url).await?;
+    read_metadata(&url, &body, &remote.issuer, remote.allow_insecure_http)
+}
+
+/// Reads a metadata document (RFC 8414 section 3.2) of `issuer` and returns its `jwks_uri`,
+/// if this verifier may fetch it. Pure, for the fuzzer too (`crate::fuzzing`).
+pub(crate) fn read_metadata(
+    url: &str,
+    body: &[u8],
+    issuer: &str,
+    allow_insecure_http: bool,
+) -> Result<String, KeySourceError> {
+    let metadata: Metadata = parse_json(url, body)?;
     // RFC 8414 section 3.3: the issuer must be identical, or the document must not be used.
-    if metadata.issuer != remote.issuer {
+    if metadata.issuer != issuer {
         return Err(KeySourceError::IssuerMismatch);
     }
-    // RFC 8414 section 2: jwks_uri uses https. A plain-http issuer (a local setup) may have a
-    // plain-http jwks_uri; an https issuer may not downgrade.
-    if remote.issuer.starts_with("https://") && !metadata.jwks_uri.starts_with("https://") {
+    // RFC 8414 section 2: jwks_uri uses https. An https issuer may not downgrade; a plain-http
+    // issuer (a local setup, or one allowed by the builder) may name plain-http keys on the
+    // same terms as it was itself allowed: loopback, or anywhere with `allow_insecure_http`.
+    let https_issuer = transport(issuer) == Transport::Https;
+    let allowed = match transport(&metadata.jwks_uri) {
+        Transport::Https => true,
+        Transport::LoopbackHttp => !https_issuer,
+        Transport::RemoteHttp => !https_issuer && allow_insecure_http,
+        Transport::NotHttp => false,
+    };
+    if !allowed {
         return Err(KeySourceError::InsecureJwksUri);
     }
     Ok(metadata.jwks_uri)
 }
 
-/// GETs a JSON document: status 200 only (redirects are not followed), at most
-/// [`MAX_DOCUMENT`] bytes.
-async fn get_json<T: DeserializeOwned>(
-    client: &reqwest::Client,
-    url: &str,
-) -> Result<T, KeySourceError> {
+/// GETs a document: status 200 only (redirects are not followed), at most [`MAX_DOCUMENT`]
+/// bytes.
+async fn get(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, KeySourceError> {
     let http = |source| KeySourceError::Http {
         url: url.to_owned(),
         source,
@@ -338,7 +419,11 @@ async fn get_json<T: DeserializeOwned>(
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).map_err(|source| KeySourceError::Json {
+    Ok(body)
+}
+
+fn parse_json<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, KeySourceError> {
+    serde_json::from_slice(body).map_err(|source| KeySourceError::Json {
         url: url.to_owned(),
         source,
     })
@@ -357,6 +442,35 @@ mod tests {
             kid: "k".into(),
             alg: alg.into(),
             use_: "sig".into(),
+        }
+    }
+
+    #[test]
+    fn only_loopback_hosts_pass_plain_http() {
+        use Transport::*;
+        for (url, want) in [
+            ("https://auth.example", Https),
+            ("https://auth.example/tenant/", Https),
+            ("http://127.0.0.1:8080", LoopbackHttp),
+            ("http://127.255.0.9", LoopbackHttp),
+            ("http://127.1/", LoopbackHttp),
+            ("http://[::1]:8080/jwks", LoopbackHttp),
+            ("http://localhost:3000", LoopbackHttp),
+            ("http://LOCALHOST", LoopbackHttp),
+            ("http://issuer.example", RemoteHttp),
+            ("http://10.0.0.1", RemoteHttp),
+            ("http://0.0.0.0:8080", RemoteHttp),
+            ("http://[::ffff:127.0.0.1]", RemoteHttp),
+            ("http://localhost.evil.example", RemoteHttp),
+            ("http://127.0.0.1.evil.example", RemoteHttp),
+            ("http://127.0.0.1@evil.example/", RemoteHttp),
+            ("http://evil.example#@127.0.0.1", RemoteHttp),
+            ("ftp://127.0.0.1/jwks", NotHttp),
+            ("file:///etc/jwks.json", NotHttp),
+            ("https://", NotHttp),
+            ("auth.example", NotHttp),
+        ] {
+            assert_eq!(transport(url), want, "{url}");
         }
     }
 

@@ -13,13 +13,15 @@
 //!   functions, no I/O. The compact form and JOSE header are checked before any crypto by
 //!   [`tessera_proto::jws`], the parser the server reads its own tokens with too.
 //! - `jwks`: JWK parsing (RFC 8037, RFC 7518 6.2), the key cache, discovery and fetching,
-//!   with the refresh rate limit and the keep-keys-when-down rule.
+//!   with the refresh rate limit, the keep-keys-when-down rule, and plain http only to
+//!   loopback unless [`VerifierBuilder::allow_insecure_http`].
 //! - [`error`]: [`VerifyError`] (why a token was refused), [`ConfigError`],
 //!   [`KeySourceError`]. No HTTP in them.
 //! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`], and
 //!   how the bearer token is read (RFC 6750 section 2).
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
 //!   (RFC 6750 section 3, RFC 9470 section 3).
+//! - `fuzzing`: hidden entry points to the document readers, for `fuzz/` only.
 //!
 //! # Example
 //!
@@ -62,6 +64,8 @@
 
 pub mod error;
 pub mod extract;
+#[doc(hidden)]
+pub mod fuzzing;
 mod jwks;
 pub mod rejection;
 mod validate;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tessera_proto::{jws, AccessTokenClaims, Algorithm, Clock, JwkSet};
 
 use crate::error::{ConfigError, KeySourceError, VerifyError};
-use crate::jwks::{KeyCache, KeySet, Remote};
+use crate::jwks::{self, KeyCache, KeySet, Remote, Transport};
 use crate::validate::{self, Expected};
 
 /// The defaults, each small enough to be safe and large enough not to get in the way.
@@ -57,6 +57,7 @@ pub struct VerifierBuilder {
     http_timeout: Duration,
     keys: KeysFrom,
     clock: Clock,
+    allow_insecure_http: bool,
 }
 
 impl VerifierBuilder {
@@ -124,12 +125,47 @@ impl VerifierBuilder {
         self
     }
 
+    /// Allows the metadata and keys to be fetched over plain `http://` from any host.
+    ///
+    /// Off by default, because every signature is checked against those keys: over plain HTTP
+    /// anyone on the path (a shared network, a proxy, a poisoned DNS answer) can hand this
+    /// verifier keys of their own and forge tokens it accepts. Without it,
+    /// [`build`](Self::build) refuses a plain-http URL it would fetch from (the issuer, whose
+    /// metadata is read, or the [`jwks_uri`](Self::jwks_uri) when one is given) unless its
+    /// host is loopback (`localhost`, 127.0.0.0/8 or `::1`), as for a local setup or a test;
+    /// and a `jwks_uri` learned from the metadata is held to the same rule when it is read.
+    /// An `https://` issuer may never name a plain-http `jwks_uri`, with or without this.
+    /// Static keys fetch nothing, so the rule does not apply to them.
+    ///
+    /// Use it only where the network between the API and the issuer is trusted end to end,
+    /// such as a service mesh that encrypts between sidecars.
+    pub fn allow_insecure_http(mut self) -> Self {
+        self.allow_insecure_http = true;
+        self
+    }
+
     /// Checks the configuration and builds the verifier. Nothing is fetched yet: the first
     /// token does it, or [`Verifier::refresh_keys`] for a start that fails fast.
     pub fn build(self) -> Result<Verifier, ConfigError> {
-        let is_url = |s: &str| s.starts_with("https://") || s.starts_with("http://");
-        if !is_url(&self.issuer) {
+        if jwks::transport(&self.issuer) == Transport::NotHttp {
             return Err(ConfigError::Issuer);
+        }
+        // What is fetched must come over https, or over plain http only to this machine
+        // unless allowed. Refused here, before any connection is made.
+        let fetched = match &self.keys {
+            KeysFrom::Discovery => Some(&self.issuer),
+            KeysFrom::JwksUri(uri) => Some(uri),
+            KeysFrom::Static(_) => None,
+        };
+        if let Some(url) = fetched {
+            match jwks::transport(url) {
+                Transport::Https | Transport::LoopbackHttp => {}
+                Transport::RemoteHttp if self.allow_insecure_http => {}
+                Transport::RemoteHttp => {
+                    return Err(ConfigError::InsecureHttp { url: url.clone() })
+                }
+                Transport::NotHttp => return Err(ConfigError::JwksUri),
+            }
         }
         if self.audience.is_empty() {
             return Err(ConfigError::Audience);
@@ -169,6 +205,7 @@ impl VerifierBuilder {
                     min_refresh_interval: self.min_refresh_interval,
                     cache_lifetime: self.cache_lifetime,
                     clock: self.clock.clone(),
+                    allow_insecure_http: self.allow_insecure_http,
                 })
             }
         };
@@ -235,6 +272,7 @@ impl Verifier {
             http_timeout: defaults::HTTP_TIMEOUT,
             keys: KeysFrom::Discovery,
             clock: Clock::system(),
+            allow_insecure_http: false,
         }
     }
 
@@ -352,6 +390,10 @@ mod tests {
         assert!(matches!(
             b().static_keys(JwkSet::default()).build(),
             Err(ConfigError::NoUsableKeys)
+        ));
+        assert!(matches!(
+            b().jwks_uri("/jwks.json").build(),
+            Err(ConfigError::JwksUri)
         ));
         let v = b().realm("a \"quoted\" realm").build().unwrap();
         assert_eq!(v.realm(), "a ?quoted? realm");

@@ -209,3 +209,19 @@ async fn metadata_for_another_issuer_is_not_used() {
     ));
     assert_eq!(issuer.hits.jwks(), 0);
 }
+
+#[tokio::test]
+async fn a_minimal_metadata_document_is_enough() {
+    // RFC 8414 section 2 requires only `issuer` (and `response_types_supported`, which a
+    // verifier has no use for); `jwks_uri` is all a verifier needs besides.
+    fn minimal(issuer: &str) -> serde_json::Value {
+        json!({"issuer": issuer, "jwks_uri": format!("{issuer}/.well-known/jwks.json")})
+    }
+    let key = TestKey::es256();
+    let issuer = TestIssuer::spawn_with_metadata(jwks(&[&key]), minimal).await;
+    let verifier = Verifier::builder(&issuer.url, AUDIENCE).build().unwrap();
+    verifier.refresh_keys().await.unwrap();
+    let claims = verifier.verify(&key.sign(&claims(&issuer.url))).await;
+    assert_eq!(claims.unwrap().client_id, "client-1");
+    assert_eq!((issuer.hits.metadata(), issuer.hits.jwks()), (1, 1));
+}

@@ -169,11 +169,15 @@ impl Hits {
     }
 }
 
+/// Writes the metadata document of the issuer at the given base URL.
+pub(crate) type MetadataFn = fn(&str) -> Value;
+
 #[derive(Clone)]
 struct IssuerState {
     issuer: String,
     keys: Arc<RwLock<JwkSet>>,
     hits: Arc<Hits>,
+    metadata: MetadataFn,
 }
 
 /// A minimal issuer serving its metadata and key set on 127.0.0.1:0.
@@ -187,13 +191,20 @@ pub(crate) struct TestIssuer {
 }
 
 impl TestIssuer {
+    /// An issuer serving metadata with every member Tessera's server writes.
     pub(crate) async fn spawn(keys: JwkSet) -> Self {
+        Self::spawn_with_metadata(keys, tessera_metadata).await
+    }
+
+    /// An issuer serving the metadata `write_metadata` writes for its URL.
+    pub(crate) async fn spawn_with_metadata(keys: JwkSet, write_metadata: MetadataFn) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let state = IssuerState {
             issuer: url.clone(),
             keys: Arc::new(RwLock::new(keys)),
             hits: Arc::default(),
+            metadata: write_metadata,
         };
         let app = Router::new()
             .route("/.well-known/oauth-authorization-server", get(metadata))
@@ -223,18 +234,22 @@ impl TestIssuer {
     }
 }
 
-async fn metadata(State(s): State<IssuerState>) -> Response {
-    s.hits.metadata.fetch_add(1, Ordering::SeqCst);
-    Json(json!({
-        "issuer": s.issuer,
-        "token_endpoint": format!("{}/connect/token", s.issuer),
-        "jwks_uri": format!("{}/.well-known/jwks.json", s.issuer),
+/// The metadata as Tessera's server writes it.
+pub(crate) fn tessera_metadata(issuer: &str) -> Value {
+    json!({
+        "issuer": issuer,
+        "token_endpoint": format!("{issuer}/connect/token"),
+        "jwks_uri": format!("{issuer}/.well-known/jwks.json"),
         "grant_types_supported": ["client_credentials"],
         "token_endpoint_auth_methods_supported": ["client_secret_basic"],
         "scopes_supported": [],
         "response_types_supported": [],
-    }))
-    .into_response()
+    })
+}
+
+async fn metadata(State(s): State<IssuerState>) -> Response {
+    s.hits.metadata.fetch_add(1, Ordering::SeqCst);
+    Json((s.metadata)(&s.issuer)).into_response()
 }
 
 async fn jwks_doc(State(s): State<IssuerState>) -> Response {

@@ -3,4 +3,5 @@
 mod cache;
 mod helpers;
 mod hostile;
+mod plain_http;
 mod router;
