@@ -131,14 +131,16 @@ fn describe(description: &Option<String>) -> String {
 
 impl OAuthError {
     /// Reads an error body. For `invalid_scope` the refused scopes are the requested ones
-    /// that the description names after its last `:` (Tessera says "not in the client's
-    /// plan: a b"); only requested scopes count, so other wording yields none.
+    /// that the description names after its last `:`, separated by commas (Tessera says
+    /// "not in the client's plan: a, b, 1 scope no plan grants"); only requested scopes
+    /// count, so other wording yields none.
     pub(crate) fn new(status: StatusCode, body: ErrorResponse, requested: &ScopeSet) -> Self {
         let refused_scopes = match (&body.error, &body.error_description) {
             (ErrorCode::InvalidScope, Some(description)) => {
                 let named = description.rsplit_once(':').map_or("", |(_, names)| names);
                 named
-                    .split_whitespace()
+                    .split(',')
+                    .map(str::trim)
                     .filter_map(|name| requested.iter().find(|s| s.as_str() == name))
                     .cloned()
                     .collect()
@@ -160,10 +162,10 @@ mod tests {
 
     #[test]
     fn refused_scopes_are_read_from_the_description() {
-        let requested = ScopeSet::parse("news-api oms-api x").unwrap();
+        let requested = ScopeSet::parse("news-api oms-api x plan").unwrap();
         let body = ErrorResponse::new(
             ErrorCode::InvalidScope,
-            "not in the client's plan: oms-api x",
+            "not in the client's plan: oms-api, x, 1 scope no plan grants",
         );
         let e = OAuthError::new(StatusCode::BAD_REQUEST, body, &requested);
         let refused: Vec<_> = e.refused_scopes.iter().map(Scope::as_str).collect();
@@ -171,7 +173,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "token endpoint refused the request: invalid_scope (400 Bad Request): \
-             not in the client's plan: oms-api x"
+             not in the client's plan: oms-api, x, 1 scope no plan grants"
         );
 
         let other = ErrorResponse::new(ErrorCode::InvalidScope, "scope is required");

@@ -2,7 +2,10 @@
 //! tracing target `tessera::audit`. Fields: `event` (`token_issued`, `token_refused` or
 //! `token_revoked`), `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused`, the OAuth
 //! error code, or `revoked`), `jti` (issued and revoked only) and `source` (the caller's
-//! address, see `routes::client_ip`). Never a secret or a token.
+//! address, see `routes::client_ip`). Never a secret or a token: what a caller presents is
+//! logged only when it names something registered (a client id, a scope some plan grants);
+//! anything else appears as a short digest (`unregistered:…`), since a caller who puts its
+//! secret in the wrong field would otherwise have it written to the log.
 
 use std::net::IpAddr;
 
@@ -61,6 +64,32 @@ pub fn revoked(subject: &Subject<'_>, jti: &str) {
         jti,
         source = subject.source.map(tracing::field::display),
     );
+}
+
+/// How an unregistered value a caller presented appears in the log: a digest that tells
+/// equal values apart without revealing them (6 bytes of SHA-256).
+pub fn unregistered(value: &str) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, value.as_bytes());
+    let hex: String = digest.as_ref()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("unregistered:{hex}")
+}
+
+/// A requested scope as logged: the names `known` accepts as they are, others as digests.
+pub fn scope_for_log(scope: &str, known: impl Fn(&str) -> bool) -> String {
+    scope
+        .split(' ')
+        .map(|name| {
+            if known(name) {
+                name.to_owned()
+            } else {
+                unregistered(name)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn truncate(s: &str, max: usize) -> &str {

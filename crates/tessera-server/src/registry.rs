@@ -119,6 +119,13 @@ impl Registry {
         })
     }
 
+    /// Whether some plan grants the scope `name`.
+    pub fn knows_scope(&self, name: &str) -> bool {
+        self.plans
+            .iter()
+            .any(|p| p.scopes.iter().any(|s| s.as_str() == name))
+    }
+
     /// Every scope some plan grants.
     pub fn scopes_supported(&self) -> Vec<String> {
         let mut all: Vec<String> = self

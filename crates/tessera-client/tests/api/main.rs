@@ -249,6 +249,13 @@ async fn server_errors_give_up_after_the_last_attempt() {
 #[tokio::test]
 async fn invalid_scope_fails_at_once_naming_the_refused_scopes() {
     let server = TestServer::spawn(3600).await;
+    // oms-api is offered by another plan, so the server names it when it refuses it.
+    server
+        .app
+        .admin()
+        .set_plan("orders", "oms-api", None)
+        .await
+        .unwrap();
     let client = server.token_client("news-api oms-api").await;
     let err = client.token().await.unwrap_err();
     let Error::OAuth(oauth) = &err else {

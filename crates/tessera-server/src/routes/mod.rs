@@ -17,7 +17,7 @@ use crate::auth::AuthFailure;
 use crate::error::OAuthError;
 use crate::limits::canonical;
 use crate::registry::{ClientEntry, Registry};
-use crate::{auth, AppState};
+use crate::{audit, auth, AppState};
 
 pub mod discovery;
 pub mod health;
@@ -114,7 +114,9 @@ pub(crate) fn read_form(
 ) -> Result<Vec<(String, String)>, OAuthError> {
     let headers = &parts.headers;
     if let Some(query) = parts.uri.query() {
-        let pairs = form::parse(query).unwrap_or_default();
+        // A query that does not parse cannot be shown to hold no credentials.
+        let pairs = form::parse(query)
+            .map_err(|_| OAuthError::invalid_request("malformed query string"))?;
         if pairs.iter().any(|(name, _)| names.contains(&name.as_str())) {
             return Err(OAuthError::invalid_request(
                 "OAuth parameters must be sent in the body, not the query string",
@@ -190,18 +192,25 @@ pub(crate) async fn authenticate_client<'r>(
         }
     };
     let result = auth::authenticate(registry, state.secrets(), &presented, state.clock().now());
+    // An id that names no client is the caller's to choose (a secret, swapped with the id):
+    // it is logged as a digest only.
+    let presented_id = if matches!(result, Err(AuthFailure::Unknown)) {
+        audit::unregistered(presented.client_id.as_str())
+    } else {
+        presented.client_id.as_str().to_owned()
+    };
     // Only failures are counted, after the check: correct credentials are never throttled.
     if let Err(failure) = result {
         let known = (failure != AuthFailure::Unknown).then_some(presented.client_id.as_str());
         if let Some(retry) = throttle.failed(ip, known).await {
             return Caller {
-                presented_id: presented.client_id.as_str().to_owned(),
+                presented_id,
                 client: Err(OAuthError::throttled(throttle.rate(), retry)),
             };
         }
     }
     Caller {
-        presented_id: presented.client_id.as_str().to_owned(),
+        presented_id,
         client: result.map_err(|failure| OAuthError::client_refused(failure, realm)),
     }
 }

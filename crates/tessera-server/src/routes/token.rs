@@ -99,10 +99,18 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
     let mut attempt = Attempt::default();
     let outcome = attempt.issue(&state, source, &parts, body).await;
     let plan = attempt.plan.as_ref().map_or(NO_PLAN, |p| p.name.as_str());
+    // A refused request's scope may hold anything: only names some plan grants are logged.
+    let scope = match &outcome {
+        Ok(_) => std::borrow::Cow::Borrowed(attempt.scope.as_str()),
+        Err(_) => {
+            let registry = state.registry();
+            audit::scope_for_log(&attempt.scope, |name| registry.knows_scope(name)).into()
+        }
+    };
     let subject = Subject {
         client_id: &attempt.client_id,
         plan,
-        scope: &attempt.scope,
+        scope: &scope,
         source,
     };
     let rate_fields = attempt
@@ -179,10 +187,11 @@ impl Attempt {
             }
         }
 
-        if let GrantType::Other(grant) = &request.grant_type {
-            return Err(OAuthError::unsupported_grant_type(format!(
-                "grant_type {grant} is not supported; use client_credentials"
-            )));
+        if let GrantType::Other(_) = &request.grant_type {
+            // Not echoed: the caller chose it, and it could be anything.
+            return Err(OAuthError::unsupported_grant_type(
+                "this grant_type is not supported; use client_credentials",
+            ));
         }
         let scope = request
             .scope
@@ -193,11 +202,20 @@ impl Attempt {
         })?;
         let refused = scopes.outside(&plan.scopes);
         if !refused.is_empty() {
-            let names: Vec<&str> = refused.iter().map(|s| s.as_str()).collect();
-            return Err(OAuthError::invalid_scope(format!(
-                "not in the client's plan: {}",
-                names.join(" ")
-            )));
+            // Scopes some plan grants are named; anything else is only counted, so that
+            // nothing a caller mistyped into the field (a secret) is echoed back.
+            let (named, unknown): (Vec<&str>, Vec<&str>) = refused
+                .iter()
+                .map(|s| s.as_str())
+                .partition(|name| registry.knows_scope(name));
+            let mut parts: Vec<String> = named.iter().map(|name| (*name).to_owned()).collect();
+            match unknown.len() {
+                0 => {}
+                1 => parts.push("1 scope no plan grants".to_owned()),
+                n => parts.push(format!("{n} scopes no plan grants")),
+            }
+            let description = format!("not in the client's plan: {}", parts.join(", "));
+            return Err(OAuthError::invalid_scope(description));
         }
         let scope = scopes.to_string();
         let now = state.clock().now();

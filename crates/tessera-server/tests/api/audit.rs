@@ -16,6 +16,11 @@ fn audit_events(log: &str, client_id: &str) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn audit_events_name_who_and_what_but_never_a_secret() {
     let app = spawn_app().await;
+    // oms-api is some plan's scope (not the client's): logged by name when refused.
+    app.admin()
+        .set_plan("orders", "oms-api", None)
+        .await
+        .unwrap();
     let (id, secret) = app.client().await;
     let body: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
     let token = body["access_token"].as_str().unwrap().to_owned();
@@ -118,4 +123,62 @@ async fn on_a_dual_stack_listener_ipv4_peers_are_ipv4_addresses() {
     let log = app.log();
     assert_eq!(audit_events(&log, id.as_str())[0]["source"], "203.0.113.8");
     assert_eq!(audit_events(&log, other.as_str())[0]["source"], "127.0.0.1");
+}
+
+#[tokio::test]
+async fn a_secret_in_any_position_never_reaches_the_log() {
+    let app = spawn_app().await;
+    let (id, secret) = app.client().await;
+    let s = secret.expose();
+    let form = "application/x-www-form-urlencoded";
+    let post = |body: String| {
+        app.http
+            .post(app.url("/connect/token"))
+            .header("content-type", form)
+            .body(body)
+    };
+    let basic_raw = |user: &str, password: &str| {
+        use base64::Engine;
+        let pair = format!("{user}:{password}");
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        )
+    };
+    let requests = [
+        // Swapped: the secret where the id goes.
+        post(NEWS.to_owned()).header("authorization", basic_raw(s, id.as_str())),
+        post(NEWS.to_owned()).header("authorization", basic_raw(s, s)),
+        post(format!("{NEWS}&client_id={s}&client_secret={s}")),
+        post(format!("grant_type=client_credentials&scope={s}"))
+            .header("authorization", basic(&id, &secret)),
+        post(format!("grant_type={s}&scope=news-api")).header("authorization", basic(&id, &secret)),
+        post(format!("{NEWS}&client_id={s}")).header("authorization", basic(&id, &secret)),
+        app.http
+            .post(app.url(&format!("/connect/token?client_secret={s}")))
+            .header("content-type", form)
+            .header("authorization", basic(&id, &secret))
+            .body(NEWS),
+        app.http
+            .post(app.url("/connect/introspect"))
+            .header("content-type", form)
+            .header("authorization", basic_raw(s, "x"))
+            .body(format!("token={s}")),
+        app.http
+            .post(app.url("/connect/revocation"))
+            .header("content-type", form)
+            .header("authorization", basic(&id, &secret))
+            .body(format!("token={s}")),
+    ];
+    for request in requests {
+        let answer = request.send().await.unwrap();
+        assert_ne!(answer.status(), 500);
+        let body = answer.text().await.unwrap();
+        assert!(!body.contains(s), "echoed in an answer: {body}");
+    }
+    let log = app.log();
+    assert!(!log.is_empty());
+    assert!(!log.contains(s), "a secret reached the log");
+    // What was refused is still there to see, under a digest.
+    assert!(log.contains("unregistered:"), "{log}");
 }
