@@ -418,6 +418,8 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
         d,
         &["plan", "set", "pro", "--scopes", "market-data-api news-api"],
     );
+    // Another plan offers oms-api, so a refusal of it names it.
+    ok(d, &["plan", "set", "orders", "--scopes", "oms-api"]);
     let (id, secret) = create_client(d, "pro");
     let server = Server::start(d, &[]);
     let cache = d.join("cache").join("tokens.json");
