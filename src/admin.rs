@@ -36,6 +36,11 @@ pub(crate) enum PlanCommand {
         /// percentage of its lifetime left, return it again; 0 turns reuse off.
         #[arg(long)]
         reuse_percent: Option<u8>,
+        /// Let the plan's clients introspect tokens issued to other clients (an API that
+        /// checks the tokens it receives); `--introspect-any=false` turns it off. Without
+        /// it a client learns the state of its own tokens only (RFC 7662 section 4).
+        #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+        introspect_any: Option<bool>,
     },
     /// List plans.
     List {
@@ -162,6 +167,7 @@ pub(crate) async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
             token_rate,
             token_burst,
             reuse_percent,
+            introspect_any,
         } => {
             let token_rate = match token_rate.as_deref() {
                 None => Change::Keep,
@@ -184,6 +190,7 @@ pub(crate) async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
                     Some(0) => Change::Clear,
                     Some(p) => Change::Set(p),
                 },
+                introspect_any,
             };
             let plan = ops.set_plan_with(&name, &scopes, &settings).await?;
             println!("{}", describe(&plan));
@@ -196,7 +203,7 @@ pub(crate) async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
                     .map(|p| {
                         json!({"name": p.name, "scopes": p.scopes.to_string(), "token_ttl": p.token_ttl,
                                "token_rate": p.token_rate.map(|r| json!({"count": r.count, "period_secs": r.period_secs, "burst": r.burst})),
-                               "reuse_percent": p.reuse_percent})
+                               "reuse_percent": p.reuse_percent, "introspect_any": p.introspect_any})
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&list)?);
@@ -217,8 +224,13 @@ fn describe(p: &tessera_store::Plan) -> String {
     let reuse = p.reuse_percent.map_or(String::new(), |r| {
         format!(", tokens reused while over {r}% of their life is left")
     });
+    let introspect = if p.introspect_any {
+        ", may introspect any token"
+    } else {
+        ""
+    };
     format!(
-        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}",
+        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}{introspect}",
         p.name, p.scopes, p.token_ttl
     )
 }

@@ -79,6 +79,9 @@ pub struct PlanSettings {
     pub token_rate: Change<RateLimit>,
     /// Token reuse: the share of lifetime, in percent, that must be left.
     pub reuse_percent: Change<u8>,
+    /// Whether its clients may introspect others' tokens; `None` keeps the current value
+    /// (off for a new plan).
+    pub introspect_any: Option<bool>,
 }
 
 /// The admin operations on one store, reading the time from one clock: the CLI's on the
@@ -162,6 +165,10 @@ impl<'a> Admin<'a> {
             reuse_percent: settings
                 .reuse_percent
                 .apply(existing.as_ref().and_then(|p| p.reuse_percent)),
+            introspect_any: settings
+                .introspect_any
+                .or(existing.as_ref().map(|p| p.introspect_any))
+                .unwrap_or(false),
             created_at: existing.as_ref().map_or(now, |p| p.created_at),
             updated_at: now,
         };

@@ -149,15 +149,6 @@ impl OAuthError {
         self
     }
 
-    /// 400 `unauthorized_client`, from RFC 7009 2.1: a client revoking another's token.
-    pub fn unauthorized_client(description: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::UnauthorizedClient,
-            description,
-        )
-    }
-
     /// 413: the body is over the limit; still an `invalid_request` body.
     pub fn too_large(limit: usize) -> Self {
         Self::new(

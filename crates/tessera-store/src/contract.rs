@@ -16,6 +16,7 @@ fn plan(name: &str, scopes: &str) -> Plan {
         token_ttl: 3600,
         token_rate: None,
         reuse_percent: None,
+        introspect_any: false,
         created_at: now(),
         updated_at: now(),
     }
@@ -50,6 +51,7 @@ pub(crate) async fn contract(store: &dyn Store) {
         burst: 2,
     });
     pro.reuse_percent = Some(50);
+    pro.introspect_any = true;
     store.put_plan(&pro).await.unwrap();
     let plans = store.plans().await.unwrap();
     assert_eq!(plans.len(), 2);

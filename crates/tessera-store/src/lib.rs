@@ -74,6 +74,9 @@ pub struct Plan {
     /// Token reuse: while the client's last token for the same scopes has more than this
     /// percentage of its lifetime left, it is returned again instead of a new one.
     pub reuse_percent: Option<u8>,
+    /// Whether its clients may introspect tokens issued to others (RFC 7662 section 4): an
+    /// API that checks the tokens it receives. Otherwise a client learns only of its own.
+    pub introspect_any: bool,
     /// When the plan was created.
     pub created_at: Timestamp,
     /// When the plan last changed.

@@ -38,6 +38,7 @@ where
     String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     Option<i64>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    bool: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
     let scopes: String = get(row, "scopes")?;
     let rate = (
@@ -59,6 +60,7 @@ where
             _ => None,
         },
         reuse_percent: get_small::<R, u8>(row, "reuse_percent")?,
+        introspect_any: get(row, "introspect_any")?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })

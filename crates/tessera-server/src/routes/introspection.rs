@@ -1,5 +1,6 @@
 //! Token introspection (RFC 7662): a caller that authenticates as a client learns whether a
-//! token is active and what it carries.
+//! token of its own is active and what it carries; a client whose plan has `introspect_any`
+//! learns it of any token (RFC 7662 section 4).
 
 use std::sync::Arc;
 
@@ -43,6 +44,17 @@ async fn answer(
     let Some(claims) = active_claims(state, &request.registry, &request.token) else {
         return Ok(json!({ "active": false }));
     };
+    // RFC 7662 section 4: a client learns of its own tokens; of others' only when its plan
+    // grants it (an API checking the tokens it receives). To anyone else they are inactive.
+    let may_see = claims.client_id == request.caller
+        || request
+            .registry
+            .clients
+            .get(request.caller.as_str())
+            .is_some_and(|caller| caller.plan.introspect_any);
+    if !may_see {
+        return Ok(json!({ "active": false }));
+    }
     Ok(json!({
         "active": true,
         "token_type": "Bearer",

@@ -48,10 +48,10 @@ async fn run(
     let Some(claims) = active_claims(state, &registry, &token) else {
         return Ok(());
     };
+    // Another client's token is left alone, with the same 200 as an invalid one: an error
+    // here would tell the caller that the token is active (RFC 7662 section 4's concern).
     if claims.client_id != caller {
-        return Err(OAuthError::unauthorized_client(
-            "the token was not issued to this client",
-        ));
+        return Ok(());
     }
     let revoked = Revoked {
         jti: claims.jti.clone(),
