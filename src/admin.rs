@@ -117,7 +117,8 @@ pub(crate) enum ClientCommand {
         /// Client id.
         id: String,
     },
-    /// Token requests per UTC day, for metering (written by the server every few seconds).
+    /// Token requests per UTC day, for metering (written by the server every 30 s and on
+    /// shutdown).
     Usage {
         /// Client id.
         id: String,

@@ -1,28 +1,45 @@
 //! The `tessera` binary as an operator uses it: admin commands, `serve` on port 0 beside
-//! them, crash durability and signals.
+//! them (each command's effect seen at the token endpoint), every flag and `TESSERA_*`
+//! variable of `serve` and `token`, crash durability and signals.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod signals;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
 
-fn tessera(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
+/// `tessera` in `dir` with none of the test's own `TESSERA_*` variables: each test sets
+/// the ones it means.
+fn command(dir: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command.current_dir(dir);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("TESSERA_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+fn tessera_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    command(dir)
         .args(args)
-        .current_dir(dir)
-        .env_remove("TESSERA_DATABASE_URL")
-        .env_remove("TESSERA_MASTER_KEY")
-        .env_remove("TESSERA_MASTER_KEY_FILE")
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
 
 fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = tessera(dir, args);
+    ok_with(dir, &[], args)
+}
+
+fn ok_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = tessera_with(dir, env, args);
     assert!(
         out.status.success(),
         "{args:?}: {}",
@@ -32,7 +49,11 @@ fn ok(dir: &Path, args: &[&str]) -> String {
 }
 
 fn fails(dir: &Path, args: &[&str]) -> String {
-    let out = tessera(dir, args);
+    fails_with(dir, &[], args)
+}
+
+fn fails_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = tessera_with(dir, env, args);
     assert!(!out.status.success(), "{args:?} should fail");
     String::from_utf8(out.stderr).unwrap()
 }
@@ -40,32 +61,52 @@ fn fails(dir: &Path, args: &[&str]) -> String {
 struct Server {
     child: Child,
     base: String,
+    /// What the server wrote to stderr so far, line by line.
+    stderr: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
     fn start(dir: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .current_dir(dir)
-            .env_remove("TESSERA_DATABASE_URL")
-            .env_remove("TESSERA_LISTEN")
-            .env_remove("TESSERA_ISSUER")
+        let args = [&["serve", "--listen", "127.0.0.1:0"], extra].concat();
+        Self::start_with(dir, &[], &args)
+    }
+
+    /// `tessera ARGS` (a `serve` command) with the `TESSERA_*` variables in `env` only.
+    fn start_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Self {
+        let mut child = command(dir)
+            .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (lines, sink) = (BufReader::new(child.stderr.take().unwrap()), stderr.clone());
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
         let mut lines = BufReader::new(child.stdout.take().unwrap());
         let mut first = String::new();
         lines.read_line(&mut first).unwrap();
         let base = first
             .trim()
             .strip_prefix("tessera listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "unexpected first line {first:?}; stderr: {:?}",
+                    stderr.lock().unwrap()
+                )
+            })
             .to_owned();
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines.lines() {});
-        Self { child, base }
+        Self {
+            child,
+            base,
+            stderr,
+        }
     }
 
     fn signal(&self, signal: &str) {
@@ -74,6 +115,70 @@ impl Server {
             .status()
             .unwrap();
         assert!(status.success());
+    }
+
+    /// Stops the server with SIGTERM and waits (10 s at most) for it to exit.
+    async fn terminate(mut self) -> std::process::ExitStatus {
+        self.signal("-TERM");
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "still running 10 s after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The first stderr line that `wanted` accepts, waited for 10 s at most.
+    async fn log_line(&self, wanted: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            if let Some(line) = self.stderr.lock().unwrap().iter().find(|l| wanted(l)) {
+                return line.clone();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no such log line within 10 s: {:?}",
+                self.stderr.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (10 s at most) until the server has loaded every change made so far to the
+    /// database in `dir` by the CLI (run with `env`): a plan written now with a scope of its
+    /// own shows in the metadata once the server has polled, and it reloads the registry
+    /// whole, so everything written before shows with it. Checking through the metadata
+    /// costs no token request and no failed authentication.
+    async fn sees_changes(&self, dir: &Path, env: &[(&str, &str)]) {
+        static BARRIER: AtomicUsize = AtomicUsize::new(0);
+        let scope = format!("sync-{}-api", BARRIER.fetch_add(1, Ordering::Relaxed));
+        ok_with(dir, env, &["plan", "set", &scope, "--scopes", &scope]);
+        let started = Instant::now();
+        loop {
+            let metadata: serde_json::Value = reqwest::get(format!(
+                "{}/.well-known/oauth-authorization-server",
+                self.base
+            ))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+            let scopes = metadata["scopes_supported"].as_array().unwrap();
+            if scopes.iter().any(|s| *s == scope.as_str()) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "change not seen within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -95,12 +200,20 @@ async fn token(base: &str, id: &str, secret: &str, scope: &str) -> reqwest::Resp
 }
 
 fn create_client(dir: &Path, plan: &str) -> (String, String) {
-    let out = ok(
-        dir,
-        &[
-            "client", "create", "--plan", plan, "--name", "app", "--json",
-        ],
-    );
+    create_client_with(dir, &[], &[], plan)
+}
+
+/// A client of `plan`, created with the `TESSERA_*` variables in `env` and `args` added.
+fn create_client_with(
+    dir: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    plan: &str,
+) -> (String, String) {
+    let create = [
+        "client", "create", "--plan", plan, "--name", "app", "--json",
+    ];
+    let out = ok_with(dir, env, &[&create[..], args].concat());
     let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(json["plan"], plan);
     (
@@ -618,4 +731,789 @@ async fn token_command_caches_on_disk_for_the_lifetime() {
         err.contains("invalid_scope") && err.contains("oms-api"),
         "{err}"
     );
+}
+
+/// `plan list --json`, by plan name.
+fn plans(dir: &Path) -> std::collections::HashMap<String, serde_json::Value> {
+    let list: Vec<serde_json::Value> =
+        serde_json::from_str(&ok(dir, &["plan", "list", "--json"])).unwrap();
+    list.into_iter()
+        .map(|p| (p["name"].as_str().unwrap().to_owned(), p))
+        .collect()
+}
+
+#[test]
+fn plan_set_stores_every_rate_unit_the_burst_and_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The units of the README and the aliases `RateLimit::parse` takes.
+    let units = [
+        ("5/sec", 5, 1),
+        ("5/s", 5, 1),
+        ("5/second", 5, 1),
+        ("7/min", 7, 60),
+        ("7/m", 7, 60),
+        ("7/minute", 7, 60),
+        ("9/hour", 9, 3600),
+        ("9/h", 9, 3600),
+        ("3/day", 3, 86_400),
+        ("3/d", 3, 86_400),
+    ];
+    for (i, (spec, _, _)) in units.iter().enumerate() {
+        let name = format!("p{i}");
+        ok(
+            d,
+            &[
+                "plan",
+                "set",
+                &name,
+                "--scopes",
+                "news-api",
+                "--token-rate",
+                spec,
+            ],
+        );
+    }
+    let listed = plans(d);
+    for (i, (spec, count, period)) in units.iter().enumerate() {
+        let rate = &listed[&format!("p{i}")]["token_rate"];
+        assert_eq!(rate["count"], *count, "{spec}: {rate}");
+        assert_eq!(rate["period_secs"], *period, "{spec}: {rate}");
+        assert_eq!(
+            rate["burst"], *count,
+            "{spec}: the burst defaults to the count"
+        );
+    }
+    for bad in ["5/week", "0/min", "min", "5/", "x/sec"] {
+        let err = fails(
+            d,
+            &[
+                "plan",
+                "set",
+                "bad",
+                "--scopes",
+                "news-api",
+                "--token-rate",
+                bad,
+            ],
+        );
+        assert!(err.contains("--token-rate"), "{bad}: {err}");
+    }
+    assert!(!plans(d).contains_key("bad"));
+
+    // --token-burst goes with a rate, and is stored.
+    fails(
+        d,
+        &[
+            "plan",
+            "set",
+            "pro",
+            "--scopes",
+            "news-api",
+            "--token-burst",
+            "3",
+        ],
+    );
+    ok(
+        d,
+        &[
+            "plan",
+            "set",
+            "pro",
+            "--scopes",
+            "news-api",
+            "--token-rate",
+            "60/hour",
+            "--token-burst",
+            "3",
+            "--reuse-percent",
+            "40",
+        ],
+    );
+    let pro = &plans(d)["pro"];
+    assert_eq!(
+        pro["token_rate"],
+        serde_json::json!({"count": 60, "period_secs": 3600, "burst": 3})
+    );
+    assert_eq!(pro["reuse_percent"], 40);
+
+    // Settings not named are kept; `none` and 0 turn them off.
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api oms-api"]);
+    let pro = &plans(d)["pro"];
+    assert_eq!(pro["token_rate"]["burst"], 3);
+    assert_eq!(pro["reuse_percent"], 40);
+    ok(
+        d,
+        &[
+            "plan",
+            "set",
+            "pro",
+            "--scopes",
+            "news-api",
+            "--token-rate",
+            "none",
+            "--reuse-percent",
+            "0",
+        ],
+    );
+    let pro = &plans(d)["pro"];
+    assert!(pro["token_rate"].is_null(), "{pro}");
+    assert!(pro["reuse_percent"].is_null(), "{pro}");
+}
+
+/// A token request with the credentials in the form body (`client_secret_post`).
+async fn token_post(base: &str, id: &str, secret: &str, scope: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/connect/token"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", scope),
+            ("client_id", id),
+            ("client_secret", secret),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The status and JSON body of a token request.
+async fn answer(response: reqwest::Response) -> (u16, serde_json::Value) {
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// The header or the claims (`part` 0 or 1) of a JWT.
+fn jwt_part(token: &str, part: usize) -> serde_json::Value {
+    use base64::Engine;
+    let segment = token.split('.').nth(part).unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(segment)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test]
+async fn client_commands_take_effect_at_the_token_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "news", "--scopes", "news-api"]);
+    ok(d, &["plan", "set", "market", "--scopes", "market-data-api"]);
+    let (mover, mover_secret) = create_client(d, "news");
+    let (metered, metered_secret) = create_client(d, "news");
+    let (rotated, first_secret) = create_client(d, "news");
+    let server = Server::start(d, &[]);
+    let base = server.base.as_str();
+    let day_before = tessera_server::usage::utc_day(tessera_server::clock::Clock::system().now());
+
+    // set-plan: the next token request gets the scopes of the new plan, and only those.
+    assert_eq!(
+        answer(token(base, &mover, &mover_secret, "news-api").await)
+            .await
+            .0,
+        200
+    );
+    ok(d, &["client", "set-plan", &mover, "market"]);
+    server.sees_changes(d, &[]).await;
+    let (status, body) = answer(token(base, &mover, &mover_secret, "market-data-api").await).await;
+    assert_eq!(
+        (status, &body["scope"]),
+        (200, &"market-data-api".into()),
+        "{body}"
+    );
+    let (status, body) = answer(token(base, &mover, &mover_secret, "news-api").await).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (400, &"invalid_scope".into()),
+        "{body}"
+    );
+
+    // create --count N: N distinct clients, each with its own working secret.
+    let out = ok(
+        d,
+        &[
+            "client", "create", "--plan", "news", "--count", "5", "--json",
+        ],
+    );
+    let created: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(created.len(), 5, "{out}");
+    let ids: std::collections::HashSet<_> = created.iter().map(|c| &c["client_id"]).collect();
+    let secrets: std::collections::HashSet<_> =
+        created.iter().map(|c| &c["client_secret"]).collect();
+    assert_eq!((ids.len(), secrets.len()), (5, 5));
+    assert_eq!(
+        serde_json::from_str::<Vec<serde_json::Value>>(&ok(d, &["client", "list", "--json"]))
+            .unwrap()
+            .len(),
+        3 + 5
+    );
+    server.sees_changes(d, &[]).await;
+    for c in &created {
+        let (id, secret) = (
+            c["client_id"].as_str().unwrap(),
+            c["client_secret"].as_str().unwrap(),
+        );
+        assert_eq!(
+            answer(token(base, id, secret, "news-api").await).await.0,
+            200,
+            "{id}"
+        );
+    }
+
+    // --auth-method client_secret_post: credentials in the body, and only there.
+    let out = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "news",
+            "--auth-method",
+            "client_secret_post",
+            "--json",
+        ],
+    );
+    let post: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(post["token_endpoint_auth_method"], "client_secret_post");
+    let (post_id, post_secret) = (
+        post["client_id"].as_str().unwrap(),
+        post["client_secret"].as_str().unwrap(),
+    );
+    server.sees_changes(d, &[]).await;
+    let (status, body) = answer(token(base, post_id, post_secret, "news-api").await).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (401, &"invalid_client".into()),
+        "{body}"
+    );
+    let (status, body) = answer(token_post(base, post_id, post_secret, "news-api").await).await;
+    assert_eq!(status, 200, "{body}");
+    // And a client_secret_basic client may not use the body.
+    let (status, body) =
+        answer(token_post(base, &mover, &mover_secret, "market-data-api").await).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (401, &"invalid_client".into()),
+        "{body}"
+    );
+
+    // rotate-secret --grace: the old secret works on during the grace, beside the new one.
+    let rotation = |grace: &str| {
+        let out = ok(
+            d,
+            &[
+                "client",
+                "rotate-secret",
+                &rotated,
+                "--grace",
+                grace,
+                "--json",
+            ],
+        );
+        let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        json["client_secret"].as_str().unwrap().to_owned()
+    };
+    let second_secret = rotation("3600");
+    server.sees_changes(d, &[]).await;
+    for secret in [&first_secret, &second_secret] {
+        assert_eq!(
+            answer(token(base, &rotated, secret, "news-api").await)
+                .await
+                .0,
+            200
+        );
+    }
+    // --grace 0: the replaced secret stops at once (and the one before it with it).
+    let third_secret = rotation("0");
+    server.sees_changes(d, &[]).await;
+    assert_eq!(
+        answer(token(base, &rotated, &third_secret, "news-api").await)
+            .await
+            .0,
+        200
+    );
+    for secret in [&first_secret, &second_secret] {
+        let (status, body) = answer(token(base, &rotated, secret, "news-api").await).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (401, &"invalid_client".into()),
+            "{body}"
+        );
+    }
+
+    // usage: token requests per UTC day, issued and refused, written on shutdown.
+    for _ in 0..3 {
+        assert_eq!(
+            answer(token(base, &metered, &metered_secret, "news-api").await)
+                .await
+                .0,
+            200
+        );
+    }
+    for _ in 0..2 {
+        assert_eq!(
+            answer(token(base, &metered, &metered_secret, "oms-api").await)
+                .await
+                .0,
+            400
+        );
+    }
+    let status = server.terminate().await;
+    assert!(status.success(), "{status:?}");
+    let day_after = tessera_server::usage::utc_day(tessera_server::clock::Clock::system().now());
+    let usage: Vec<serde_json::Value> =
+        serde_json::from_str(&ok(d, &["client", "usage", &metered, "--json"])).unwrap();
+    assert_eq!(usage.len(), 1, "{usage:?}");
+    assert!(
+        [&day_before, &day_after].contains(&&usage[0]["day"].as_str().unwrap().to_owned()),
+        "{usage:?}"
+    );
+    assert_eq!(
+        (&usage[0]["issued"], &usage[0]["refused"]),
+        (&3.into(), &2.into()),
+        "{usage:?}"
+    );
+    let table = ok(d, &["client", "usage", &metered]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [usage[0]["day"].as_str().unwrap(), "3", "2"]),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn plan_limits_take_effect_at_the_token_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let set = |name: &str, extra: &[&str]| {
+        let args = [&["plan", "set", name, "--scopes", "news-api"], extra].concat();
+        ok(d, &args);
+    };
+    set("two", &["--token-rate", "2/min"]);
+    set("burst", &["--token-rate", "60/hour", "--token-burst", "3"]);
+    set("daily", &["--token-rate", "1/day"]);
+    set("reuse", &["--reuse-percent", "50"]);
+    let two = create_client(d, "two");
+    let burst = create_client(d, "burst");
+    let daily = create_client(d, "daily");
+    let reuse = create_client(d, "reuse");
+    let server = Server::start(d, &[]);
+    let base = server.base.as_str();
+    async fn ask(base: &str, (id, secret): &(String, String)) -> reqwest::Response {
+        token(base, id, secret, "news-api").await
+    }
+
+    // 2/min: the burst is the count, then 429 with the policy's count and period.
+    for _ in 0..2 {
+        assert_eq!(ask(base, &two).await.status(), 200);
+    }
+    let refused = ask(base, &two).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers()["ratelimit-policy"], r#""token";q=2;w=60"#);
+    assert_eq!(answer(refused).await.1["error"], "rate_limited");
+
+    // 60/hour with --token-burst 3: three at once, not sixty.
+    for _ in 0..3 {
+        assert_eq!(ask(base, &burst).await.status(), 200);
+    }
+    let refused = ask(base, &burst).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        refused.headers()["ratelimit-policy"],
+        r#""token";q=60;w=3600"#
+    );
+
+    // --token-rate none removes the limit from the running server.
+    assert_eq!(ask(base, &daily).await.status(), 200);
+    assert_eq!(ask(base, &daily).await.status(), 429);
+    set("daily", &["--token-rate", "none"]);
+    server.sees_changes(d, &[]).await;
+    for _ in 0..3 {
+        let response = ask(base, &daily).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.headers().get("ratelimit-policy").is_none());
+    }
+
+    // --reuse-percent 50: the same token again; 0 turns reuse off.
+    let access_token = |r: reqwest::Response| async move {
+        let (status, body) = answer(r).await;
+        assert_eq!(status, 200, "{body}");
+        body["access_token"].as_str().unwrap().to_owned()
+    };
+    let first = access_token(ask(base, &reuse).await).await;
+    assert_eq!(access_token(ask(base, &reuse).await).await, first, "reused");
+    set("reuse", &["--reuse-percent", "0"]);
+    server.sees_changes(d, &[]).await;
+    let fresh = access_token(ask(base, &reuse).await).await;
+    assert_ne!(fresh, first);
+    assert_ne!(
+        access_token(ask(base, &reuse).await).await,
+        fresh,
+        "reuse is off"
+    );
+}
+
+/// A fresh master key: 32 random bytes, base64url.
+fn master_key() -> String {
+    use base64::Engine;
+    let mut key = [0u8; 32];
+    aws_lc_rs::rand::fill(&mut key).unwrap();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+}
+
+/// A token request as a proxy forwards it, with `X-Forwarded-For`.
+async fn token_forwarded(
+    base: &str,
+    (id, secret): &(String, String),
+    forwarded_for: &str,
+) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/connect/token"))
+        .basic_auth(id, Some(secret))
+        .header("x-forwarded-for", forwarded_for)
+        .form(&[("grant_type", "client_credentials"), ("scope", "news-api")])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The access token of a successful answer.
+async fn access_token(response: reqwest::Response) -> String {
+    let (status, body) = answer(response).await;
+    assert_eq!(status, 200, "{body}");
+    body["access_token"].as_str().unwrap().to_owned()
+}
+
+/// The audit event (a JSON log line) of the issuance of `token`.
+async fn audit_of_issuance(server: &Server, token: &str) -> serde_json::Value {
+    let jti = jwt_part(token, 1)["jti"].as_str().unwrap().to_owned();
+    let line = server.log_line(|l| l.contains(&jti)).await;
+    let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(event["target"], "tessera::audit", "{line}");
+    event["fields"].clone()
+}
+
+/// The signing keys the server publishes.
+async fn published_keys(base: &str) -> Vec<serde_json::Value> {
+    let jwks: serde_json::Value = reqwest::get(format!("{base}/.well-known/jwks.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    jwks["keys"].as_array().unwrap().clone()
+}
+
+/// Checks that `token` is an ES256 token signed by the one published key, a P-256 key.
+async fn assert_es256(base: &str, token: &str) {
+    let header = jwt_part(token, 0);
+    assert_eq!(header["alg"], "ES256", "{header}");
+    let keys = published_keys(base).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(
+        (&keys[0]["kty"], &keys[0]["crv"], &keys[0]["alg"]),
+        (&"EC".into(), &"P-256".into(), &"ES256".into()),
+        "{keys:?}"
+    );
+    assert_eq!(keys[0]["kid"], header["kid"]);
+}
+
+/// Every line the server wrote to stderr is a JSON object.
+fn assert_json_lines(server: &Server) {
+    let lines = server.stderr.lock().unwrap();
+    assert!(!lines.is_empty());
+    for line in lines.iter() {
+        let parsed = serde_json::from_str::<serde_json::Value>(line);
+        assert!(
+            parsed.is_ok_and(|v| v.is_object()),
+            "not a JSON line: {line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn serve_flags_and_the_master_key_file_take_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("master.key"), master_key() + "\n").unwrap();
+    std::fs::write(d.join("other.key"), master_key()).unwrap();
+    let data = [
+        "--database",
+        "sqlite://flags.db",
+        "--master-key-file",
+        "master.key",
+    ];
+    ok(
+        d,
+        &[&["plan", "set", "pro", "--scopes", "news-api"], &data[..]].concat(),
+    );
+    let client = create_client_with(d, &[], &data, "pro");
+
+    // Another key, given either way, is refused and writes nothing; so is none at all (no
+    // key file is generated for a database that holds clients).
+    let create = [
+        "client",
+        "create",
+        "--plan",
+        "pro",
+        "--database",
+        "sqlite://flags.db",
+    ];
+    let err = fails(
+        d,
+        &[&create[..], &["--master-key-file", "other.key"]].concat(),
+    );
+    assert!(err.contains("does not belong to this database"), "{err}");
+    let other = master_key();
+    let err = fails_with(d, &[("TESSERA_MASTER_KEY", &other)], &create);
+    assert!(err.contains("does not belong to this database"), "{err}");
+    let err = fails(d, &create);
+    assert!(err.contains("master key"), "{err}");
+    let listed = ok(
+        d,
+        &[
+            "client",
+            "list",
+            "--json",
+            "--database",
+            "sqlite://flags.db",
+        ],
+    );
+    assert_eq!(
+        serde_json::from_str::<Vec<serde_json::Value>>(&listed)
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(!d.join("tessera.db").exists(), "--database was honoured");
+
+    let server = Server::start(
+        d,
+        &[
+            &data[..],
+            &[
+                "--signing-alg",
+                "ES256",
+                "--log-json",
+                "--trusted-proxy",
+                "10.9.9.9",
+            ],
+        ]
+        .concat(),
+    );
+    let base = server.base.as_str();
+
+    // The secret hashed by `client create` under the key file checks out in `serve` with it.
+    let issued = access_token(token_forwarded(base, &client, "203.0.113.7").await).await;
+    assert_es256(base, &issued).await;
+
+    // The audit event has every field; X-Forwarded-For from a peer that is not a trusted
+    // proxy is not believed.
+    let event = audit_of_issuance(&server, &issued).await;
+    assert_eq!(event["event"], "token_issued");
+    assert_eq!(event["client_id"], client.0.as_str());
+    assert_eq!(event["plan"], "pro");
+    assert_eq!(event["scope"], "news-api");
+    assert_eq!(event["outcome"], "issued");
+    assert_eq!(event["source"], "127.0.0.1", "{event}");
+    let (status, _) = answer(token(base, &client.0, "tcs_wrong", "news-api").await).await;
+    assert_eq!(status, 401);
+    let refused = server.log_line(|l| l.contains("token_refused")).await;
+    let refused: serde_json::Value = serde_json::from_str(&refused).unwrap();
+    assert_eq!(refused["fields"]["outcome"], "invalid_client");
+    assert_eq!(refused["fields"]["client_id"], client.0.as_str());
+    assert_eq!(refused["fields"]["source"], "127.0.0.1");
+    assert_json_lines(&server);
+    let log = server.stderr.lock().unwrap().join("\n");
+    assert!(
+        !log.contains(&client.1) && !log.contains(&issued),
+        "a secret was logged"
+    );
+}
+
+/// Whether `key` exists in the Redis at `url` (`redis://host:port`), asked in RESP.
+fn redis_has(url: &str, key: &str) -> bool {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("redis://");
+    let address = address.split('/').next().unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len()).unwrap();
+    let mut reply = [0u8; 4];
+    stream.read_exact(&mut reply).unwrap();
+    match &reply {
+        b":1\r\n" => true,
+        b":0\r\n" => false,
+        other => panic!(
+            "unexpected Redis reply {:?}",
+            String::from_utf8_lossy(other)
+        ),
+    }
+}
+
+#[tokio::test]
+async fn serve_and_token_read_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // One key, given as a file to the admin commands and as a value to the server.
+    let key = master_key();
+    std::fs::write(d.join("master.key"), &key).unwrap();
+    let database = format!("sqlite://{}", d.join("env.db").display());
+    let admin_env = [
+        ("TESSERA_DATABASE_URL", database.as_str()),
+        ("TESSERA_MASTER_KEY_FILE", "master.key"),
+    ];
+    ok_with(
+        d,
+        &admin_env,
+        &[
+            "plan",
+            "set",
+            "limited",
+            "--scopes",
+            "news-api",
+            "--token-rate",
+            "1/day",
+        ],
+    );
+    ok_with(
+        d,
+        &admin_env,
+        &["plan", "set", "open", "--scopes", "news-api"],
+    );
+    let limited = create_client_with(d, &admin_env, &[], "limited");
+    let open = create_client_with(d, &admin_env, &[], "open");
+    assert!(!d.join("tessera.db").exists() && d.join("env.db").exists());
+
+    let redis = std::env::var("TESSERA_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let mut serve_env = vec![
+        ("TESSERA_DATABASE_URL", database.as_str()),
+        ("TESSERA_MASTER_KEY", key.as_str()),
+        ("TESSERA_LISTEN", "127.0.0.1:0"),
+        ("TESSERA_ISSUER", "http://issuer.test"),
+        ("TESSERA_SIGNING_ALG", "ES256"),
+        ("TESSERA_TRUSTED_PROXIES", "10.9.9.9,127.0.0.1"),
+        ("TESSERA_LOG_JSON", "true"),
+        ("TESSERA_REDIS_URL", "redis://127.0.0.1:1"),
+    ];
+    // A Redis that cannot be reached stops the start, within seconds.
+    let mut refused = command(d)
+        .arg("serve")
+        .envs(serve_env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = refused.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = refused.kill();
+            panic!("serve still starting 10 s after Redis refused it");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut refused.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("rate limiter"), "{err}");
+    serve_env.pop();
+    serve_env.push(("TESSERA_REDIS_URL", &redis));
+    let server = Server::start_with(d, &serve_env, &["serve"]);
+    let base = server.base.as_str();
+    assert!(
+        base.starts_with("http://127.0.0.1:") && !base.ends_with(":8080"),
+        "{base}"
+    );
+
+    let metadata: serde_json::Value =
+        reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(metadata["issuer"], "http://issuer.test");
+
+    // From a trusted proxy, the last address it did not add itself is the source.
+    let token = access_token(token_forwarded(base, &open, "198.51.100.1, 203.0.113.7").await).await;
+    assert_eq!(jwt_part(&token, 1)["iss"], "http://issuer.test");
+    assert_es256(base, &token).await;
+    let event = audit_of_issuance(&server, &token).await;
+    assert_eq!(event["source"], "203.0.113.7", "{event}");
+    let token = access_token(token_forwarded(base, &open, "203.0.113.7, 10.9.9.9").await).await;
+    assert_eq!(
+        audit_of_issuance(&server, &token).await["source"],
+        "203.0.113.7"
+    );
+    assert_json_lines(&server);
+
+    // The plan's rate is counted in Redis.
+    assert_eq!(
+        token_forwarded(base, &limited, "203.0.113.7")
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        token_forwarded(base, &limited, "203.0.113.7")
+            .await
+            .status(),
+        429
+    );
+    assert!(redis_has(
+        &redis,
+        &format!("tessera:rate:1/86400/1:{}", limited.0)
+    ));
+
+    // `tessera token` from the environment, cached by default under $XDG_CACHE_HOME.
+    let token_cmd = |cache_env: &[(&str, &Path)]| {
+        let mut command = command(d);
+        command
+            .args(["token", "--scope", "news-api"])
+            .env("TESSERA_AUTH_URL", base)
+            .env("TESSERA_CLIENT_ID", &open.0)
+            .env("TESSERA_CLIENT_SECRET", &open.1)
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("HOME");
+        for (name, value) in cache_env {
+            command.env(name, value);
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let xdg = d.join("xdg");
+    let issued = issued_total(base).await;
+    let cached = token_cmd(&[("XDG_CACHE_HOME", &xdg)]);
+    assert_eq!(token_cmd(&[("XDG_CACHE_HOME", &xdg)]), cached);
+    assert_eq!(
+        issued_total(base).await,
+        issued + 1,
+        "the second came from the cache"
+    );
+    let file = xdg.join("tessera").join("tokens.json");
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&cached));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&file), mode(&xdg.join("tessera"))), (0o600, 0o700));
+    }
+    // Without XDG_CACHE_HOME, under ~/.cache.
+    let home = d.join("home");
+    let from_home = token_cmd(&[("HOME", &home)]);
+    assert_ne!(from_home, cached, "another cache file");
+    let file = home.join(".cache").join("tessera").join("tokens.json");
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&from_home));
 }

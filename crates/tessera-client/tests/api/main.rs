@@ -466,3 +466,107 @@ async fn the_servers_own_rate_limit_is_waited_out() {
         "one refused with 429, then one granted"
     );
 }
+
+/// A front for the server at `target`: it accepts and at once drops the first `dropped`
+/// connections (the client sees the connection closed without an answer) and forwards
+/// the others. Returns its URL and the number of connections it accepted.
+async fn flaky_front(target: std::net::SocketAddr, dropped: usize) -> (Url, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = Url::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut inbound, _) = listener.accept().await.unwrap();
+            if count.fetch_add(1, Ordering::SeqCst) < dropped {
+                drop(inbound);
+                continue;
+            }
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    (url, accepted)
+}
+
+#[tokio::test]
+async fn network_errors_are_retried_with_backoff() {
+    let server = TestServer::spawn(3600).await;
+    let (id, secret) = server.client().await;
+    let (front, accepted) = flaky_front(server.app.addr, 2).await;
+    let client = server
+        .builder(&id, &secret, "news-api")
+        .environment(Environment::Custom(front))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    client.token().await.unwrap();
+    // Two dropped connections, then the one that reached the server; between them the
+    // backoff of 25-50 ms, then 50-100 ms.
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(server.requests(), 1);
+    assert!(started.elapsed() >= Duration::from_millis(75));
+}
+
+#[tokio::test]
+async fn network_errors_give_up_after_the_last_attempt() {
+    let server = TestServer::spawn(3600).await;
+    let (id, secret) = server.client().await;
+    let (front, accepted) = flaky_front(server.app.addr, usize::MAX).await;
+    let for_url = |url: Url| {
+        server
+            .builder(&id, &secret, "news-api")
+            .environment(Environment::Custom(url))
+            .retry(RetryPolicy {
+                max_attempts: 3,
+                base_delay: Duration::from_millis(10),
+                ..RetryPolicy::default()
+            })
+            .build()
+            .unwrap()
+    };
+
+    // Connections accepted and dropped: one per attempt, then the error.
+    let err = for_url(front).token().await.unwrap_err();
+    assert!(
+        matches!(err, Error::Transport { attempts: 3, .. }),
+        "{err:?}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(server.requests(), 0);
+
+    // Nothing listening at all: connections refused, as many attempts.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nobody = Url::parse(&format!("http://{}", closed.local_addr().unwrap())).unwrap();
+    drop(closed);
+    let started = Instant::now();
+    let err = for_url(nobody).token().await.unwrap_err();
+    assert!(
+        matches!(err, Error::Transport { attempts: 3, .. }),
+        "{err:?}"
+    );
+    // Backoff of 5-10 ms, then 10-20 ms.
+    assert!(started.elapsed() >= Duration::from_millis(15));
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let server = TestServer::spawn(3600).await;
+    let client = server.token_client("news-api").await;
+    // Every redirect status, each to the real token endpoint, which would issue a token.
+    for status in [301, 302, 303, 307, 308] {
+        let status = StatusCode::from_u16(status).unwrap();
+        server.answer_first_with([(status, vec![(header::LOCATION, "/connect/token")])]);
+        let before = server.requests();
+        let err = client.token().await.unwrap_err();
+        assert!(
+            matches!(err, Error::UnexpectedResponse { status: s, .. } if s == status),
+            "{status}: {err:?}"
+        );
+        assert_eq!(server.requests(), before + 1, "{status} was followed");
+    }
+    // The endpoint itself works: only the redirects were refused.
+    client.token().await.unwrap();
+}

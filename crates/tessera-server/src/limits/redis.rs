@@ -4,9 +4,10 @@
 //! every 10 s): a rate limiter must not take the token service down with it.
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tessera_store::RateLimit;
 
 use super::{Decision, Limiter};
@@ -57,7 +58,15 @@ impl RedisLimiter {
     /// run on Redis's clock; `clock` only paces complaints about an unreachable Redis.
     pub async fn connect(url: &str, prefix: &str, clock: Clock) -> redis::RedisResult<Self> {
         let client = redis::Client::open(url)?;
-        let connection = ConnectionManager::new(client).await?;
+        // The defaults retry a refused connection for minutes (a first wait of 1 s, then up
+        // to 60 s, six times): a server pointed at a Redis that is not there would hang
+        // instead of failing to start. Two retries a second or two apart, and a bound on
+        // each connection attempt, give up within seconds.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(2)
+            .set_max_delay(1_000)
+            .set_connection_timeout(Duration::from_secs(2));
+        let connection = ConnectionManager::new_with_config(client, config).await?;
         Ok(Self {
             connection,
             script: redis::Script::new(GCRA),

@@ -1,6 +1,7 @@
 //! All integration tests of tessera-verify, in one binary.
 
 mod cache;
+mod defaults;
 mod helpers;
 mod hostile;
 mod plain_http;
