@@ -859,6 +859,42 @@ fn plan_set_stores_every_rate_unit_the_burst_and_reuse() {
     let pro = &plans(d)["pro"];
     assert!(pro["token_rate"].is_null(), "{pro}");
     assert!(pro["reuse_percent"].is_null(), "{pro}");
+
+    // --introspect-any, its =false, and a change that names neither keeps it.
+    let introspect = |d: &Path| -> serde_json::Value {
+        let plans: Vec<serde_json::Value> =
+            serde_json::from_str(&ok(d, &["plan", "list", "--json"])).unwrap();
+        let api = plans.iter().find(|p| p["name"] == "api").unwrap();
+        api["introspect_any"].clone()
+    };
+    ok(d, &["plan", "set", "api", "--scopes", "news-api"]);
+    assert_eq!(introspect(d), false);
+    ok(
+        d,
+        &[
+            "plan",
+            "set",
+            "api",
+            "--scopes",
+            "news-api",
+            "--introspect-any",
+        ],
+    );
+    assert_eq!(introspect(d), true);
+    ok(d, &["plan", "set", "api", "--scopes", "news-api oms-api"]);
+    assert_eq!(introspect(d), true);
+    ok(
+        d,
+        &[
+            "plan",
+            "set",
+            "api",
+            "--scopes",
+            "news-api",
+            "--introspect-any=false",
+        ],
+    );
+    assert_eq!(introspect(d), false);
 }
 
 /// A token request with the credentials in the form body (`client_secret_post`).
