@@ -40,6 +40,10 @@ pub(crate) struct ServeArgs {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "TESSERA_LOG_JSON")]
     log_json: bool,
+    /// Connections one source address may hold at once (default 1000). Behind a load
+    /// balancer every caller has its address: raise this to 10000 there.
+    #[arg(long, env = "TESSERA_MAX_CONNECTIONS_PER_ADDRESS")]
+    max_connections_per_address: Option<usize>,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -63,6 +67,9 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     config.signing_alg = args.signing_alg;
     config.redis_url = args.redis_url.clone();
     config.trusted_proxies = args.trusted_proxies.clone();
+    if let Some(cap) = args.max_connections_per_address {
+        config.max_connections_per_address = cap;
+    }
     let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
 
     println!("tessera listening on http://{local}");

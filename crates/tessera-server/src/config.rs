@@ -32,6 +32,14 @@ pub struct Config {
     pub max_in_flight: usize,
     /// Connections open at once; past this the server stops accepting until one closes.
     pub max_connections: usize,
+    /// Connections one source address may hold at once; past this its new connections are
+    /// closed at once. Behind a load balancer (`trusted_proxies`), every caller has the
+    /// balancer's address, so this caps the balancer: raise it to `max_connections` there.
+    pub max_connections_per_address: usize,
+    /// Requests one connection may carry before its answer says `Connection: close`.
+    pub max_requests_per_connection: usize,
+    /// How long one connection may be kept alive before an answer says `Connection: close`.
+    pub max_connection_age: Duration,
     /// How often usage counts are written to the store and limiter state is pruned.
     pub housekeeping_interval: Duration,
     /// Redis for rate limits shared by every instance (`redis://…`); `None` counts in memory.
@@ -58,6 +66,9 @@ impl Config {
             auth_failures: FailureRates::default(),
             max_in_flight: 1024,
             max_connections: 10_000,
+            max_connections_per_address: 1_000,
+            max_requests_per_connection: 100_000,
+            max_connection_age: Duration::from_secs(600),
             // Usage upserts one row per active client: every 30 s keeps that cheap with
             // 100,000 clients, and metering needs no finer grain.
             housekeeping_interval: Duration::from_secs(30),

@@ -75,6 +75,7 @@ async fn serve(
         .max_buf_size(16 * 1024)
         .keep_alive(true);
     let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
+    let per_address = Arc::new(PerAddress::new(config.max_connections_per_address));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -95,18 +96,43 @@ async fn serve(
                 }
             },
         };
+        // One address may hold only its share of the connections (without a trusted proxy
+        // in front: behind one, every caller has the proxy's address and the cap is its).
+        let Some(address_slot) = per_address.admit(crate::limits::canonical(peer.ip())) else {
+            tracing::debug!(peer = %peer.ip(), "connection refused: the address holds its share");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (opened, max_requests, max_age) = (
+            std::time::Instant::now(),
+            config.max_requests_per_connection,
+            config.max_connection_age,
+        );
         let service = router
             .clone()
             .map_request(move |mut request: axum::extract::Request<_>| {
                 request.extensions_mut().insert(ConnectInfo(peer));
                 request
+            })
+            // Keep-alive is bounded: after so many requests or so long, the answer says
+            // `Connection: close` and the client opens a new connection (RFC 9112 9.6).
+            .map_response(move |mut response: axum::response::Response| {
+                let count = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if count >= max_requests || opened.elapsed() >= max_age {
+                    response.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                response
             });
         let connection =
             http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, address_slot);
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
@@ -120,4 +146,53 @@ async fn serve(
         tracing::warn!("connections still open after the grace period; closing them");
     }
     Ok(())
+}
+
+/// Open connections per source address, so that one address cannot hold them all.
+#[derive(Debug)]
+struct PerAddress {
+    open: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    cap: usize,
+}
+
+/// One connection's place in its address's share; given back on drop.
+struct AddressSlot {
+    owner: Arc<PerAddress>,
+    ip: std::net::IpAddr,
+}
+
+impl PerAddress {
+    fn new(cap: usize) -> Self {
+        Self {
+            open: std::sync::Mutex::default(),
+            cap,
+        }
+    }
+
+    /// A place for one more connection from `ip`, unless it holds its share already. The
+    /// map holds only addresses with open connections, so it is bounded by the global cap.
+    fn admit(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<AddressSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_default();
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot {
+            owner: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.owner.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }

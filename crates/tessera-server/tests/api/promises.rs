@@ -303,3 +303,68 @@ async fn revoking_an_expired_token_answers_200() {
     );
     assert_eq!(answer.headers()["cache-control"], "no-store");
 }
+
+/// A connection from `ip` that has been served one request (so it is open and counted).
+async fn held_connection(app: &TestApp, ip: [u8; 4]) -> Option<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::from((ip, 0))).unwrap();
+    let mut stream = socket.connect(app.addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = [0u8; 512];
+    match stream.read(&mut buf).await {
+        Ok(n) if buf[..n].starts_with(b"HTTP/1.1 200") => Some(stream),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn one_address_cannot_hold_every_connection() {
+    let app = spawn_with(|s| s.config.max_connections_per_address = 2).await;
+    let first = held_connection(&app, [127, 0, 0, 3]).await.expect("first");
+    let second = held_connection(&app, [127, 0, 0, 3]).await.expect("second");
+    assert!(
+        held_connection(&app, [127, 0, 0, 3]).await.is_none(),
+        "a third connection from the same address is closed"
+    );
+    assert!(
+        held_connection(&app, [127, 0, 0, 4]).await.is_some(),
+        "another address is served"
+    );
+    drop(first);
+    // Its place is given back once the server sees the close.
+    let started = Instant::now();
+    while held_connection(&app, [127, 0, 0, 3]).await.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(second);
+}
+
+#[tokio::test]
+async fn keep_alive_ends_after_the_request_cap() {
+    let app = spawn_with(|s| s.config.max_requests_per_connection = 2).await;
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    stream.write_all(request).await.unwrap();
+    let mut buf = [0u8; 512];
+    let n = stream.read(&mut buf).await.unwrap();
+    let first = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+    assert!(first.starts_with("http/1.1 200") && !first.contains("connection: close"));
+    stream.write_all(request).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest))
+        .await
+        .expect("the server closes the connection after the second answer")
+        .unwrap();
+    let second = String::from_utf8_lossy(&rest).to_lowercase();
+    assert!(
+        second.starts_with("http/1.1 200") && second.contains("connection: close"),
+        "{second}"
+    );
+}
