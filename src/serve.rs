@@ -44,6 +44,9 @@ pub(crate) struct ServeArgs {
     /// balancer every caller has its address: raise this to 10000 there.
     #[arg(long, env = "TESSERA_MAX_CONNECTIONS_PER_ADDRESS")]
     max_connections_per_address: Option<usize>,
+    /// Serve /metrics on this address only (e.g. 127.0.0.1:9100), not on --listen.
+    #[arg(long, env = "TESSERA_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -70,10 +73,28 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     if let Some(cap) = args.max_connections_per_address {
         config.max_connections_per_address = cap;
     }
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} for metrics"))?,
+        ),
+        None => None,
+    };
+    config.metrics_on_main_listener = metrics_listener.is_none();
     let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
 
     println!("tessera listening on http://{local}");
     println!("  issuer:   {issuer}");
+    if let Some(listener) = metrics_listener {
+        println!("  metrics:  http://{}/metrics", listener.local_addr()?);
+        let state = state.clone();
+        tokio::spawn(async move {
+            if let Err(error) = tessera_server::run_metrics(listener, state).await {
+                tracing::error!(%error, "the metrics listener failed");
+            }
+        });
+    }
     println!("  database: {}", crate::redact_url(&data.database));
     if let Some(redis) = &args.redis_url {
         println!("  rate limits shared through {}", crate::redact_url(redis));

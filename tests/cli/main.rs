@@ -1193,6 +1193,16 @@ async fn plan_limits_take_effect_at_the_token_endpoint() {
     );
 }
 
+/// Writes `key` to `path` as an operator must: a file only its owner can read.
+fn write_key_file(path: &Path, key: &str) {
+    std::fs::write(path, key).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
+
 /// A fresh master key: 32 random bytes, base64url.
 fn master_key() -> String {
     use base64::Engine;
@@ -1275,8 +1285,8 @@ fn assert_json_lines(server: &Server) {
 async fn serve_flags_and_the_master_key_file_take_effect() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("master.key"), master_key() + "\n").unwrap();
-    std::fs::write(d.join("other.key"), master_key()).unwrap();
+    write_key_file(&d.join("master.key"), &(master_key() + "\n"));
+    write_key_file(&d.join("other.key"), &master_key());
     let data = [
         "--database",
         "sqlite://flags.db",
@@ -1309,6 +1319,19 @@ async fn serve_flags_and_the_master_key_file_take_effect() {
     assert!(err.contains("does not belong to this database"), "{err}");
     let err = fails(d, &create);
     assert!(err.contains("master key"), "{err}");
+    // A key file others could read is refused, naming the fix.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let key = d.join("master.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = fails(
+            d,
+            &[&create[..], &["--master-key-file", "master.key"]].concat(),
+        );
+        assert!(err.contains("chmod 600") && err.contains("644"), "{err}");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let listed = ok(
         d,
         &[
@@ -1396,7 +1419,7 @@ async fn serve_and_token_read_the_environment() {
     let d = dir.path();
     // One key, given as a file to the admin commands and as a value to the server.
     let key = master_key();
-    std::fs::write(d.join("master.key"), &key).unwrap();
+    write_key_file(&d.join("master.key"), &key);
     let database = format!("sqlite://{}", d.join("env.db").display());
     let admin_env = [
         ("TESSERA_DATABASE_URL", database.as_str()),

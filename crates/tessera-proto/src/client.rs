@@ -41,6 +41,14 @@ impl fmt::Display for ClientId {
 #[serde(transparent)]
 pub struct ClientSecret(String);
 
+/// The secret's bytes are overwritten when it is dropped, so that a freed buffer does not
+/// keep it.
+impl Drop for ClientSecret {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 impl ClientSecret {
     /// Wraps a secret.
     pub fn new(secret: impl Into<String>) -> Self {

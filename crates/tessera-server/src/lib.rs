@@ -39,6 +39,6 @@ mod state;
 pub mod usage;
 
 pub use config::Config;
-pub use serve::{app, run, run_router};
+pub use serve::{app, run, run_metrics, run_router};
 pub use signal::shutdown_signal;
 pub use state::AppState;

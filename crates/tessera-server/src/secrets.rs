@@ -19,6 +19,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use tessera_proto::{ClientId, ClientSecret};
 use thiserror::Error;
+use zeroize::Zeroizing;
 
 /// Length of the master key in bytes.
 pub const MASTER_KEY_LEN: usize = 32;
@@ -37,6 +38,17 @@ pub enum SecretsError {
         /// What failed.
         source: std::io::Error,
     },
+    /// The key file is not a regular file, or others than its owner could read it.
+    #[error(
+        "master key file {path}: {reason}; make it a regular file of the user the server runs \
+         as, readable by that user only (chmod 600)"
+    )]
+    Exposed {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A sealed value did not open: a different master key, or a damaged value.
     #[error("cannot decrypt a signing key: wrong master key or damaged data")]
     Unseal,
@@ -49,7 +61,7 @@ pub enum MasterKeyError {
     #[error("set TESSERA_MASTER_KEY or --master-key-file for this database")]
     NoDefaultFile,
     /// The key could not be read or generated.
-    #[error("{0}; the master key is needed to read this database's keys and secrets")]
+    #[error("the master key is needed to read this database's keys and secrets")]
     Load(#[from] SecretsError),
     /// The database was first used with another key.
     #[error(
@@ -156,11 +168,14 @@ impl Secrets {
                 Ok((Self::from_encoded(value.expose())?, MasterKeyOrigin::Env))
             }
             MasterKeySource::File { path, generate } => {
-                match std::fs::read_to_string(path) {
-                    Ok(text) => Ok((
-                        Self::from_encoded(text.trim())?,
-                        MasterKeyOrigin::File(path.clone()),
-                    )),
+                match std::fs::read_to_string(path).map(Zeroizing::new) {
+                    Ok(text) => {
+                        private_to_owner(path)?;
+                        Ok((
+                            Self::from_encoded(text.trim())?,
+                            MasterKeyOrigin::File(path.clone()),
+                        ))
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound && *generate => {
                         match generate_key_file(path) {
                             Ok(secrets) => Ok((secrets, MasterKeyOrigin::Generated(path.clone()))),
@@ -187,13 +202,20 @@ impl Secrets {
 
     /// Derives the keys from an encoded master key.
     pub fn from_encoded(encoded: &str) -> Result<Self, SecretsError> {
-        let raw = URL_SAFE_NO_PAD
-            .decode(encoded.trim_end_matches('='))
-            .map_err(|e| SecretsError::BadMasterKey(e.to_string()))?;
-        let raw: [u8; MASTER_KEY_LEN] = raw
-            .try_into()
-            .map_err(|v: Vec<u8>| SecretsError::BadMasterKey(format!("got {} bytes", v.len())))?;
-        Ok(Self::from_bytes(&raw))
+        let raw = Zeroizing::new(
+            URL_SAFE_NO_PAD
+                .decode(encoded.trim_end_matches('='))
+                .map_err(|e| SecretsError::BadMasterKey(e.to_string()))?,
+        );
+        let mut key = Zeroizing::new([0u8; MASTER_KEY_LEN]);
+        if raw.len() != MASTER_KEY_LEN {
+            return Err(SecretsError::BadMasterKey(format!(
+                "got {} bytes",
+                raw.len()
+            )));
+        }
+        key.copy_from_slice(&raw);
+        Ok(Self::from_bytes(&key))
     }
 
     /// Derives the keys from raw master key bytes (RFC 5869).
@@ -252,24 +274,64 @@ impl Secrets {
     }
 
     /// Decrypts what [`seal`](Self::seal) made with the same `context`.
-    pub fn open(&self, context: &str, sealed: &[u8]) -> Result<Vec<u8>, SecretsError> {
+    pub fn open(&self, context: &str, sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, SecretsError> {
         if sealed.len() < NONCE_LEN {
             return Err(SecretsError::Unseal);
         }
         let (nonce, body) = sealed.split_at(NONCE_LEN);
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SecretsError::Unseal)?;
-        let mut buf = body.to_vec();
-        let plain = self
+        let mut buf = Zeroizing::new(body.to_vec());
+        let plain_len = self
             .sealing
             .open_in_place(nonce, Aad::from(context.as_bytes()), &mut buf)
-            .map_err(|_| SecretsError::Unseal)?;
-        Ok(plain.to_vec())
+            .map_err(|_| SecretsError::Unseal)?
+            .len();
+        buf.truncate(plain_len);
+        Ok(buf)
     }
 }
 
+/// Refuses a key file that is not a regular file owned by this process's user with no
+/// group or other permission bits: anyone else who can read it can unseal every signing
+/// key and forge the pepper. (A symbolic link is followed, as secret mounts use them.)
+fn private_to_owner(path: &Path) -> Result<(), SecretsError> {
+    let exposed = |reason: String| SecretsError::Exposed {
+        path: path.to_owned(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|source| SecretsError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(exposed("not a regular file".into()));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.mode() & 0o077 != 0 {
+            return Err(exposed(format!(
+                "its mode {:o} lets others than its owner in",
+                meta.mode() & 0o777
+            )));
+        }
+        // This process's user: the owner of its own /proc entry (Linux), without unsafe code.
+        if let Ok(me) = std::fs::metadata("/proc/self") {
+            if meta.uid() != me.uid() {
+                return Err(exposed(format!(
+                    "owned by uid {}, not by this process's uid {}",
+                    meta.uid(),
+                    me.uid()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn generate_key_file(path: &Path) -> Result<Secrets, SecretsError> {
-    let mut raw = [0u8; MASTER_KEY_LEN];
-    rand::fill(&mut raw).expect("system random source");
+    let mut raw = Zeroizing::new([0u8; MASTER_KEY_LEN]);
+    rand::fill(raw.as_mut()).expect("system random source");
     let io = |source| SecretsError::Io {
         path: path.to_owned(),
         source,
@@ -279,7 +341,8 @@ fn generate_key_file(path: &Path) -> Result<Secrets, SecretsError> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut file = options.open(path).map_err(io)?;
-    writeln!(file, "{}", URL_SAFE_NO_PAD.encode(raw)).map_err(io)?;
+    let encoded = Zeroizing::new(URL_SAFE_NO_PAD.encode(raw.as_ref()));
+    writeln!(file, "{}", encoded.as_str()).map_err(io)?;
     file.sync_all().map_err(io)?;
     Ok(Secrets::from_bytes(&raw))
 }
@@ -336,7 +399,7 @@ mod tests {
     fn sealing_round_trips_and_binds_context() {
         let s = secrets();
         let sealed = s.seal("kid-1", b"private");
-        assert_eq!(s.open("kid-1", &sealed).unwrap(), b"private");
+        assert_eq!(s.open("kid-1", &sealed).unwrap().as_slice(), b"private");
         assert!(s.open("kid-2", &sealed).is_err());
         assert!(Secrets::from_bytes(&[1; 32])
             .open("kid-1", &sealed)
@@ -366,5 +429,49 @@ mod tests {
         assert!(b.verify_secret(&secret, &a.hash_secret(&secret)));
         assert!(Secrets::from_encoded("short").is_err());
         assert_eq!(format!("{a:?}"), "Secrets([redacted])");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_file_others_could_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.key");
+        let source = MasterKeySource::File {
+            path: path.clone(),
+            generate: true,
+        };
+        Secrets::load(&source).unwrap();
+        for mode in [0o640, 0o604, 0o644] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let refused = Secrets::load(&source).unwrap_err();
+            assert!(matches!(refused, SecretsError::Exposed { .. }), "{mode:o}");
+            let message = refused.to_string();
+            assert!(
+                message.contains("chmod 600") && !message.contains("generate"),
+                "{message}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(
+            Secrets::load(&source).is_ok(),
+            "read-only for the owner is fine"
+        );
+        // A directory where the file should be is no key file.
+        let folder = MasterKeySource::File {
+            path: dir.path().to_owned(),
+            generate: false,
+        };
+        assert!(Secrets::load(&folder).is_err());
+    }
+
+    #[test]
+    fn an_opened_key_is_exactly_the_sealed_plaintext() {
+        let secrets = secrets();
+        let sealed = secrets.seal("kid", b"private key bytes");
+        assert_eq!(
+            secrets.open("kid", &sealed).unwrap().as_slice(),
+            b"private key bytes"
+        );
     }
 }

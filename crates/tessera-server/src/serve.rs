@@ -15,6 +15,14 @@ pub fn app(state: AppState) -> axum::Router {
     crate::routes::router(state)
 }
 
+/// Serves `/metrics` alone on `listener` (`--metrics-listen`: a separate, e.g. loopback,
+/// address, so that the public one does not expose it; set
+/// [`Config::metrics_on_main_listener`] to `false` then). Runs until the task is dropped:
+/// scrapes need no draining.
+pub async fn run_metrics(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+    axum::serve(listener, crate::routes::metrics_only(state)).await
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then lets in-flight requests
 /// finish. Keeps the registry in sync with the store meanwhile.
 pub async fn run(

@@ -36,7 +36,11 @@ pub fn router(state: AppState) -> Router {
         .merge(revocation::router())
         .merge(discovery::router())
         .merge(health::router())
-        .merge(metrics::router())
+        .merge(if config.metrics_on_main_listener {
+            metrics::router()
+        } else {
+            Router::new()
+        })
         .with_state(state)
         // A client that sends its request too slowly is cut off (408).
         .layer(TimeoutLayer::with_status_code(
@@ -46,6 +50,11 @@ pub fn router(state: AppState) -> Router {
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
         ]))
+}
+
+/// `/metrics` alone, for a listener of its own (e.g. on loopback).
+pub fn metrics_only(state: AppState) -> Router {
+    metrics::router().with_state(state)
 }
 
 /// The default time a request may take, body upload included.

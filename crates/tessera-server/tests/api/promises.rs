@@ -368,3 +368,31 @@ async fn keep_alive_ends_after_the_request_cap() {
         "{second}"
     );
 }
+
+#[tokio::test]
+async fn metrics_can_live_on_a_listener_of_their_own() {
+    let app = spawn_with(|s| s.config.metrics_on_main_listener = false).await;
+    let main = app.http.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(main.status(), 404, "not on the public listener");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(tessera_server::run_metrics(listener, app.state.clone()));
+    let (id, secret) = app.client().await;
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        sample(&text, "tessera_tokens_issued_total{plan=\"pro\"}"),
+        Some(1)
+    );
+    let token = reqwest::Client::new()
+        .post(format!("http://{addr}/connect/token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(token.status(), 404, "only /metrics there");
+}
