@@ -47,6 +47,10 @@ pub(crate) struct ServeArgs {
     /// Serve /metrics on this address only (e.g. 127.0.0.1:9100), not on --listen.
     #[arg(long, env = "TESSERA_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// How long tokens are issued from the last good registry while the database does not
+    /// answer, in seconds (default 300); past it the token endpoint answers 503.
+    #[arg(long, env = "TESSERA_MAX_STALENESS")]
+    max_staleness: Option<u64>,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -72,6 +76,9 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     config.trusted_proxies = args.trusted_proxies.clone();
     if let Some(cap) = args.max_connections_per_address {
         config.max_connections_per_address = cap;
+    }
+    if let Some(secs) = args.max_staleness {
+        config.max_staleness = std::time::Duration::from_secs(secs);
     }
     let metrics_listener = match args.metrics_listen {
         Some(addr) => Some(

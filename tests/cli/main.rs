@@ -1576,3 +1576,25 @@ async fn serve_and_token_read_the_environment() {
     let file = home.join(".cache").join("tessera").join("tokens.json");
     assert!(std::fs::read_to_string(&file).unwrap().contains(&from_home));
 }
+
+#[test]
+fn an_unreachable_database_is_reported_with_its_cause_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let err = fails(
+        dir.path(),
+        &[
+            "client",
+            "list",
+            "--database",
+            "postgres://postgres@127.0.0.1:1/test",
+        ],
+    );
+    assert!(err.contains("Connection refused"), "{err}");
+    assert!(!err.contains("pool timed out"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+}

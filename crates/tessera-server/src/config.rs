@@ -17,6 +17,10 @@ pub struct Config {
     pub signing_alg: Algorithm,
     /// How often the store is polled for changes by other processes.
     pub sync_interval: Duration,
+    /// How old the registry may grow while the store does not answer: until then tokens
+    /// are issued from the last good registry; past it the token endpoint answers 503 and
+    /// readiness fails, until the store answers again.
+    pub max_staleness: Duration,
     /// How long a request may take, body upload included.
     pub request_timeout: Duration,
     /// How long a client may take to send a request head.
@@ -62,6 +66,7 @@ impl Config {
             issuer: issuer.into(),
             signing_alg: Algorithm::EdDSA,
             sync_interval: Duration::from_millis(250),
+            max_staleness: Duration::from_secs(300),
             request_timeout: routes::DEFAULT_TIMEOUT,
             header_timeout: routes::DEFAULT_TIMEOUT,
             body_limit: 8 * 1024,

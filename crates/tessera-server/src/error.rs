@@ -167,6 +167,14 @@ impl OAuthError {
         )
     }
 
+    /// 503 `temporarily_unavailable` with `Retry-After` (RFC 6749 5.2, RFC 7009 2.2.1): the
+    /// store does not answer, for a write, or for longer than the staleness bound.
+    pub fn store_unavailable(description: impl Into<String>) -> Self {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        Self::unavailable(description).with_headers(headers)
+    }
+
     /// 500 `server_error`. The cause is logged here and never sent.
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
         tracing::error!(%cause, "internal error");

@@ -143,34 +143,56 @@ impl Metrics {
         self.latency.observe(elapsed.as_secs_f64());
     }
 
-    /// Renders everything; `key_age_secs` is the age of the active signing key, left out
-    /// when there is none, and `in_flight` the OAuth requests being worked on now. A label
-    /// set appears once it has been counted.
-    pub fn render(&self, key_age_secs: Option<i64>, in_flight: usize) -> String {
+    /// Renders everything, with the gauges read at this scrape.
+    pub fn render(&self, gauges: &Gauges) -> String {
         let mut out = String::new();
         prometheus_text::encode(&mut out, &self.registry).expect("writing to a String");
-        // Known only when asked for, from the key ring and the cap: a registry of their own
-        // per scrape.
+        // Known only when asked for, from the key ring, the cap and the registry: a
+        // registry of their own per scrape.
         let mut registry = Registry::default();
-        if let Some(age) = key_age_secs {
+        let mut gauge = |name: &str, help: &str, value: i64| {
             let gauge: Gauge = Gauge::default();
-            gauge.set(age);
-            registry.register(
+            gauge.set(value);
+            registry.register(name, help, gauge);
+        };
+        if let Some(age) = gauges.key_age_secs {
+            gauge(
                 "tessera_signing_key_age_seconds",
                 "Seconds since the active signing key started signing",
-                gauge,
+                age,
             );
         }
-        let gauge: Gauge = Gauge::default();
-        gauge.set(i64::try_from(in_flight).unwrap_or(i64::MAX));
-        registry.register(
+        gauge(
             "tessera_requests_in_flight",
             "OAuth requests being worked on now, as the in-flight cap counts them",
-            gauge,
+            i64::try_from(gauges.in_flight).unwrap_or(i64::MAX),
+        );
+        gauge(
+            "tessera_registry_age_seconds",
+            "Seconds since the store last answered: how old the registry in use may be",
+            gauges.registry_age_secs,
+        );
+        gauge(
+            "tessera_store_up",
+            "Whether the last poll of the store succeeded (1) or failed (0)",
+            i64::from(gauges.store_up),
         );
         prometheus_text::encode(&mut out, &registry).expect("writing to a String");
         out
     }
+}
+
+/// The gauges `/metrics` reads at each scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauges {
+    /// The age of the active signing key; `None` when there is none.
+    pub key_age_secs: Option<i64>,
+    /// OAuth requests being worked on now.
+    pub in_flight: usize,
+    /// Seconds since the store last answered.
+    pub registry_age_secs: i64,
+    /// Whether the last poll of the store succeeded.
+    pub store_up: bool,
 }
 
 fn plan_label(plan: &str) -> &str {
@@ -195,7 +217,10 @@ mod tests {
         m.refused("pro", ErrorCode::RateLimited);
         m.refused(NO_PLAN, ErrorCode::RateLimited);
         m.observe(Duration::from_micros(80));
-        let text = m.render(Some(5), 0);
+        let text = m.render(&Gauges {
+            key_age_secs: Some(5),
+            ..Gauges::default()
+        });
         for line in [
             "# HELP tessera_tokens_issued_total Access tokens issued, by plan.",
             "# TYPE tessera_tokens_issued_total counter",
@@ -219,7 +244,7 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
         }
         assert!(!m
-            .render(None, 0)
+            .render(&Gauges::default())
             .contains("tessera_signing_key_age_seconds"));
     }
 }

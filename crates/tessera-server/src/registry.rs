@@ -146,6 +146,8 @@ pub struct Live {
     current: RwLock<Arc<Registry>>,
     /// When the last poll of the store succeeded, for readiness.
     last_sync: AtomicI64,
+    /// Whether the last poll succeeded.
+    store_up: std::sync::atomic::AtomicBool,
     /// Revoked `jti`s and their `exp`, until then.
     revoked: RwLock<HashMap<String, Timestamp>>,
     /// The highest revocation sequence number read.
@@ -161,6 +163,7 @@ impl Live {
         Self {
             current: RwLock::new(Arc::new(registry)),
             last_sync: AtomicI64::new(clock.now()),
+            store_up: std::sync::atomic::AtomicBool::new(true),
             clock,
             revoked: RwLock::default(),
             revoked_seq: AtomicI64::new(0),
@@ -179,6 +182,16 @@ impl Live {
     /// When the store was last reached.
     pub fn last_sync(&self) -> Timestamp {
         self.last_sync.load(Ordering::Relaxed)
+    }
+
+    /// Seconds since the store was last reached: how old the registry may be.
+    pub fn age(&self) -> i64 {
+        (self.clock.now() - self.last_sync()).max(0)
+    }
+
+    /// Whether the last poll of the store succeeded.
+    pub fn store_up(&self) -> bool {
+        self.store_up.load(Ordering::Relaxed)
     }
 
     /// Whether the token with this `jti` was revoked.
@@ -200,6 +213,12 @@ impl Live {
     /// Polls the store once: swaps in a new snapshot if the registry changed, and reads the
     /// revocations made since the last poll.
     pub async fn sync(&self, store: &dyn Store, secrets: &Secrets) -> Result<bool, LoadError> {
+        let outcome = self.poll(store, secrets).await;
+        self.store_up.store(outcome.is_ok(), Ordering::Relaxed);
+        outcome
+    }
+
+    async fn poll(&self, store: &dyn Store, secrets: &Secrets) -> Result<bool, LoadError> {
         let _one_at_a_time = self.syncing.lock().await;
         let revision = store.revision().await?;
         let changed = revision != self.get().revision;
@@ -247,12 +266,23 @@ impl Live {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let was_up = self.store_up();
             match self.sync(store, secrets).await {
-                Ok(true) => tracing::info!(revision = self.get().revision, "registry reloaded"),
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::error!(%error, "registry reload failed; serving the last good one")
+                Ok(changed) => {
+                    if !was_up {
+                        tracing::info!("the store answers again; the registry is fresh");
+                    }
+                    if changed {
+                        tracing::info!(revision = self.get().revision, "registry reloaded");
+                    }
                 }
+                // Once per outage, not once per poll.
+                Err(error) if was_up => tracing::error!(
+                    %error,
+                    "the store does not answer; serving the last good registry until it is \
+                     older than the staleness bound"
+                ),
+                Err(_) => {}
             }
         }
     }

@@ -90,6 +90,13 @@ impl AppState {
         Admin::new(self.store(), &self.inner.config.clock)
     }
 
+    /// Whether the registry is older than the staleness bound: the store has not answered
+    /// for that long, so what it says of clients and keys may no longer hold.
+    pub fn too_stale(&self) -> bool {
+        let age = u64::try_from(self.inner.live.age()).unwrap_or(0);
+        age > self.inner.config.max_staleness.as_secs()
+    }
+
     /// The current registry snapshot.
     pub fn registry(&self) -> Arc<Registry> {
         self.inner.live.get()

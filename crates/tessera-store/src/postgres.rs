@@ -15,9 +15,16 @@ use crate::Result;
 pub type PostgresStore = SqlStore<Postgres>;
 
 impl PostgresStore {
-    /// Connects to `url` (`postgres://…`) and applies the embedded migrations.
+    /// Connects to `url` (`postgres://…`) and applies the embedded migrations. A database
+    /// that cannot be reached fails at once with the real cause (connection refused, no
+    /// such database, authentication), not after the pool's timeout.
     pub async fn open(url: &str) -> Result<Self> {
         let options = PgConnectOptions::from_str(url)?;
+        // One connection first: the pool would retry until its timeout and report only that.
+        sqlx::Connection::close(
+            <sqlx::PgConnection as sqlx::Connection>::connect_with(&options).await?,
+        )
+        .await?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(5));

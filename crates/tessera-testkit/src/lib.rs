@@ -315,3 +315,77 @@ fn capture_log() {
 fn captured() -> String {
     String::from_utf8_lossy(&buffer().lock().unwrap_or_else(|p| p.into_inner())).into_owned()
 }
+
+/// A TCP proxy in front of a real server (PostgreSQL, Redis) that a test can cut off and
+/// restore, to play an outage without stopping the shared server.
+#[derive(Debug)]
+pub struct CuttableProxy {
+    /// Where clients connect instead of the real server.
+    pub addr: SocketAddr,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl CuttableProxy {
+    /// Forwards 127.0.0.1:PORT to `target` until cut.
+    pub async fn to(target: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port for the proxy");
+        let addr = listener.local_addr().expect("a bound address");
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let accept = tokio::spawn({
+            let (cut, links) = (cut.clone(), links.clone());
+            async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                        continue; // dropped: the connection is closed at once
+                    }
+                    let link = tokio::spawn(async move {
+                        if let Ok(mut outbound) = TcpStream::connect(target).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    links
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(link.abort_handle());
+                }
+            }
+        });
+        Self {
+            addr,
+            cut,
+            links,
+            accept,
+        }
+    }
+
+    /// Closes every open connection and refuses new ones, as if the server were gone.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for link in self
+            .links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            link.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for CuttableProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}

@@ -13,14 +13,19 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/readyz", get(ready))
 }
 
-/// Ready when a signing key is active and the store answered recently.
+/// Ready when this instance can issue tokens: a signing key is active and the registry is
+/// within the staleness bound. A store that does not answer for a while does not make the
+/// instance unready (it issues from its last good registry); see `/metrics` for the store's
+/// health and the registry's age.
 async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
     let now = state.clock().now();
     let registry = state.registry();
-    let stale = now - state.live().last_sync() > 10;
-    match (registry.keys.signing_key(now), stale) {
+    match (registry.keys.signing_key(now), state.too_stale()) {
         (Some(_), false) => (StatusCode::OK, "ready\n"),
         (None, _) => (StatusCode::SERVICE_UNAVAILABLE, "no active signing key\n"),
-        (_, true) => (StatusCode::SERVICE_UNAVAILABLE, "store unreachable\n"),
+        (_, true) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "registry older than the staleness bound: the store does not answer\n",
+        ),
     }
 }

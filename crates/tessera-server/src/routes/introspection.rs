@@ -40,6 +40,11 @@ async fn answer(
     parts: &Parts,
     body: Result<Bytes, OAuthError>,
 ) -> Result<serde_json::Value, OAuthError> {
+    if state.too_stale() {
+        return Err(OAuthError::store_unavailable(
+            "the registry is out of date: the store does not answer; retry later",
+        ));
+    }
     let request = TokenRequestOfClient::read(state, parts, body).await?;
     let Some(claims) = active_claims(state, &request.registry, &request.token) else {
         return Ok(json!({ "active": false }));

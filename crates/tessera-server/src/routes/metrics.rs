@@ -6,6 +6,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use crate::metrics::Gauges;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -21,6 +22,11 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .map(|k| now - k.activates_at.max(k.created_at));
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        state.metrics().render(age, state.in_flight().in_use()),
+        state.metrics().render(&Gauges {
+            key_age_secs: age,
+            in_flight: state.in_flight().in_use(),
+            registry_age_secs: state.live().age(),
+            store_up: state.live().store_up(),
+        }),
     )
 }

@@ -17,6 +17,9 @@ use crate::routes::introspection::{active_claims, TokenRequestOfClient};
 use crate::routes::{client_ip, split};
 use crate::AppState;
 
+/// How long a revocation waits for the store before answering 503.
+const STORE_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/connect/revocation", post(revoke))
 }
@@ -58,11 +61,22 @@ async fn run(
         client_id: claims.client_id,
         exp: claims.exp as i64,
     };
-    state
-        .store()
-        .revoke(&revoked)
-        .await
-        .map_err(|e| OAuthError::internal(&e))?;
+    // A store that does not answer gets a prompt 503, not a wait for the pool's timeout.
+    match tokio::time::timeout(STORE_WRITE_TIMEOUT, state.store().revoke(&revoked)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::error!(%error, "recording a revocation failed");
+            return Err(OAuthError::store_unavailable(
+                "the revocation could not be recorded; retry later",
+            ));
+        }
+        Err(_) => {
+            tracing::error!("recording a revocation timed out: the store does not answer");
+            return Err(OAuthError::store_unavailable(
+                "the revocation could not be recorded; retry later",
+            ));
+        }
+    }
     state.reuse().forget_jti(&claims.jti);
     state.live().add_revoked(&revoked.jti, revoked.exp);
     let plan = registry

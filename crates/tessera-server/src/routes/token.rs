@@ -97,7 +97,14 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
     };
     let source = client_ip(&state, &parts);
     let mut attempt = Attempt::default();
-    let outcome = attempt.issue(&state, source, &parts, body).await;
+    let outcome = if state.too_stale() {
+        // What the registry says of clients (disabled since?) and plans may no longer hold.
+        Err(OAuthError::store_unavailable(
+            "the registry is out of date: the store does not answer; retry later",
+        ))
+    } else {
+        attempt.issue(&state, source, &parts, body).await
+    };
     let plan = attempt.plan.as_ref().map_or(NO_PLAN, |p| p.name.as_str());
     // A refused request's scope may hold anything: only names some plan grants are logged.
     let scope = match &outcome {

@@ -88,15 +88,27 @@ async fn health_and_readiness() {
     assert_eq!(get(&app, "/healthz").await, (200, "ok\n".into()));
     assert_eq!(get(&app, "/readyz").await, (200, "ready\n".into()));
 
-    // The store not reached for more than 10 s: not ready, alive all the same.
-    app.clock.advance(std::time::Duration::from_secs(11));
-    assert_eq!(
-        get(&app, "/readyz").await,
-        (503, "store unreachable\n".into())
-    );
+    // The store not reached for a while: still ready, it issues from its last registry...
+    let (id, secret) = app.client().await;
+    app.clock.advance(std::time::Duration::from_secs(300));
+    assert_eq!(get(&app, "/readyz").await.0, 200);
+    let news = "grant_type=client_credentials&scope=news-api";
+    assert_eq!(app.token(&id, &secret, news).await.status(), 200);
+    // ... until the registry is older than the staleness bound (5 minutes by default):
+    // then not ready, and the token endpoint answers 503 with Retry-After; alive all along.
+    app.clock.advance(std::time::Duration::from_secs(1));
+    let (status, body) = get(&app, "/readyz").await;
+    assert_eq!(status, 503);
+    assert!(body.contains("staleness"), "{body}");
     assert_eq!(get(&app, "/healthz").await.0, 200);
+    let refused = app.token(&id, &secret, news).await;
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let (status, error, _) = error_of(refused).await;
+    assert_eq!((status, error.as_str()), (503, "temporarily_unavailable"));
+    // The store answers again: ready, and issuing, without a restart.
     app.sync().await;
     assert_eq!(get(&app, "/readyz").await.0, 200);
+    assert_eq!(app.token(&id, &secret, news).await.status(), 200);
 
     // No key active yet (the clock before the first key's activation): not ready.
     let now = app.clock.now();

@@ -6,6 +6,7 @@ mod cluster;
 mod discovery;
 mod inflight;
 mod limits;
+mod outage;
 mod promises;
 mod registry;
 mod token;
