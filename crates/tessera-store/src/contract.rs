@@ -157,6 +157,29 @@ pub(crate) async fn contract(store: &dyn Store) {
     assert_eq!(newer[0].1, later);
     assert!(newer[0].0 > all[0].0);
     assert_eq!(store.revision().await.unwrap(), r3);
+    // Pruning the newest revocations must not hand their numbers to the next one: a reader
+    // that has seen them would read past it (SQLite reuses the highest rowids).
+    let seen = newer[0].0;
+    let short = Revoked {
+        jti: "j3".into(),
+        client_id: "c1".into(),
+        exp: now() + 1,
+    };
+    store.revoke(&short).await.unwrap();
+    let seen = store.revoked_since(seen, now()).await.unwrap()[0].0;
+    store.prune_revoked(now() + 30).await.unwrap();
+    let next = Revoked {
+        jti: "j4".into(),
+        client_id: "c1".into(),
+        exp: now() + 60,
+    };
+    store.revoke(&next).await.unwrap();
+    let after = store.revoked_since(seen, now()).await.unwrap();
+    assert_eq!(
+        after.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(),
+        vec![next],
+        "a revocation numbered at or below one already read"
+    );
     store.prune_revoked(now() + 120).await.unwrap();
     assert!(store.revoked_since(0, 0).await.unwrap().is_empty());
 
@@ -203,4 +226,53 @@ async fn postgres_keeps_the_contract() {
     drop(store);
     let again = crate::open(&schema.url).await.unwrap();
     assert_eq!(again.plans().await.unwrap().len(), 2);
+}
+
+/// Concurrent revocations read incrementally, as a polling instance reads them while
+/// others write: every one is read, none is skipped.
+async fn concurrent_revocations_are_all_read(store: std::sync::Arc<dyn Store>) {
+    let writers: Vec<_> = (0..40)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let revoked = Revoked {
+                    jti: format!("c{i}"),
+                    client_id: "c1".into(),
+                    exp: now() + 600,
+                };
+                store.revoke(&revoked).await.unwrap();
+            })
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut last = 0;
+    let mut read = |batch: Vec<(i64, Revoked)>, last: &mut i64| {
+        for (seq, revoked) in batch {
+            assert!(seq > *last, "read in sequence order");
+            *last = seq;
+            seen.insert(revoked.jti);
+        }
+    };
+    while writers.iter().any(|w| !w.is_finished()) {
+        read(store.revoked_since(last, now()).await.unwrap(), &mut last);
+        tokio::task::yield_now().await;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    read(store.revoked_since(last, now()).await.unwrap(), &mut last);
+    assert_eq!(seen.len(), 40, "an incremental reader missed a revocation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_revocations_written_concurrently_are_all_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    concurrent_revocations_are_all_read(crate::open(&url).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_revocations_written_concurrently_are_all_read() {
+    let schema = crate::testing::scratch_postgres().await;
+    concurrent_revocations_are_all_read(crate::open(&schema.url).await.unwrap()).await;
 }

@@ -36,4 +36,8 @@ impl Dialect for Postgres {
     // The sequence behind `seq` (migrations/postgres/0002) numbers revocations.
     const REVOKED_SINCE: &'static str = "SELECT seq, jti, client_id, exp \
         FROM revoked_tokens WHERE seq > $1 AND exp > $2 ORDER BY seq";
+    // Sequence values are taken at insert and may commit out of order, so a reader could
+    // see 8 before 7 commits and then never read 7. Revocations take this lock for their
+    // transaction, so that they number and commit one after another (they are rare).
+    const REVOKE_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7289504519)");
 }

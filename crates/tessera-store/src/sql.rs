@@ -25,6 +25,10 @@ pub(crate) trait Dialect: Database {
     /// [`Store::revoked_since`]: columns `seq, jti, client_id, exp` of the revocations with
     /// a sequence number above `$1` and `exp` above `$2`, in sequence order.
     const REVOKED_SINCE: &'static str;
+    /// A statement that serializes revocations within their transaction, where sequence
+    /// numbers could otherwise commit out of order; `None` where writes are serialized
+    /// anyway.
+    const REVOKE_LOCK: Option<&'static str>;
 }
 
 /// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
@@ -254,6 +258,11 @@ where
     }
 
     async fn revoke(&self, revoked: &Revoked) -> Result<()> {
+        // Numbered and committed in one order, so that an incremental reader misses none.
+        let mut tx = self.pool.begin().await?;
+        if let Some(lock) = DB::REVOKE_LOCK {
+            sqlx::query(lock).execute(&mut *tx).await?;
+        }
         sqlx::query(
             "INSERT INTO revoked_tokens (jti, client_id, exp) VALUES ($1, $2, $3) \
              ON CONFLICT (jti) DO NOTHING",
@@ -261,8 +270,9 @@ where
         .bind(revoked.jti.as_str())
         .bind(revoked.client_id.as_str())
         .bind(revoked.exp)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 

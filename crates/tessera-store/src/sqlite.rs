@@ -37,9 +37,11 @@ impl SqliteStore {
 }
 
 impl Dialect for Sqlite {
-    // SQLite numbers the rows of a table itself.
-    const REVOKED_SINCE: &'static str = "SELECT rowid AS seq, jti, client_id, exp \
-        FROM revoked_tokens WHERE rowid > $1 AND exp > $2 ORDER BY rowid";
+    // `seq` is AUTOINCREMENT (migrations/sqlite/0005): never reused after a prune, and
+    // SQLite's one writer at a time commits in number order.
+    const REVOKED_SINCE: &'static str = "SELECT seq, jti, client_id, exp \
+        FROM revoked_tokens WHERE seq > $1 AND exp > $2 ORDER BY seq";
+    const REVOKE_LOCK: Option<&'static str> = None;
 }
 
 #[cfg(test)]
