@@ -262,7 +262,8 @@ impl Live {
     /// Polls every `interval` until the task is dropped. Failures are logged, and the last
     /// good snapshot stays in use.
     pub async fn sync_forever(&self, store: &dyn Store, secrets: &Secrets, interval: Duration) {
-        let mut tick = tokio::time::interval(interval);
+        // The first poll one interval from now: the server was prepared from a fresh load.
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
