@@ -67,9 +67,12 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
 
     println!("tessera listening on http://{local}");
     println!("  issuer:   {issuer}");
-    println!("  database: {}", crate::redact_url(&data.database));
+    println!("  database: {}", tessera_server::redact_url(&data.database));
     if let Some(redis) = &args.redis_url {
-        println!("  rate limits shared through {}", crate::redact_url(redis));
+        println!(
+            "  rate limits shared through {}",
+            tessera_server::redact_url(redis)
+        );
     }
     match origin {
         MasterKeyOrigin::Env => println!("  master key: from TESSERA_MASTER_KEY"),

@@ -68,3 +68,37 @@ impl Config {
         }
     }
 }
+
+/// `url` without its password (`scheme://user:[redacted]@host…`), for messages and logs:
+/// database and Redis URLs may carry one.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:[redacted]{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/tessera"),
+            "postgres://app:[redacted]@db:5432/tessera"
+        );
+        assert_eq!(
+            redact_url("redis://:s3cret@cache:6379/0"),
+            "redis://:[redacted]@cache:6379/0"
+        );
+        assert_eq!(redact_url("postgres://app@db/t"), "postgres://app@db/t");
+        assert_eq!(redact_url("sqlite://tessera.db"), "sqlite://tessera.db");
+    }
+}
