@@ -1,5 +1,6 @@
 //! Server settings.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use tessera_proto::Algorithm;
@@ -38,6 +39,12 @@ pub struct Config {
     pub redis_url: Option<String>,
     /// The prefix of this deployment's keys in Redis.
     pub redis_prefix: String,
+    /// How long one call to Redis may take; past it (or on an error) the instance counts in
+    /// its own memory until Redis answers again.
+    pub redis_timeout: Duration,
+    /// How many instances share the Redis allowances: while Redis fails, each counts
+    /// 1/`expected_instances` of every rate, so that together they stay near the plan's.
+    pub expected_instances: NonZeroU32,
     /// Proxies whose `X-Forwarded-For` is believed, for rate limits and the audit trail.
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Where every decision by time reads it: the system clock, or a test's.
@@ -63,6 +70,10 @@ impl Config {
             housekeeping_interval: Duration::from_secs(30),
             redis_url: None,
             redis_prefix: "tessera:rate:".into(),
+            // Redis answers in well under a millisecond near the server; 50 ms is far above
+            // a healthy answer and far below the request timeout.
+            redis_timeout: Duration::from_millis(50),
+            expected_instances: NonZeroU32::MIN,
             trusted_proxies: Vec::new(),
             clock: Clock::system(),
         }

@@ -18,6 +18,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tessera_proto::ErrorCode;
 
+use crate::limits::redis::Health;
+
 /// The content type of what [`Metrics::render`] writes.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
@@ -44,6 +46,12 @@ struct RefusalLabels {
 struct LimitLabel {
     /// A plan name, or `auth_failure` for the per-address limit on failed authentications.
     limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    /// `error` or `timeout`.
+    kind: &'static str,
 }
 
 /// The server's metrics.
@@ -144,9 +152,15 @@ impl Metrics {
     }
 
     /// Renders everything; `key_age_secs` is the age of the active signing key, left out
-    /// when there is none, and `in_flight` the OAuth requests being worked on now. A label
-    /// set appears once it has been counted.
-    pub fn render(&self, key_age_secs: Option<i64>, in_flight: usize) -> String {
+    /// when there is none, `in_flight` the OAuth requests being worked on now, and `redis`
+    /// the Redis limiter's state, left out when rate limits are counted in memory only. A
+    /// label set appears once it has been counted.
+    pub fn render(
+        &self,
+        key_age_secs: Option<i64>,
+        in_flight: usize,
+        redis: Option<Health>,
+    ) -> String {
         let mut out = String::new();
         prometheus_text::encode(&mut out, &self.registry).expect("writing to a String");
         // Known only when asked for, from the key ring and the cap: a registry of their own
@@ -168,6 +182,27 @@ impl Metrics {
             "OAuth requests being worked on now, as the in-flight cap counts them",
             gauge,
         );
+        if let Some(redis) = redis {
+            let up: Gauge = Gauge::default();
+            up.set(i64::from(redis.up));
+            registry.register(
+                "tessera_rate_limiter_redis_up",
+                "1 while Redis counts the rate limits, 0 while this instance counts its share \
+                 in memory because Redis failed",
+                up,
+            );
+            let errors = Family::<KindLabel, Counter>::default();
+            let kinds = [("error", redis.errors), ("timeout", redis.timeouts)];
+            for (kind, count) in kinds {
+                errors.get_or_create(&KindLabel { kind }).inc_by(count);
+            }
+            registry.register(
+                "tessera_redis_errors",
+                "Calls to Redis that failed (error) or got no answer in time (timeout), the \
+                 background probe's included",
+                errors,
+            );
+        }
         prometheus_text::encode(&mut out, &registry).expect("writing to a String");
         out
     }
@@ -195,7 +230,12 @@ mod tests {
         m.refused("pro", ErrorCode::RateLimited);
         m.refused(NO_PLAN, ErrorCode::RateLimited);
         m.observe(Duration::from_micros(80));
-        let text = m.render(Some(5), 0);
+        let redis = Health {
+            up: false,
+            errors: 2,
+            timeouts: 1,
+        };
+        let text = m.render(Some(5), 0, Some(redis));
         for line in [
             "# HELP tessera_tokens_issued_total Access tokens issued, by plan.",
             "# TYPE tessera_tokens_issued_total counter",
@@ -215,11 +255,16 @@ mod tests {
             "tessera_token_request_duration_seconds_count 1",
             "# TYPE tessera_signing_key_age_seconds gauge",
             "tessera_signing_key_age_seconds 5",
+            "# TYPE tessera_rate_limiter_redis_up gauge",
+            "tessera_rate_limiter_redis_up 0",
+            "# TYPE tessera_redis_errors_total counter",
+            "tessera_redis_errors_total{kind=\"error\"} 2",
+            "tessera_redis_errors_total{kind=\"timeout\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
         }
-        assert!(!m
-            .render(None, 0)
-            .contains("tessera_signing_key_age_seconds"));
+        let memory_only = m.render(None, 0, None);
+        assert!(!memory_only.contains("tessera_signing_key_age_seconds"));
+        assert!(!memory_only.contains("redis"));
     }
 }

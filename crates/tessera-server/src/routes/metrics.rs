@@ -21,6 +21,10 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         .map(|k| now - k.activates_at.max(k.created_at));
     (
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        state.metrics().render(age, state.in_flight().in_use()),
+        state.metrics().render(
+            age,
+            state.in_flight().in_use(),
+            state.redis().map(|redis| redis.health()),
+        ),
     )
 }

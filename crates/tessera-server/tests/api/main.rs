@@ -7,6 +7,7 @@ mod discovery;
 mod inflight;
 mod limits;
 mod promises;
+mod redis_faults;
 mod registry;
 mod token;
 mod tokens;
