@@ -101,7 +101,10 @@ impl DataArgs {
     /// Opens the store, creating and migrating it when needed.
     async fn store(&self) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
         tessera_store::open(&self.database).await.map_err(|e| {
-            anyhow::anyhow!("cannot open database {}: {e}", redact_url(&self.database))
+            anyhow::anyhow!(
+                "cannot open database {}: {e}",
+                tessera_server::redact_url(&self.database)
+            )
         })
     }
 
@@ -119,38 +122,5 @@ impl DataArgs {
         };
         let (secrets, origin) = load_master_key(choice, store).await?;
         Ok((std::sync::Arc::new(secrets), origin))
-    }
-}
-
-/// A URL without its password, for printing.
-pub(crate) fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => format!("{}{user}:[redacted]{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn passwords_are_not_printed() {
-        assert_eq!(
-            super::redact_url("postgres://app:s3cret@db:5432/tessera"),
-            "postgres://app:[redacted]@db:5432/tessera"
-        );
-        assert_eq!(
-            super::redact_url("postgres://app@db/t"),
-            "postgres://app@db/t"
-        );
-        assert_eq!(
-            super::redact_url("sqlite://tessera.db"),
-            "sqlite://tessera.db"
-        );
     }
 }

@@ -29,6 +29,10 @@ pub(crate) struct ServeArgs {
     /// instance counts in its own memory.
     #[arg(long, env = "TESSERA_REDIS_URL")]
     redis_url: Option<String>,
+    /// How many instances share the Redis rate limits: while Redis fails, each counts
+    /// 1/N of every rate in its own memory.
+    #[arg(long, env = "TESSERA_EXPECTED_INSTANCES", default_value = "1")]
+    expected_instances: std::num::NonZeroU32,
     /// Proxies (IP addresses) whose X-Forwarded-For is believed for rate limits and audit
     /// events; repeat or separate with commas.
     #[arg(
@@ -73,6 +77,7 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     let mut config = Config::new(issuer.clone());
     config.signing_alg = args.signing_alg;
     config.redis_url = args.redis_url.clone();
+    config.expected_instances = args.expected_instances;
     config.trusted_proxies = args.trusted_proxies.clone();
     if let Some(cap) = args.max_connections_per_address {
         config.max_connections_per_address = cap;
@@ -102,9 +107,13 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
             }
         });
     }
-    println!("  database: {}", crate::redact_url(&data.database));
+    println!("  database: {}", tessera_server::redact_url(&data.database));
     if let Some(redis) = &args.redis_url {
-        println!("  rate limits shared through {}", crate::redact_url(redis));
+        println!(
+            "  rate limits shared through {} (expected instances: {})",
+            tessera_server::redact_url(redis),
+            args.expected_instances
+        );
     }
     match origin {
         MasterKeyOrigin::Env => println!("  master key: from TESSERA_MASTER_KEY"),

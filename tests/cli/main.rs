@@ -1413,6 +1413,34 @@ fn redis_has(url: &str, key: &str) -> bool {
     }
 }
 
+/// Runs `tessera ARGS`, a `serve` that must fail to start, with the `TESSERA_*` variables in
+/// `env`: it must exit unsuccessfully within 10 s. Returns what it wrote to stderr.
+async fn refused_start(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let mut refused = command(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = refused.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = refused.kill();
+            panic!("{args:?} still starting after 10 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("{args:?} exited in {:?}", started.elapsed());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut refused.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{args:?} should fail");
+    err
+}
+
 #[tokio::test]
 async fn serve_and_token_read_the_environment() {
     let dir = tempfile::tempdir().unwrap();
@@ -1460,28 +1488,11 @@ async fn serve_and_token_read_the_environment() {
         ("TESSERA_REDIS_URL", "redis://127.0.0.1:1"),
     ];
     // A Redis that cannot be reached stops the start, within seconds.
-    let mut refused = command(d)
-        .arg("serve")
-        .envs(serve_env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = refused.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(10) {
-            let _ = refused.kill();
-            panic!("serve still starting 10 s after Redis refused it");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut refused.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(!status.success());
-    assert!(err.contains("rate limiter"), "{err}");
+    let err = refused_start(d, &serve_env, &["serve"]).await;
+    assert!(
+        err.contains("rate limiter: cannot use Redis at redis://127.0.0.1:1:"),
+        "{err}"
+    );
     serve_env.pop();
     serve_env.push(("TESSERA_REDIS_URL", &redis));
     let server = Server::start_with(d, &serve_env, &["serve"]);
@@ -1597,4 +1608,86 @@ fn an_unreachable_database_is_reported_with_its_cause_at_once() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// `serve` with a Redis that dies: each instance answers at once under its share of each
+/// rate, 1/`--expected-instances` (or `TESSERA_EXPECTED_INSTANCES`); a Redis that cannot be
+/// reached at start stops it, named without its password.
+#[tokio::test]
+async fn serve_counts_its_share_while_redis_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = ["--database", "sqlite://share.db"];
+    let flags = [&data[..], &["--listen", "127.0.0.1:0"]].concat();
+    ok(
+        d,
+        &[
+            &["plan", "set", "metered", "--scopes", "news-api"][..],
+            &["--token-rate", "4/min"],
+            &data,
+        ]
+        .concat(),
+    );
+    let client = create_client_with(d, &[], &data, "metered");
+
+    let unreachable = [&["serve"][..], &flags, &["--redis-url"]].concat();
+    let err = refused_start(
+        d,
+        &[],
+        &[&unreachable[..], &["redis://:hunter2@127.0.0.1:1"]].concat(),
+    )
+    .await;
+    assert!(
+        err.contains("cannot use Redis at redis://:[redacted]@127.0.0.1:1:"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+
+    let mut redis = tessera_testkit::ThrowawayRedis::start();
+    let url = redis.url();
+    let two = Server::start_with(
+        d,
+        &[],
+        &[
+            &["serve"][..],
+            &flags,
+            &["--redis-url", &url, "--expected-instances", "2"],
+        ]
+        .concat(),
+    );
+    let database = format!("sqlite://{}", d.join("share.db").display());
+    let four = Server::start_with(
+        d,
+        &[
+            ("TESSERA_DATABASE_URL", &database),
+            ("TESSERA_LISTEN", "127.0.0.1:0"),
+            ("TESSERA_REDIS_URL", &url),
+            ("TESSERA_EXPECTED_INSTANCES", "4"),
+        ],
+        &["serve"],
+    );
+    async fn statuses(base: &str, (id, secret): &(String, String), n: usize) -> Vec<u16> {
+        let mut statuses = Vec::new();
+        for _ in 0..n {
+            let started = Instant::now();
+            statuses.push(token(base, id, secret, "news-api").await.status().as_u16());
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(3), "an answer took {took:?}");
+        }
+        statuses
+    }
+
+    // Counted in Redis, for both: one allowance of four.
+    assert_eq!(statuses(&two.base, &client, 2).await, [200, 200]);
+    assert_eq!(statuses(&four.base, &client, 3).await, [200, 200, 429]);
+
+    // Redis gone: each counts its share in memory, 4/min over 2 and over 4 instances.
+    redis.kill();
+    assert_eq!(statuses(&two.base, &client, 3).await, [200, 200, 429]);
+    assert_eq!(statuses(&four.base, &client, 2).await, [200, 429]);
+    for server in [&two, &four] {
+        server
+            .log_line(|l| l.contains("Redis rate limiter failed"))
+            .await;
+    }
 }

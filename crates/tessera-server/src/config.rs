@@ -1,5 +1,6 @@
 //! Server settings.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use tessera_proto::Algorithm;
@@ -53,6 +54,12 @@ pub struct Config {
     pub redis_url: Option<String>,
     /// The prefix of this deployment's keys in Redis.
     pub redis_prefix: String,
+    /// How long one call to Redis may take; past it (or on an error) the instance counts in
+    /// its own memory until Redis answers again.
+    pub redis_timeout: Duration,
+    /// How many instances share the Redis allowances: while Redis fails, each counts
+    /// 1/`expected_instances` of every rate, so that together they stay near the plan's.
+    pub expected_instances: NonZeroU32,
     /// Proxies whose `X-Forwarded-For` is believed, for rate limits and the audit trail.
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Where every decision by time reads it: the system clock, or a test's.
@@ -83,8 +90,46 @@ impl Config {
             housekeeping_interval: Duration::from_secs(30),
             redis_url: None,
             redis_prefix: "tessera:rate:".into(),
+            // Redis answers in well under a millisecond near the server; 50 ms is far above
+            // a healthy answer and far below the request timeout.
+            redis_timeout: Duration::from_millis(50),
+            expected_instances: NonZeroU32::MIN,
             trusted_proxies: Vec::new(),
             clock: Clock::system(),
         }
+    }
+}
+
+/// `url` without its password (`scheme://user:[redacted]@host…`), for messages and logs:
+/// database and Redis URLs may carry one.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:[redacted]{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/tessera"),
+            "postgres://app:[redacted]@db:5432/tessera"
+        );
+        assert_eq!(
+            redact_url("redis://:s3cret@cache:6379/0"),
+            "redis://:[redacted]@cache:6379/0"
+        );
+        assert_eq!(redact_url("postgres://app@db/t"), "postgres://app@db/t");
+        assert_eq!(redact_url("sqlite://tessera.db"), "sqlite://tessera.db");
     }
 }

@@ -38,7 +38,7 @@ mod signal;
 mod state;
 pub mod usage;
 
-pub use config::Config;
+pub use config::{redact_url, Config};
 pub use serve::{app, run, run_metrics, run_router};
 pub use signal::shutdown_signal;
 pub use state::AppState;

@@ -18,6 +18,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tessera_proto::ErrorCode;
 
+use crate::limits::redis::Health;
+
 /// The content type of what [`Metrics::render`] writes.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
@@ -44,6 +46,12 @@ struct RefusalLabels {
 struct LimitLabel {
     /// A plan name, or `auth_failure` for the per-address limit on failed authentications.
     limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    /// `error` or `timeout`.
+    kind: &'static str,
 }
 
 /// The server's metrics.
@@ -177,6 +185,27 @@ impl Metrics {
             "Whether the last poll of the store succeeded (1) or failed (0)",
             i64::from(gauges.store_up),
         );
+        if let Some(redis) = gauges.redis {
+            let up: Gauge = Gauge::default();
+            up.set(i64::from(redis.up));
+            registry.register(
+                "tessera_rate_limiter_redis_up",
+                "1 while Redis counts the rate limits, 0 while this instance counts its share \
+                 in memory because Redis failed",
+                up,
+            );
+            let errors = Family::<KindLabel, Counter>::default();
+            let kinds = [("error", redis.errors), ("timeout", redis.timeouts)];
+            for (kind, count) in kinds {
+                errors.get_or_create(&KindLabel { kind }).inc_by(count);
+            }
+            registry.register(
+                "tessera_redis_errors",
+                "Calls to Redis that failed (error) or got no answer in time (timeout), the \
+                 background probe's included",
+                errors,
+            );
+        }
         prometheus_text::encode(&mut out, &registry).expect("writing to a String");
         out
     }
@@ -193,6 +222,8 @@ pub struct Gauges {
     pub registry_age_secs: i64,
     /// Whether the last poll of the store succeeded.
     pub store_up: bool,
+    /// The Redis limiter's state; `None` when rate limits are counted in memory only.
+    pub redis: Option<Health>,
 }
 
 fn plan_label(plan: &str) -> &str {
@@ -217,8 +248,14 @@ mod tests {
         m.refused("pro", ErrorCode::RateLimited);
         m.refused(NO_PLAN, ErrorCode::RateLimited);
         m.observe(Duration::from_micros(80));
+        let redis = Health {
+            up: false,
+            errors: 2,
+            timeouts: 1,
+        };
         let text = m.render(&Gauges {
             key_age_secs: Some(5),
+            redis: Some(redis),
             ..Gauges::default()
         });
         for line in [
@@ -240,11 +277,16 @@ mod tests {
             "tessera_token_request_duration_seconds_count 1",
             "# TYPE tessera_signing_key_age_seconds gauge",
             "tessera_signing_key_age_seconds 5",
+            "# TYPE tessera_rate_limiter_redis_up gauge",
+            "tessera_rate_limiter_redis_up 0",
+            "# TYPE tessera_redis_errors_total counter",
+            "tessera_redis_errors_total{kind=\"error\"} 2",
+            "tessera_redis_errors_total{kind=\"timeout\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
         }
-        assert!(!m
-            .render(&Gauges::default())
-            .contains("tessera_signing_key_age_seconds"));
+        let memory_only = m.render(&Gauges::default());
+        assert!(!memory_only.contains("tessera_signing_key_age_seconds"));
+        assert!(!memory_only.contains("redis"));
     }
 }

@@ -9,6 +9,7 @@ use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::keys;
+use crate::limits::redis::RedisLimiter;
 use crate::limits::{self, AuthThrottle, Limiter, LocalLimiter};
 use crate::metrics::Metrics;
 use crate::registry::{Live, LoadError, Registry};
@@ -29,6 +30,8 @@ struct Inner {
     store: Arc<dyn Store>,
     live: Live,
     limiter: Arc<dyn Limiter>,
+    /// The limiter again when it is Redis's, for the metrics.
+    redis: Option<Arc<RedisLimiter>>,
     throttle: AuthThrottle,
     metrics: Metrics,
     usage: UsageCounter,
@@ -48,12 +51,16 @@ impl AppState {
         let registry =
             keys::bootstrap(store.as_ref(), &secrets, config.signing_alg, clock.now()).await?;
         let max_in_flight = config.max_in_flight;
-        let limiter: Arc<dyn Limiter> = match &config.redis_url {
-            Some(url) => Arc::new(
-                limits::redis::RedisLimiter::connect(url, &config.redis_prefix, clock.clone())
+        let redis = match &config.redis_url {
+            Some(url) => Some(Arc::new(
+                RedisLimiter::connect(url, &config)
                     .await
                     .map_err(|e| LoadError::Limiter(e.to_string()))?,
-            ),
+            )),
+            None => None,
+        };
+        let limiter: Arc<dyn Limiter> = match &redis {
+            Some(redis) => redis.clone(),
             None => Arc::new(LocalLimiter::new(clock.clone())),
         };
         let live = Live::new(registry, clock.clone());
@@ -63,6 +70,7 @@ impl AppState {
             inner: Arc::new(Inner {
                 throttle: AuthThrottle::new(limiter.clone(), config.auth_failures),
                 limiter,
+                redis,
                 config,
                 secrets,
                 store,
@@ -116,6 +124,11 @@ impl AppState {
 
     pub(crate) fn limiter(&self) -> &dyn Limiter {
         self.inner.limiter.as_ref()
+    }
+
+    /// The Redis limiter, when rate limits are counted in Redis.
+    pub(crate) fn redis(&self) -> Option<&RedisLimiter> {
+        self.inner.redis.as_deref()
     }
 
     pub(crate) fn throttle(&self) -> &AuthThrottle {

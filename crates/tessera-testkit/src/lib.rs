@@ -272,6 +272,110 @@ pub fn claims_of(token: &str) -> serde_json::Value {
     serde_json::from_slice(&bytes).expect("JSON claims")
 }
 
+/// A `redis-server` of the test's own on a free port of 127.0.0.1, for fault tests: kill it,
+/// start it again on the same port, freeze it and thaw it. Nothing is saved to disk; it is
+/// killed when dropped. Needs `redis-server` on the `PATH`.
+#[derive(Debug)]
+pub struct ThrowawayRedis {
+    /// Its port.
+    pub port: u16,
+    child: Option<std::process::Child>,
+    /// Its working folder, so that nothing lands in the test's.
+    dir: tempfile::TempDir,
+}
+
+impl ThrowawayRedis {
+    /// Starts one on a port that was free a moment ago, and waits until it answers.
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut redis = Self {
+            port,
+            child: None,
+            dir: tempfile::tempdir().expect("a temporary folder"),
+        };
+        redis.restart();
+        redis
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it with SIGKILL and waits for it to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it (again) on the same port, empty, and waits (10 s at most) until it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .current_dir(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server on the PATH");
+        self.child = Some(child);
+        let started = std::time::Instant::now();
+        while !self.answers() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server on port {} not answering after 10 s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops it with SIGSTOP: connections stay open and nothing is answered.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server go on with SIGCONT.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("a running redis-server");
+        let status = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal}");
+    }
+
+    /// Whether it answers PING with PONG.
+    fn answers(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut reply = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG\r\n"
+    }
+}
+
+impl Drop for ThrowawayRedis {
+    fn drop(&mut self) {
+        // SIGKILL ends a frozen server too.
+        self.kill();
+    }
+}
+
 /// The process-wide log buffer.
 fn buffer() -> &'static Arc<Mutex<Vec<u8>>> {
     static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();

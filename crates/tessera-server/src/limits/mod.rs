@@ -2,7 +2,9 @@
 //! cap on requests in flight.
 //!
 //! Per-client limits use GCRA (the generic cell rate algorithm) through the `governor`
-//! crate, behind the [`Limiter`] trait so that a distributed backend can take its place.
+//! crate, behind the [`Limiter`] trait so that a distributed backend ([`redis`]) can take
+//! its place; that backend falls back to this process's memory at its [`share`] of each
+//! rate when Redis fails.
 //! Answers carry the `RateLimit` and `RateLimit-Policy` fields of the IETF httpapi draft
 //! (draft-ietf-httpapi-ratelimit-headers-08) and, when refused, `Retry-After` (RFC 9110 10.2.3).
 
@@ -152,6 +154,18 @@ impl Limiter for LocalLimiter {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
+    }
+}
+
+/// One instance's share of `rate` when `instances` count apart (the Redis limiter's
+/// fallback): a rate `instances` times slower, and the burst divided likewise but at least
+/// one request. Never unlimited; `4/min` over 2 instances is `2/min`, burst 2, at each.
+pub fn share(rate: RateLimit, instances: NonZeroU32) -> RateLimit {
+    let n = instances.get();
+    RateLimit {
+        count: rate.count,
+        period_secs: rate.period_secs.saturating_mul(n),
+        burst: (rate.burst / n).max(1),
     }
 }
 
@@ -342,6 +356,39 @@ mod tests {
             limiter.check("a", rate).await,
             Decision::Allowed { remaining: 0, .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn a_share_allows_its_part_of_the_burst_and_of_the_rate() {
+        let clock = crate::clock::ManualClock::at(1_000);
+        let limiter = LocalLimiter::new(clock.clone().into());
+        let two = NonZeroU32::new(2).unwrap();
+        let rate = RateLimit {
+            count: 4,
+            period_secs: 60,
+            burst: 4,
+        };
+        assert_eq!(share(rate, NonZeroU32::MIN), rate);
+        let half = share(rate, two);
+        for _ in 0..2 {
+            assert!(matches!(
+                limiter.check("a", half).await,
+                Decision::Allowed { .. }
+            ));
+        }
+        // 2/min: the next one in 30 s, as 4/min over two instances.
+        match limiter.check("a", half).await {
+            Decision::Limited { retry_after_secs } => assert_eq!(retry_after_secs, 30),
+            other => panic!("{other:?}"),
+        }
+        // A burst smaller than the instances still lets one request through.
+        let one = RateLimit {
+            count: 1,
+            period_secs: 86_400,
+            burst: 1,
+        };
+        let third = share(one, NonZeroU32::new(3).unwrap());
+        assert_eq!((third.burst, third.period_secs), (1, 3 * 86_400));
     }
 
     #[test]

@@ -27,6 +27,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             in_flight: state.in_flight().in_use(),
             registry_age_secs: state.live().age(),
             store_up: state.live().store_up(),
+            redis: state.redis().map(|redis| redis.health()),
         }),
     )
 }

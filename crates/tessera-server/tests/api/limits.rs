@@ -10,14 +10,14 @@ use tessera_testkit::*;
 
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
-async fn plan_with(app: &TestApp, name: &str, settings: PlanSettings) {
+pub(crate) async fn plan_with(app: &TestApp, name: &str, settings: PlanSettings) {
     app.admin()
         .set_plan_with(name, "news-api", &settings)
         .await
         .unwrap();
 }
 
-fn rate(count: u32, period_secs: u32, burst: u32) -> PlanSettings {
+pub(crate) fn rate(count: u32, period_secs: u32, burst: u32) -> PlanSettings {
     PlanSettings {
         token_rate: tessera_server::admin::Change::Set(RateLimit {
             count,
@@ -65,7 +65,7 @@ async fn the_request_over_the_limit_gets_429_and_later_ones_succeed() {
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
 }
 
-fn per_minute(count: u32) -> RateLimit {
+pub(crate) fn per_minute(count: u32) -> RateLimit {
     RateLimit {
         count,
         period_secs: 60,
@@ -288,7 +288,7 @@ async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
 /// The value of the sample `series` in `/metrics`; `None` when the series is absent (a
 /// label set not yet counted). Panics unless `/metrics` answers 200, and unless a present
 /// series has its family's TYPE line, so that a missing endpoint never reads as zero.
-async fn metric(app: &TestApp, series: &str) -> Option<u64> {
+pub(crate) async fn metric(app: &TestApp, series: &str) -> Option<u64> {
     let response = app.http.get(app.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let text = response.text().await.unwrap();

@@ -8,6 +8,7 @@ mod inflight;
 mod limits;
 mod outage;
 mod promises;
+mod redis_faults;
 mod registry;
 mod token;
 mod tokens;

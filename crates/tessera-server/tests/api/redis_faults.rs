@@ -1,0 +1,120 @@
+//! The Redis limiter when Redis dies, comes back and freezes: requests are answered at once
+//! under each instance's share of the rate, never unlimited, and counting returns to Redis
+//! within seconds of it answering again. Each test has a `redis-server` of its own.
+//!
+//! Redis faults happen in real time (the server's clock is the test's, Redis's is not):
+//! waits are bounded generously, and no bound is tighter than a few seconds.
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use tessera_proto::{ClientId, ClientSecret};
+use tessera_store::AuthMethod;
+use tessera_testkit::*;
+
+use crate::limits::{metric, per_minute, plan_with, rate};
+
+const NEWS: &str = "grant_type=client_credentials&scope=news-api";
+
+/// What "promptly" means on a loaded 2-core machine; a healthy answer takes milliseconds,
+/// a frozen Redis costs one call timeout, and the fault on main cost 10 s (408).
+const PROMPT: Duration = Duration::from_secs(3);
+
+/// The statuses of `n` token requests in turn, each of which must be answered within
+/// [`PROMPT`]; `secret` is the client's or a wrong one.
+async fn ask(app: &TestApp, id: &ClientId, secret: &ClientSecret, n: usize) -> Vec<u16> {
+    let mut statuses = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let status = app.token(id, secret, NEWS).await.status().as_u16();
+        let took = started.elapsed();
+        eprintln!("answer {status} in {took:?}");
+        assert!(took < PROMPT, "answer {status} took {took:?}");
+        statuses.push(status);
+    }
+    statuses
+}
+
+/// Waits (30 s at most) until `/metrics` shows Redis counting again.
+async fn until_redis_is_back(app: &TestApp) {
+    let started = Instant::now();
+    while metric(app, "tessera_rate_limiter_redis_up").await != Some(1) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "Redis not counting again after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("back on Redis after {:?}", started.elapsed());
+}
+
+/// Checks that `message` about the Redis on `port` was logged `times` times.
+fn assert_logged(app: &TestApp, message: &str, port: u16, times: usize) {
+    let redis = format!("\"redis\":\"redis://127.0.0.1:{port}\"");
+    let log = app.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(message) && l.contains(&redis))
+        .collect();
+    assert_eq!(lines.len(), times, "{message:?} in {lines:#?}");
+}
+
+const SWITCH: &str = "Redis rate limiter failed";
+const RETURN: &str = "Redis answers again";
+
+#[tokio::test]
+async fn a_dead_or_frozen_redis_leaves_each_instance_its_share_and_redis_takes_over_again() {
+    let mut redis = ThrowawayRedis::start();
+    let app = spawn_with(|s| {
+        s.config.redis_url = Some(redis.url());
+        s.config.expected_instances = NonZeroU32::new(2).unwrap();
+        // The default is 50 ms; a loaded test machine must not turn a slow answer into a
+        // fault where the test expects Redis's own decision.
+        s.config.redis_timeout = Duration::from_millis(500);
+        s.config.auth_failures.per_source_and_client = per_minute(4);
+    })
+    .await;
+    plan_with(&app, "metered", rate(4, 60, 4)).await;
+    let client = || app.client_on("metered", AuthMethod::ClientSecretBasic);
+    let wrong = ClientSecret::new("tcs_wrong");
+    let (up, errors, timeouts) = (
+        "tessera_rate_limiter_redis_up",
+        "tessera_redis_errors_total{kind=\"error\"}",
+        "tessera_redis_errors_total{kind=\"timeout\"}",
+    );
+    assert_eq!(metric(&app, up).await, Some(1));
+    assert_eq!(metric(&app, errors).await, Some(0));
+    assert_eq!(metric(&app, timeouts).await, Some(0));
+
+    // Killed: a request's call fails, and this instance counts half of each rate.
+    redis.kill();
+    let (id, secret) = client().await;
+    assert_eq!(ask(&app, &id, &secret, 3).await, [200, 200, 429]);
+    assert_eq!(ask(&app, &id, &wrong, 3).await, [401, 401, 429]);
+    assert_eq!(metric(&app, up).await, Some(0));
+    assert!(metric(&app, errors).await >= Some(1));
+    assert_logged(&app, SWITCH, redis.port, 1);
+    assert_logged(&app, RETURN, redis.port, 0);
+
+    // Back on the same port: the probe finds it, and Redis's allowance counts again.
+    redis.restart();
+    until_redis_is_back(&app).await;
+    assert_logged(&app, RETURN, redis.port, 1);
+    let (id, secret) = client().await;
+    assert_eq!(ask(&app, &id, &secret, 5).await, [200, 200, 200, 200, 429]);
+    assert_eq!(ask(&app, &id, &wrong, 5).await, [401, 401, 401, 401, 429]);
+    assert_eq!(metric(&app, up).await, Some(1));
+
+    // Frozen: connections stay open and nothing answers; the call timeout ends the wait.
+    redis.freeze();
+    let (id, secret) = client().await;
+    assert_eq!(ask(&app, &id, &secret, 3).await, [200, 200, 429]);
+    assert_eq!(ask(&app, &id, &wrong, 3).await, [401, 401, 429]);
+    assert_eq!(metric(&app, up).await, Some(0));
+    assert!(metric(&app, timeouts).await >= Some(1));
+    assert_logged(&app, SWITCH, redis.port, 2);
+
+    redis.thaw();
+    until_redis_is_back(&app).await;
+    assert_logged(&app, RETURN, redis.port, 2);
+}
