@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod data;
 mod signals;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");

@@ -49,6 +49,14 @@ pub enum StoreError {
     /// Applying the embedded migrations failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Creating or writing a database file failed.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
 }
 
 /// A shorthand for store results.

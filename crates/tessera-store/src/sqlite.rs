@@ -1,8 +1,9 @@
-//! The embedded SQLite backend: one file, created on first use, WAL with `synchronous=FULL`
-//! so that an acknowledged write survives a crash. The schema is in `migrations/sqlite/`;
-//! the queries are shared with PostgreSQL (`sql.rs`), so this module only connects and
-//! gives the one statement SQLite words its own way.
+//! The embedded SQLite backend: one file, created on first use readable by its owner only,
+//! WAL with `synchronous=FULL` so that an acknowledged write survives a crash. The schema is
+//! in `migrations/sqlite/`; the queries are shared with PostgreSQL (`sql.rs`), so this module
+//! only connects and gives the statements SQLite words its own way.
 
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -16,23 +17,53 @@ use crate::{Result, StoreError};
 pub type SqliteStore = SqlStore<Sqlite>;
 
 impl SqliteStore {
-    /// Opens (and creates) the database at `url`: `sqlite://PATH`, `sqlite:PATH` or a path.
+    /// Opens the database at `url` (`sqlite://PATH`, `sqlite:PATH` or a path), creating it
+    /// when missing. A new file is readable and writable by its owner only (mode 0600), and
+    /// SQLite gives its `-wal` and `-shm` files the mode of the database file.
     pub async fn open(url: &str) -> Result<Self> {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
-        if path.is_empty() || path.contains(":memory:") {
-            return Err(StoreError::UnsupportedUrl(url.to_owned()));
-        }
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))?
-            .create_if_missing(true)
+        let (spec, path) = parse(url)?;
+        create_private(&path)?;
+        Self::connect_file(spec).await
+    }
+
+    async fn connect_file(spec: &str) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{spec}"))?
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
         let pool = SqlitePoolOptions::new().max_connections(4);
         Self::connect(pool, options, sqlx::migrate!("migrations/sqlite")).await
+    }
+}
+
+/// The part of `url` after the scheme (with any `?` options) and the file it names.
+fn parse(url: &str) -> Result<(&str, PathBuf)> {
+    let spec = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let path = spec.split('?').next().unwrap_or(spec);
+    if path.is_empty() || path.contains(":memory:") {
+        return Err(StoreError::UnsupportedUrl(url.to_owned()));
+    }
+    Ok((spec, PathBuf::from(path)))
+}
+
+/// Creates `path` empty with mode 0600 unless it exists (SQLite takes an empty file for a
+/// new database), so that the registry is never readable by others, not even for a moment.
+fn create_private(path: &Path) -> Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::File {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
