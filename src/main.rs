@@ -60,6 +60,15 @@ enum Command {
     Token(token::TokenArgs),
 }
 
+/// What a command does with the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Only reads: the database must exist.
+    Read,
+    /// Writes (or serves): the database is created when missing.
+    Write,
+}
+
 /// Parses `EdDSA` or `ES256`.
 fn parse_alg(s: &str) -> Result<Algorithm, String> {
     s.parse()
@@ -98,9 +107,15 @@ impl DataArgs {
         Some(PathBuf::from(path.split('?').next().unwrap_or(path)))
     }
 
-    /// Opens the store, creating and migrating it when needed.
-    async fn store(&self) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
-        tessera_store::open(&self.database).await.map_err(|e| {
+    /// Opens the store. For a command that writes, creating and migrating it when needed;
+    /// one that only reads needs an existing database, so that a mistyped path creates
+    /// nothing.
+    async fn store(&self, access: Access) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
+        let opened = match access {
+            Access::Read => tessera_store::open_existing(&self.database).await,
+            Access::Write => tessera_store::open(&self.database).await,
+        };
+        opened.map_err(|e| {
             anyhow::anyhow!("cannot open database {}: {e}", redact_url(&self.database))
         })
     }

@@ -45,7 +45,7 @@ pub(crate) struct ServeArgs {
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     // Held until the server stops, so that buffered log lines are written out.
     let _log_guard = init_logging(args.log_json);
-    let store = data.store().await?;
+    let store = data.store(crate::Access::Write).await?;
     let (secrets, origin) = data.secrets(store.as_ref()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

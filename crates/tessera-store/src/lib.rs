@@ -11,7 +11,7 @@
 //!   `migrations/postgres/`. Each backend module holds only what its database does its own
 //!   way: its store type (`SqlStore` of that database), how it opens, and its `Dialect`
 //!   (the SQL it words differently: how revocations are numbered).
-//! - [`open`]: the one place where a database URL picks a backend.
+//! - [`open`] and [`open_existing`]: the one place where a database URL picks a backend.
 //!
 //! The token hot path never calls the store: the server holds the registry in memory and
 //! polls [`Store::revision`] to notice changes made by other processes.
@@ -49,6 +49,9 @@ pub enum StoreError {
     /// Applying the embedded migrations failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The SQLite file to open without creating it does not exist ([`open_existing`]).
+    #[error("no database file at {}", .0.display())]
+    Missing(std::path::PathBuf),
     /// Creating or writing a database file failed.
     #[error("{}: {source}", path.display())]
     File {
@@ -299,13 +302,29 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 /// `postgres://…` (or `postgresql://…`) selects PostgreSQL; `sqlite://PATH`, `sqlite:PATH` or
 /// a bare file path select the embedded SQLite backend.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    open_with(url, true).await
+}
+
+/// Opens the store a URL names like [`open`], but never creates an SQLite file: a missing
+/// one is [`StoreError::Missing`]. For the commands that only read, so that a mistyped path
+/// leaves nothing behind. (An existing database is still migrated; PostgreSQL opens as with
+/// [`open`], since a database there is never created.)
+pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>> {
+    open_with(url, false).await
+}
+
+async fn open_with(url: &str, create: bool) -> Result<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(postgres::PostgresStore::open(url).await?));
     }
     if url.contains("://") && !url.starts_with("sqlite://") {
         return Err(StoreError::UnsupportedUrl(url.to_owned()));
     }
-    Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+    Ok(Arc::new(if create {
+        sqlite::SqliteStore::open(url).await?
+    } else {
+        sqlite::SqliteStore::open_existing(url).await?
+    }))
 }
 
 #[cfg(test)]

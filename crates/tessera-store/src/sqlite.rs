@@ -26,6 +26,19 @@ impl SqliteStore {
         Self::connect_file(spec).await
     }
 
+    /// Opens the database at `url` like [`open`](Self::open), but only if its file exists:
+    /// otherwise [`StoreError::Missing`], and nothing is created.
+    pub async fn open_existing(url: &str) -> Result<Self> {
+        let (spec, path) = parse(url)?;
+        // An error other than absence (a folder without search permission) is SQLite's to
+        // report.
+        if let Ok(false) = path.try_exists() {
+            return Err(StoreError::Missing(path));
+        }
+        Self::connect_file(spec).await
+    }
+
+    /// Connects to an existing file; SQLite is never asked to create one.
     async fn connect_file(spec: &str) -> Result<Self> {
         let options = SqliteConnectOptions::from_str(&format!("sqlite://{spec}"))?
             .journal_mode(SqliteJournalMode::Wal)
@@ -76,6 +89,21 @@ impl Dialect for Sqlite {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn open_existing_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("typo.db");
+        let url = format!("sqlite://{}", path.display());
+        let err = SqliteStore::open_existing(&url).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Missing(p) if *p == path),
+            "{err}"
+        );
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+        drop(SqliteStore::open(&url).await.unwrap());
+        SqliteStore::open_existing(&url).await.unwrap();
+    }
 
     /// The durability promise rests on these two settings of every connection: an
     /// acknowledged write is in the WAL and synced before the answer (SQLite's
