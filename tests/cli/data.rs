@@ -55,3 +55,77 @@ fn read_only_commands_create_no_database() {
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     assert!(ok(d, &["plan", "list"]).contains("pro"));
 }
+
+/// Deletes the default database's files, as an operator might by mistake.
+fn remove_database(d: &Path) {
+    for name in ["tessera.db", "tessera.db-wal", "tessera.db-shm"] {
+        match std::fs::remove_file(d.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("{name}: {e}"),
+            _ => {}
+        }
+    }
+}
+
+/// `serve` on an unspecified address without `--issuer`: it opens the database and loads
+/// the master key, then stops, so that a test of what comes before never leaves a server
+/// running.
+const SERVE_AND_STOP: [&str; 3] = ["serve", "--listen", "0.0.0.0:0"];
+
+/// A master key file beside a missing or empty database says the data was moved or lost:
+/// `serve` and the commands that write refuse to start afresh (a new signing key, every
+/// client gone), naming both files, until `--init` says so.
+#[tokio::test]
+async fn a_lost_database_beside_its_key_is_not_replaced_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    create_client(d, "pro");
+    remove_database(d);
+    let writes: [&[&str]; 4] = [
+        &SERVE_AND_STOP,
+        &["plan", "set", "pro", "--scopes", "news-api"],
+        &["client", "delete", "tc_nobody"],
+        &["keys", "rotate"],
+    ];
+    for args in writes {
+        let err = fails(d, args);
+        assert!(
+            err.contains("the database tessera.db is missing")
+                && err.contains("master key file tessera.db.key")
+                && err.contains("--init"),
+            "{args:?}: {err}"
+        );
+        assert!(!d.join("tessera.db").exists(), "{args:?} created it");
+    }
+    // An empty file (or a freshly migrated schema) is no better.
+    std::fs::write(d.join("tessera.db"), "").unwrap();
+    let err = fails(d, &SERVE_AND_STOP);
+    assert!(err.contains("the database tessera.db is empty"), "{err}");
+    let err = fails(d, &["--init", "plan", "list"]);
+    assert!(err.contains("--init is for `serve`"), "{err}");
+
+    // --init starts a new database under the key; from then on it is the key's database.
+    let server = Server::start(d, &["--init"]);
+    server.terminate().await;
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let server = Server::start(d, &[]);
+    assert_eq!(
+        token(&server.base, &id, &secret, "news-api").await.status(),
+        200
+    );
+}
+
+/// A first start that stopped after it tied the new database to its new key file (here the
+/// port was taken) lost nothing: the next start needs no `--init`.
+#[test]
+fn a_first_start_that_stopped_needs_no_init() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let err = fails(d, &["serve", "--listen", &address]);
+    assert!(err.contains("cannot listen"), "{err}");
+    assert!(d.join("tessera.db.key").exists());
+    drop(Server::start(d, &[]));
+}

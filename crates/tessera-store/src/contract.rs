@@ -37,6 +37,11 @@ fn client(id: &str, plan: &str) -> Client {
 }
 
 pub(crate) async fn contract(store: &dyn Store) {
+    // A fresh database is empty; a check value alone makes it used.
+    assert!(store.is_empty().await.unwrap());
+    assert_eq!(store.check_value("first", b"x").await.unwrap(), b"x");
+    assert!(!store.is_empty().await.unwrap());
+
     let r0 = store.revision().await.unwrap();
 
     // Plans: insert, then update in place.

@@ -287,6 +287,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Forgets revocations of tokens that have expired by `now`.
     async fn prune_revoked(&self, now: Timestamp) -> Result<()>;
 
+    /// Whether nothing was ever stored: no plan, client or signing key, and no check value
+    /// (a freshly migrated schema). A database whose first start stopped after it was tied
+    /// to its master key (see [`check_value`](Store::check_value)) is not empty.
+    async fn is_empty(&self) -> Result<bool>;
+
     /// The value stored under `name`, storing `proposed` first if there is none: a check
     /// value that ties the database to its master key.
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>>;

@@ -285,6 +285,16 @@ where
         Ok(())
     }
 
+    async fn is_empty(&self) -> Result<bool> {
+        let any = sqlx::query(
+            "SELECT 1 FROM plans UNION ALL SELECT 1 FROM clients \
+             UNION ALL SELECT 1 FROM signing_keys UNION ALL SELECT 1 FROM meta LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(any.is_none())
+    }
+
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
         sqlx::query("INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
             .bind(name)
