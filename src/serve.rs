@@ -84,6 +84,15 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         state.sync().await?;
     }
     tessera_server::run(listener, state, tessera_server::shutdown_signal()).await?;
+    // After a clean stop the database file alone holds every change: a copy of it is whole.
+    match store.checkpoint().await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            "the write-ahead log could not be emptied while other processes read the database; \
+             it stays durable and is moved into the file later"
+        ),
+        Err(error) => tracing::warn!(%error, "checkpoint at shutdown failed"),
+    }
     Ok(())
 }
 

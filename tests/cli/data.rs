@@ -129,3 +129,24 @@ fn a_first_start_that_stopped_needs_no_init() {
     assert!(d.join("tessera.db.key").exists());
     drop(Server::start(d, &[]));
 }
+
+/// After a clean stop the database file alone holds every change: the WAL is checkpointed
+/// into it and emptied.
+#[tokio::test]
+async fn sigterm_leaves_an_empty_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let server = Server::start(d, &[]);
+    // Usage is written on shutdown, so the server has a write of its own to checkpoint.
+    assert_eq!(
+        token(&server.base, &id, &secret, "news-api").await.status(),
+        200
+    );
+    assert!(server.terminate().await.success());
+    let wal = std::fs::metadata(d.join("tessera.db-wal")).map_or(0, |m| m.len());
+    assert_eq!(wal, 0, "bytes left in tessera.db-wal");
+    let usage = ok(d, &["client", "usage", &id, "--json"]);
+    assert!(usage.contains("\"issued\": 1"), "{usage}");
+}

@@ -169,6 +169,9 @@ pub(crate) async fn contract(store: &dyn Store) {
     assert_eq!(store.check_value("k", b"one").await.unwrap(), b"one");
     assert_eq!(store.check_value("k", b"two").await.unwrap(), b"one");
 
+    // With no reader in the way, a checkpoint moves everything.
+    assert!(store.checkpoint().await.unwrap());
+
     // Usage adds up per client and day.
     let id = ClientId::parse("c9").unwrap();
     let day = |d: &str, issued, refused| Usage {

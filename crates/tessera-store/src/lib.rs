@@ -296,6 +296,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// value that ties the database to its master key.
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>>;
 
+    /// Moves what the write-ahead log holds into the database file and empties the log,
+    /// so that after a clean stop the file alone holds every change (SQLite; a backend
+    /// without such a log has nothing to do). `Ok(false)` when readers in other processes
+    /// kept part of the log: it stays durable there and is moved later.
+    async fn checkpoint(&self) -> Result<bool>;
+
     /// Adds counts to the usage table.
     async fn add_usage(&self, usage: &[Usage]) -> Result<()>;
     /// One client's usage, by day.

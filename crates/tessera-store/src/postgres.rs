@@ -29,4 +29,6 @@ impl Dialect for Postgres {
     // The sequence behind `seq` (migrations/postgres/0002) numbers revocations.
     const REVOKED_SINCE: &'static str = "SELECT seq, jti, client_id, exp \
         FROM revoked_tokens WHERE seq > $1 AND exp > $2 ORDER BY seq";
+    // The server checkpoints its own write-ahead log.
+    const CHECKPOINT: Option<&'static str> = None;
 }

@@ -25,6 +25,9 @@ pub(crate) trait Dialect: Database {
     /// [`Store::revoked_since`]: columns `seq, jti, client_id, exp` of the revocations with
     /// a sequence number above `$1` and `exp` above `$2`, in sequence order.
     const REVOKED_SINCE: &'static str;
+    /// [`Store::checkpoint`], if the database keeps a log of its own to move into its
+    /// file: one row whose column `busy` is 0 when the whole log was moved.
+    const CHECKPOINT: Option<&'static str>;
 }
 
 /// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
@@ -306,6 +309,14 @@ where
             .fetch_one(&self.pool)
             .await?;
         rows::get(&row, "value")
+    }
+
+    async fn checkpoint(&self) -> Result<bool> {
+        let Some(checkpoint) = DB::CHECKPOINT else {
+            return Ok(true);
+        };
+        let row = sqlx::query(checkpoint).fetch_one(&self.pool).await?;
+        Ok(rows::get::<_, i64>(&row, "busy")? == 0)
     }
 
     async fn add_usage(&self, usage: &[Usage]) -> Result<()> {

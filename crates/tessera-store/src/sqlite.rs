@@ -84,6 +84,8 @@ impl Dialect for Sqlite {
     // SQLite numbers the rows of a table itself.
     const REVOKED_SINCE: &'static str = "SELECT rowid AS seq, jti, client_id, exp \
         FROM revoked_tokens WHERE rowid > $1 AND exp > $2 ORDER BY rowid";
+    // TRUNCATE: the -wal file is left empty, not only marked as reusable.
+    const CHECKPOINT: Option<&'static str> = Some("PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
 #[cfg(test)]
@@ -103,6 +105,25 @@ mod tests {
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
         drop(SqliteStore::open(&url).await.unwrap());
         SqliteStore::open_existing(&url).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_empties_the_wal() {
+        use crate::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = SqliteStore::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        let wal = || {
+            std::fs::metadata(dir.path().join("t.db-wal"))
+                .unwrap()
+                .len()
+        };
+        store.check_value("k", b"v").await.unwrap();
+        assert!(wal() > 0);
+        assert!(store.checkpoint().await.unwrap());
+        assert_eq!(wal(), 0);
     }
 
     /// The durability promise rests on these two settings of every connection: an
