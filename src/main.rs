@@ -12,6 +12,7 @@ use tessera_server::secrets::{
 };
 
 mod admin;
+mod backup;
 mod serve;
 mod token;
 
@@ -63,6 +64,9 @@ enum Command {
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(admin::KeysCommand),
+    /// Copy the SQLite database into a new file, consistently, also while `serve` runs.
+    /// The master key is not in the copy: back it up apart, once.
+    Backup(backup::BackupArgs),
     /// Get an access token as a client (cached on disk for its lifetime).
     Token(token::TokenArgs),
 }
@@ -89,6 +93,7 @@ async fn main() -> std::process::ExitCode {
         Command::Plan(cmd) => admin::plan(&cli.data, cmd).await,
         Command::Client(cmd) => admin::client(&cli.data, cmd).await,
         Command::Keys(cmd) => admin::keys(&cli.data, cmd).await,
+        Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
     };
     match outcome {
@@ -123,14 +128,11 @@ impl DataArgs {
     /// was moved or lost (or `--database` is mistyped), and starting afresh would make a new
     /// signing key with every client gone. A key file that is new too is a first start.
     async fn store(&self, access: Access) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
-        let opening_error = |e| anyhow!("cannot open database {}: {e}", redact_url(&self.database));
         if access == Access::Read {
-            if self.init {
-                bail!("--init is for `serve` and the commands that write");
-            }
+            self.reads_only()?;
             return tessera_store::open_existing(&self.database)
                 .await
-                .map_err(opening_error);
+                .map_err(|e| self.opening_error(e));
         }
         let outlived = match self.master_key_choice() {
             MasterKeyChoice::BesideDatabase(Some(database)) if !self.init => {
@@ -155,13 +157,29 @@ impl DataArgs {
         }
         let store = tessera_store::open(&self.database)
             .await
-            .map_err(opening_error)?;
+            .map_err(|e| self.opening_error(e))?;
         if let Some((database, key)) = &outlived {
             if store.is_empty().await? {
                 return Err(refuse(database, key, "is empty"));
             }
         }
         Ok(store)
+    }
+
+    /// Refuses `--init` to a command that only reads.
+    fn reads_only(&self) -> Result<()> {
+        if self.init {
+            bail!("--init is for `serve` and the commands that write");
+        }
+        Ok(())
+    }
+
+    /// Why the database could not be opened, with its URL (less any password).
+    fn opening_error(&self, error: tessera_store::StoreError) -> anyhow::Error {
+        anyhow::Error::new(error).context(format!(
+            "cannot open database {}",
+            redact_url(&self.database)
+        ))
     }
 
     /// Where the master key comes from: `TESSERA_MASTER_KEY`, `--master-key-file`, or the

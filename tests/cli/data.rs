@@ -1,4 +1,7 @@
-//! Data safety on the embedded default: the files' modes.
+//! Data safety on the embedded default (an SQLite file with its master key file beside it):
+//! no fresh start over a lost database, no database made by a command that only reads, an
+//! empty WAL after a clean stop, backups taken while serving, the issuer a database was
+//! served with, and the files' modes.
 
 use super::*;
 
@@ -149,4 +152,58 @@ async fn sigterm_leaves_an_empty_wal() {
     assert_eq!(wal, 0, "bytes left in tessera.db-wal");
     let usage = ok(d, &["client", "usage", &id, "--json"]);
     assert!(usage.contains("\"issued\": 1"), "{usage}");
+}
+
+/// `tessera backup` copies the database while a server runs on it. Restored elsewhere with
+/// the master key file copied beside it, the copy serves the clients created before the
+/// backup (and not those created after).
+#[tokio::test]
+async fn a_backup_taken_while_serving_restores_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let server = Server::start(d, &[]);
+    assert_eq!(
+        token(&server.base, &id, &secret, "news-api").await.status(),
+        200
+    );
+    let said = ok(d, &["backup", "--out", "copy.db"]);
+    assert!(
+        said.contains("tessera.db.key"),
+        "names the key to keep: {said}"
+    );
+    let (later, later_secret) = create_client(d, "pro");
+    #[cfg(unix)]
+    assert_eq!(mode(&d.join("copy.db")), "600");
+
+    // An existing file is never overwritten.
+    let copy = std::fs::read(d.join("copy.db")).unwrap();
+    let err = fails(d, &["backup", "--out", "copy.db"]);
+    assert!(err.contains("copy.db"), "{err}");
+    assert_eq!(std::fs::read(d.join("copy.db")).unwrap(), copy);
+
+    let restored = tempfile::tempdir().unwrap();
+    let r = restored.path();
+    std::fs::copy(d.join("copy.db"), r.join("tessera.db")).unwrap();
+    std::fs::copy(d.join("tessera.db.key"), r.join("tessera.db.key")).unwrap();
+    let second = Server::start(r, &[]);
+    assert_eq!(
+        token(&second.base, &id, &secret, "news-api").await.status(),
+        200
+    );
+    let after = token(&second.base, &later, &later_secret, "news-api").await;
+    assert_eq!(after.status(), 401);
+    server.terminate().await;
+
+    // Nothing to copy: no database, or one that is no file.
+    let err = fails(
+        r,
+        &["backup", "--out", "x.db", "--database", "sqlite://none.db"],
+    );
+    assert!(err.contains("no database file at none.db"), "{err}");
+    let postgres = ["--database", "postgres://tessera@127.0.0.1:1/none"];
+    let err = fails(r, &[&["backup", "--out", "x.db"], &postgres[..]].concat());
+    assert!(err.contains("pg_dump"), "{err}");
+    assert!(!r.join("x.db").exists() && !r.join("none.db").exists());
 }

@@ -22,7 +22,12 @@ impl SqliteStore {
     /// SQLite gives its `-wal` and `-shm` files the mode of the database file.
     pub async fn open(url: &str) -> Result<Self> {
         let (spec, path) = parse(url)?;
-        create_private(&path)?;
+        match create_private(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(StoreError::File { path, source: e });
+            }
+            _ => {}
+        }
         Self::connect_file(spec).await
     }
 
@@ -36,6 +41,41 @@ impl SqliteStore {
             return Err(StoreError::Missing(path));
         }
         Self::connect_file(spec).await
+    }
+
+    /// Writes a consistent copy of the database into the new file `out`, mode 0600, while
+    /// other connections and processes go on reading and writing (`VACUUM INTO`, which also
+    /// leaves out free pages). An existing `out` is never overwritten; after a failure the
+    /// new file is removed.
+    pub async fn backup_into(&self, out: &Path) -> Result<()> {
+        let file_error = |source| StoreError::File {
+            path: out.to_owned(),
+            source,
+        };
+        let target = out.to_str().ok_or_else(|| {
+            file_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the path is not UTF-8",
+            ))
+        })?;
+        // Created here for its mode and so that nothing is overwritten: SQLite writes into
+        // an empty file as into a missing one.
+        create_private(out).map_err(file_error)?;
+        let copied = async {
+            sqlx::query("VACUUM INTO $1")
+                .bind(target)
+                .execute(&self.pool)
+                .await?;
+            // SQLite does not promise to sync what VACUUM INTO wrote.
+            std::fs::File::open(out)
+                .and_then(|file| file.sync_all())
+                .map_err(file_error)
+        }
+        .await;
+        if copied.is_err() {
+            let _ = std::fs::remove_file(out);
+        }
+        copied
     }
 
     /// Connects to an existing file; SQLite is never asked to create one.
@@ -63,21 +103,15 @@ fn parse(url: &str) -> Result<(&str, PathBuf)> {
     Ok((spec, PathBuf::from(path)))
 }
 
-/// Creates `path` empty with mode 0600 unless it exists (SQLite takes an empty file for a
-/// new database), so that the registry is never readable by others, not even for a moment.
-fn create_private(path: &Path) -> Result<()> {
+/// Creates `path` empty with mode 0600, failing if it exists. SQLite takes an empty file for
+/// a new database, and gives its `-wal` and `-shm` files the mode of the database file, so
+/// that the registry is never readable by others, not even for a moment.
+fn create_private(path: &Path) -> std::io::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    match options.open(path) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(source) => Err(StoreError::File {
-            path: path.to_owned(),
-            source,
-        }),
-    }
+    options.open(path).map(drop)
 }
 
 impl Dialect for Sqlite {
@@ -105,6 +139,33 @@ mod tests {
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
         drop(SqliteStore::open(&url).await.unwrap());
         SqliteStore::open_existing(&url).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_backup_is_a_new_private_file() {
+        use crate::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let url = |name: &str| format!("sqlite://{}", dir.path().join(name).display());
+        let store = SqliteStore::open(&url("t.db")).await.unwrap();
+        store.check_value("k", b"v").await.unwrap();
+        let out = dir.path().join("copy.db");
+        store.backup_into(&out).await.unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+            assert_eq!(format!("{:o}", mode & 0o777), "600");
+        }
+        // Never overwritten.
+        let before = std::fs::read(&out).unwrap();
+        let err = store.backup_into(&out).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::File { path, .. } if *path == out),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), before);
+        let copy = SqliteStore::open_existing(&url("copy.db")).await.unwrap();
+        assert_eq!(copy.check_value("k", b"other").await.unwrap(), b"v");
     }
 
     #[tokio::test]
