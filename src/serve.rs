@@ -64,6 +64,20 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     config.redis_url = args.redis_url.clone();
     config.trusted_proxies = args.trusted_proxies.clone();
     let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
+    // Tokens carry the issuer and APIs check it: a server on this database that started
+    // with another one (say the default of another --listen port) issues tokens they refuse.
+    let previous = store
+        .replace_value("last_issuer", issuer.as_bytes())
+        .await?;
+    if let Some(previous) = previous.filter(|p| p != issuer.as_bytes()) {
+        tracing::warn!(
+            previous = %String::from_utf8_lossy(&previous),
+            %issuer,
+            "this database was last served under another issuer: this server's tokens carry \
+             another iss, which APIs that expect the previous one refuse; give every server \
+             on a database the same --issuer"
+        );
+    }
 
     println!("tessera listening on http://{local}");
     println!("  issuer:   {issuer}");

@@ -207,3 +207,29 @@ async fn a_backup_taken_while_serving_restores_with_its_key() {
     assert!(err.contains("pg_dump"), "{err}");
     assert!(!r.join("x.db").exists() && !r.join("none.db").exists());
 }
+
+/// A second server on the same database with another default issuer (another `--listen`
+/// port, no `--issuer`) warns: its tokens carry another `iss`. The first start and a
+/// restart under the issuer the database last saw say nothing.
+#[tokio::test]
+async fn another_issuer_on_the_same_database_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let first = Server::start(d, &[]);
+    let second = Server::start(d, &[]);
+    let warning = second.log_line(|l| l.contains("another issuer")).await;
+    assert!(
+        warning.contains("WARN")
+            && warning.contains(&format!("previous={}", first.base))
+            && warning.contains(&format!("issuer={}", second.base)),
+        "{warning}"
+    );
+    let third = Server::start(d, &["--issuer", &second.base]);
+    for server in [first, third] {
+        server.signal("-TERM");
+        // Every line before it has been read.
+        server.log_line(|l| l.contains("shutting down")).await;
+        let log = server.stderr.lock().unwrap().join("\n");
+        assert!(!log.contains("another issuer"), "{log}");
+    }
+}

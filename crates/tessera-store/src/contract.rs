@@ -169,6 +169,12 @@ pub(crate) async fn contract(store: &dyn Store) {
     assert_eq!(store.check_value("k", b"one").await.unwrap(), b"one");
     assert_eq!(store.check_value("k", b"two").await.unwrap(), b"one");
 
+    // A replaced value is handed back.
+    assert_eq!(store.replace_value("r", b"one").await.unwrap(), None);
+    let previous = store.replace_value("r", b"two").await.unwrap();
+    assert_eq!(previous.as_deref(), Some(&b"one"[..]));
+    assert_eq!(store.check_value("r", b"three").await.unwrap(), b"two");
+
     // With no reader in the way, a checkpoint moves everything.
     assert!(store.checkpoint().await.unwrap());
 

@@ -296,6 +296,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// value that ties the database to its master key.
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>>;
 
+    /// Stores `value` under `name` and returns the value it replaced, if any: a note the
+    /// database keeps about itself, such as the issuer a server last started with. (Read
+    /// and then written: two callers at once may both get the older value.)
+    async fn replace_value(&self, name: &str, value: &[u8]) -> Result<Option<Vec<u8>>>;
+
     /// Moves what the write-ahead log holds into the database file and empties the log,
     /// so that after a clean stop the file alone holds every change (SQLite; a backend
     /// without such a log has nothing to do). `Ok(false)` when readers in other processes

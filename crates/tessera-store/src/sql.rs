@@ -311,6 +311,24 @@ where
         rows::get(&row, "value")
     }
 
+    async fn replace_value(&self, name: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let previous = sqlx::query("SELECT value FROM meta WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| rows::get(&row, "value"))
+            .transpose()?;
+        sqlx::query(
+            "INSERT INTO meta (name, value) VALUES ($1, $2) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        )
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .await?;
+        Ok(previous)
+    }
+
     async fn checkpoint(&self) -> Result<bool> {
         let Some(checkpoint) = DB::CHECKPOINT else {
             return Ok(true);
