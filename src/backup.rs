@@ -12,7 +12,7 @@ use crate::DataArgs;
 pub(crate) struct BackupArgs {
     /// The new file to copy the database into (mode 0600); an existing one is never
     /// overwritten.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     out: PathBuf,
 }
 

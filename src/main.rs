@@ -1,6 +1,6 @@
 //! `tessera`: the one binary. It parses the command line and calls into the crates:
-//! `serve` runs the server, `plan`, `client` and `keys` administer the registry (also while
-//! a server runs on the same database).
+//! `serve` runs the server, `plan`, `client` and `keys` administer the registry and `backup`
+//! copies it (also while a server runs on the same database).
 
 use std::path::{Path, PathBuf};
 
@@ -46,7 +46,7 @@ struct DataArgs {
     master_key_file: Option<PathBuf>,
     /// Start a new, empty SQLite database although the default master key file beside it
     /// exists. Without it, `serve` and the commands that write refuse a missing or empty
-    /// database beside a key file: the data it belonged to was moved or lost.
+    /// database beside a key file, which says that a database was there and was moved or lost.
     #[arg(long, global = true)]
     init: bool,
 }
@@ -65,6 +65,7 @@ enum Command {
     #[command(subcommand)]
     Keys(admin::KeysCommand),
     /// Copy the SQLite database into a new file, consistently, also while `serve` runs.
+    ///
     /// The master key is not in the copy: back it up apart, once.
     Backup(backup::BackupArgs),
     /// Get an access token as a client (cached on disk for its lifetime).
