@@ -6,11 +6,13 @@
 //! - `sql.rs`: `SqlStore<DB>`, the one implementation of [`Store`], generic over the sqlx
 //!   database: portable SQL, binding and transactions, with rows mapped to domain types in
 //!   `rows.rs`.
-//! - [`sqlite`]: the embedded default, one file, migrations in `migrations/sqlite/`.
+//! - [`sqlite`]: the embedded default, one file (mode 0600), migrations in
+//!   `migrations/sqlite/`, and its online backup (`SqliteStore::backup_into`).
 //! - [`postgres`]: for many instances sharing one database, migrations in
 //!   `migrations/postgres/`. Each backend module holds only what its database does its own
 //!   way: its store type (`SqlStore` of that database), how it opens, and its `Dialect`
-//!   (the SQL it words differently: how revocations are numbered).
+//!   (the SQL it words differently: how revocations are numbered, how its write-ahead log
+//!   is checkpointed).
 //! - [`open`] and [`open_existing`]: the one place where a database URL picks a backend.
 //!
 //! The token hot path never calls the store: the server holds the registry in memory and
