@@ -11,7 +11,7 @@ use tessera_server::admin::{self, Admin, Change};
 use tessera_server::clock::Clock;
 use tessera_store::{AuthMethod, Client, RateLimit};
 
-use crate::DataArgs;
+use crate::{Access, DataArgs};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PlanCommand {
@@ -147,6 +147,38 @@ pub(crate) enum KeysCommand {
     },
 }
 
+impl PlanCommand {
+    fn access(&self) -> Access {
+        match self {
+            Self::List { .. } => Access::Read,
+            Self::Set { .. } => Access::Write,
+        }
+    }
+}
+
+impl ClientCommand {
+    fn access(&self) -> Access {
+        match self {
+            Self::List { .. } | Self::Show { .. } | Self::Usage { .. } => Access::Read,
+            Self::Create { .. }
+            | Self::Disable { .. }
+            | Self::Enable { .. }
+            | Self::SetPlan { .. }
+            | Self::RotateSecret { .. }
+            | Self::Delete { .. } => Access::Write,
+        }
+    }
+}
+
+impl KeysCommand {
+    fn access(&self) -> Access {
+        match self {
+            Self::List { .. } => Access::Read,
+            Self::Rotate { .. } => Access::Write,
+        }
+    }
+}
+
 /// The longest grace period or activation delay: a year.
 const MAX_DELAY: i64 = 365 * 86_400;
 
@@ -157,7 +189,7 @@ fn parse_method(s: &str) -> Result<AuthMethod, String> {
 }
 
 pub(crate) async fn plan(data: &DataArgs, cmd: PlanCommand) -> Result<()> {
-    let store = data.store().await?;
+    let store = data.store(cmd.access()).await?;
     let clock = Clock::system();
     let ops = Admin::new(store.as_ref(), &clock);
     match cmd {
@@ -250,7 +282,7 @@ fn client_json(c: &Client) -> serde_json::Value {
 }
 
 pub(crate) async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
-    let store = data.store().await?;
+    let store = data.store(cmd.access()).await?;
     let store = store.as_ref();
     let clock = Clock::system();
     let ops = Admin::new(store, &clock);
@@ -364,7 +396,7 @@ pub(crate) async fn client(data: &DataArgs, cmd: ClientCommand) -> Result<()> {
 }
 
 pub(crate) async fn keys(data: &DataArgs, cmd: KeysCommand) -> Result<()> {
-    let store = data.store().await?;
+    let store = data.store(cmd.access()).await?;
     let store = store.as_ref();
     let clock = Clock::system();
     let ops = Admin::new(store, &clock);

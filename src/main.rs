@@ -1,15 +1,18 @@
 //! `tessera`: the one binary. It parses the command line and calls into the crates:
-//! `serve` runs the server, `plan`, `client` and `keys` administer the registry (also while
-//! a server runs on the same database).
+//! `serve` runs the server, `plan`, `client` and `keys` administer the registry and `backup`
+//! copies it (also while a server runs on the same database).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{anyhow, bail, Result};
 use clap::{Parser, Subcommand};
 use tessera_proto::Algorithm;
-use tessera_server::secrets::{load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets};
+use tessera_server::secrets::{
+    key_file_beside, load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets,
+};
 
 mod admin;
+mod backup;
 mod serve;
 mod token;
 
@@ -41,6 +44,11 @@ struct DataArgs {
     /// with `.key` appended, generated on first use. TESSERA_MASTER_KEY overrides both.
     #[arg(long, global = true, env = "TESSERA_MASTER_KEY_FILE")]
     master_key_file: Option<PathBuf>,
+    /// Start a new, empty SQLite database although the default master key file beside it
+    /// exists. Without it, `serve` and the commands that write refuse a missing or empty
+    /// database beside a key file, which says that a database was there and was moved or lost.
+    #[arg(long, global = true)]
+    init: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,8 +64,21 @@ enum Command {
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(admin::KeysCommand),
+    /// Copy the SQLite database into a new file, consistently, also while `serve` runs.
+    ///
+    /// The master key is not in the copy: back it up apart, once.
+    Backup(backup::BackupArgs),
     /// Get an access token as a client (cached on disk for its lifetime).
     Token(token::TokenArgs),
+}
+
+/// What a command does with the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Only reads: the database must exist.
+    Read,
+    /// Writes (or serves): the database is created when missing.
+    Write,
 }
 
 /// Parses `EdDSA` or `ES256`.
@@ -73,6 +94,7 @@ async fn main() -> std::process::ExitCode {
         Command::Plan(cmd) => admin::plan(&cli.data, cmd).await,
         Command::Client(cmd) => admin::client(&cli.data, cmd).await,
         Command::Keys(cmd) => admin::keys(&cli.data, cmd).await,
+        Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
     };
     match outcome {
@@ -98,14 +120,79 @@ impl DataArgs {
         Some(PathBuf::from(path.split('?').next().unwrap_or(path)))
     }
 
-    /// Opens the store, creating and migrating it when needed.
-    async fn store(&self) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
-        tessera_store::open(&self.database).await.map_err(|e| {
-            anyhow::anyhow!(
-                "cannot open database {}: {e}",
-                tessera_server::redact_url(&self.database)
+    /// Opens the store. For a command that writes, creating and migrating it when needed;
+    /// one that only reads needs an existing database, so that a mistyped path creates
+    /// nothing.
+    ///
+    /// A write is refused, unless `--init` is given, when the default master key file lies
+    /// beside a missing or empty SQLite database: the key says a database was there, so it
+    /// was moved or lost (or `--database` is mistyped), and starting afresh would make a new
+    /// signing key with every client gone. A key file that is new too is a first start.
+    async fn store(&self, access: Access) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
+        if access == Access::Read {
+            self.reads_only()?;
+            return tessera_store::open_existing(&self.database)
+                .await
+                .map_err(|e| self.opening_error(e));
+        }
+        let outlived = match self.master_key_choice() {
+            MasterKeyChoice::BesideDatabase(Some(database)) if !self.init => {
+                let key = key_file_beside(&database);
+                key.exists().then_some((database, key))
+            }
+            _ => None,
+        };
+        let refuse = |database: &Path, key: &Path, state: &str| {
+            anyhow!(
+                "the database {} {state}, but the master key file {} beside it says a \
+                 database was there: if it moved, point --database at it or restore a backup \
+                 (README: Backup and restore); to start a new one under this key, pass --init",
+                database.display(),
+                key.display()
             )
-        })
+        };
+        if let Some((database, key)) = &outlived {
+            if !database.exists() {
+                return Err(refuse(database, key, "is missing"));
+            }
+        }
+        let store = tessera_store::open(&self.database)
+            .await
+            .map_err(|e| self.opening_error(e))?;
+        if let Some((database, key)) = &outlived {
+            if store.is_empty().await? {
+                return Err(refuse(database, key, "is empty"));
+            }
+        }
+        Ok(store)
+    }
+
+    /// Refuses `--init` to a command that only reads.
+    fn reads_only(&self) -> Result<()> {
+        if self.init {
+            bail!("--init is for `serve` and the commands that write");
+        }
+        Ok(())
+    }
+
+    /// Why the database could not be opened, with its URL (less any password).
+    fn opening_error(&self, error: tessera_store::StoreError) -> anyhow::Error {
+        anyhow::Error::new(error).context(format!(
+            "cannot open database {}",
+            tessera_server::redact_url(&self.database)
+        ))
+    }
+
+    /// Where the master key comes from: `TESSERA_MASTER_KEY`, `--master-key-file`, or the
+    /// default file beside an SQLite database.
+    fn master_key_choice(&self) -> MasterKeyChoice {
+        if let Ok(value) = std::env::var("TESSERA_MASTER_KEY") {
+            MasterKeyChoice::Value(tessera_proto::ClientSecret::new(value))
+        } else if let Some(path) = &self.master_key_file {
+            MasterKeyChoice::File(path.clone())
+        } else {
+            MasterKeyChoice::BesideDatabase(self.sqlite_path())
+        }
     }
 
     /// Loads the master key by the server's policy ([`load_master_key`]).
@@ -113,14 +200,7 @@ impl DataArgs {
         &self,
         store: &dyn tessera_store::Store,
     ) -> Result<(std::sync::Arc<Secrets>, MasterKeyOrigin)> {
-        let choice = if let Ok(value) = std::env::var("TESSERA_MASTER_KEY") {
-            MasterKeyChoice::Value(tessera_proto::ClientSecret::new(value))
-        } else if let Some(path) = &self.master_key_file {
-            MasterKeyChoice::File(path.clone())
-        } else {
-            MasterKeyChoice::BesideDatabase(self.sqlite_path())
-        };
-        let (secrets, origin) = load_master_key(choice, store).await?;
+        let (secrets, origin) = load_master_key(self.master_key_choice(), store).await?;
         Ok((std::sync::Arc::new(secrets), origin))
     }
 }

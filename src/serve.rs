@@ -60,7 +60,7 @@ pub(crate) struct ServeArgs {
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     // Held until the server stops, so that buffered log lines are written out.
     let _log_guard = init_logging(args.log_json);
-    let store = data.store().await?;
+    let store = data.store(crate::Access::Write).await?;
     let (secrets, origin) = data.secrets(store.as_ref()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -95,6 +95,20 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     };
     config.metrics_on_main_listener = metrics_listener.is_none();
     let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
+    // Tokens carry the issuer and APIs check it: a server on this database that started
+    // with another one (say the default of another --listen port) issues tokens they refuse.
+    let previous = store
+        .replace_value("last_issuer", issuer.as_bytes())
+        .await?;
+    if let Some(previous) = previous.filter(|p| p != issuer.as_bytes()) {
+        tracing::warn!(
+            previous = %String::from_utf8_lossy(&previous),
+            %issuer,
+            "this database was last served under another issuer: this server's tokens carry \
+             another iss, which APIs that expect the previous one refuse; give every server \
+             on a database the same --issuer"
+        );
+    }
 
     println!("tessera listening on http://{local}");
     println!("  issuer:   {issuer}");
@@ -128,6 +142,15 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         state.sync().await?;
     }
     tessera_server::run(listener, state, tessera_server::shutdown_signal()).await?;
+    // After a clean stop the database file alone holds every change: a copy of it is whole.
+    match store.checkpoint().await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            "the write-ahead log could not be emptied while other processes read the database; \
+             it stays durable and is moved into the file later"
+        ),
+        Err(error) => tracing::warn!(%error, "checkpoint at shutdown failed"),
+    }
     Ok(())
 }
 

@@ -104,9 +104,7 @@ pub async fn load_master_key(
         },
         MasterKeyChoice::BesideDatabase(None) => return Err(MasterKeyError::NoDefaultFile),
         MasterKeyChoice::BesideDatabase(Some(db)) => {
-            let mut path = db.into_os_string();
-            path.push(".key");
-            let path = PathBuf::from(path);
+            let path = key_file_beside(&db);
             // Deciding takes reading the registry, so it is asked only when the file is
             // missing.
             let generate = !path.exists()
@@ -121,6 +119,14 @@ pub async fn load_master_key(
         return Err(MasterKeyError::Mismatch);
     }
     Ok((secrets, origin))
+}
+
+/// The master key file the embedded default keeps beside the SQLite file `database`: its
+/// path with `.key` appended.
+pub fn key_file_beside(database: &Path) -> PathBuf {
+    let mut path = database.as_os_str().to_owned();
+    path.push(".key");
+    PathBuf::from(path)
 }
 
 /// Where the master key comes from.

@@ -37,6 +37,11 @@ fn client(id: &str, plan: &str) -> Client {
 }
 
 pub(crate) async fn contract(store: &dyn Store) {
+    // A fresh database is empty; a check value alone makes it used.
+    assert!(store.is_empty().await.unwrap());
+    assert_eq!(store.check_value("first", b"x").await.unwrap(), b"x");
+    assert!(!store.is_empty().await.unwrap());
+
     let r0 = store.revision().await.unwrap();
 
     // Plans: insert, then update in place.
@@ -186,6 +191,15 @@ pub(crate) async fn contract(store: &dyn Store) {
     // The first check value stored under a name stays.
     assert_eq!(store.check_value("k", b"one").await.unwrap(), b"one");
     assert_eq!(store.check_value("k", b"two").await.unwrap(), b"one");
+
+    // A replaced value is handed back.
+    assert_eq!(store.replace_value("r", b"one").await.unwrap(), None);
+    let previous = store.replace_value("r", b"two").await.unwrap();
+    assert_eq!(previous.as_deref(), Some(&b"one"[..]));
+    assert_eq!(store.check_value("r", b"three").await.unwrap(), b"two");
+
+    // With no reader in the way, a checkpoint moves everything.
+    assert!(store.checkpoint().await.unwrap());
 
     // Usage adds up per client and day.
     let id = ClientId::parse("c9").unwrap();

@@ -6,12 +6,14 @@
 //! - `sql.rs`: `SqlStore<DB>`, the one implementation of [`Store`], generic over the sqlx
 //!   database: portable SQL, binding and transactions, with rows mapped to domain types in
 //!   `rows.rs`.
-//! - [`sqlite`]: the embedded default, one file, migrations in `migrations/sqlite/`.
+//! - [`sqlite`]: the embedded default, one file (mode 0600), migrations in
+//!   `migrations/sqlite/`, and its online backup (`SqliteStore::backup_into`).
 //! - [`postgres`]: for many instances sharing one database, migrations in
 //!   `migrations/postgres/`. Each backend module holds only what its database does its own
 //!   way: its store type (`SqlStore` of that database), how it opens, and its `Dialect`
-//!   (the SQL it words differently: how revocations are numbered).
-//! - [`open`]: the one place where a database URL picks a backend.
+//!   (the SQL it words differently: how revocations are numbered, how its write-ahead log
+//!   is checkpointed).
+//! - [`open`] and [`open_existing`]: the one place where a database URL picks a backend.
 //!
 //! The token hot path never calls the store: the server holds the registry in memory and
 //! polls [`Store::revision`] to notice changes made by other processes.
@@ -49,6 +51,17 @@ pub enum StoreError {
     /// Applying the embedded migrations failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The SQLite file to open without creating it does not exist ([`open_existing`]).
+    #[error("no database file at {}", .0.display())]
+    Missing(std::path::PathBuf),
+    /// Creating or writing a database file failed.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
 }
 
 /// A shorthand for store results.
@@ -276,9 +289,25 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Forgets revocations of tokens that have expired by `now`.
     async fn prune_revoked(&self, now: Timestamp) -> Result<()>;
 
+    /// Whether nothing was ever stored: no plan, client or signing key, and no check value
+    /// (a freshly migrated schema). A database whose first start stopped after it was tied
+    /// to its master key (see [`check_value`](Store::check_value)) is not empty.
+    async fn is_empty(&self) -> Result<bool>;
+
     /// The value stored under `name`, storing `proposed` first if there is none: a check
     /// value that ties the database to its master key.
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>>;
+
+    /// Stores `value` under `name` and returns the value it replaced, if any: a note the
+    /// database keeps about itself, such as the issuer a server last started with. (Read
+    /// and then written: two callers at once may both get the older value.)
+    async fn replace_value(&self, name: &str, value: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Moves what the write-ahead log holds into the database file and empties the log,
+    /// so that after a clean stop the file alone holds every change (SQLite; a backend
+    /// without such a log has nothing to do). `Ok(false)` when readers in other processes
+    /// kept part of the log: it stays durable there and is moved later.
+    async fn checkpoint(&self) -> Result<bool>;
 
     /// Adds counts to the usage table.
     async fn add_usage(&self, usage: &[Usage]) -> Result<()>;
@@ -291,13 +320,29 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 /// `postgres://…` (or `postgresql://…`) selects PostgreSQL; `sqlite://PATH`, `sqlite:PATH` or
 /// a bare file path select the embedded SQLite backend.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    open_with(url, true).await
+}
+
+/// Opens the store a URL names like [`open`], but never creates an SQLite file: a missing
+/// one is [`StoreError::Missing`]. For the commands that only read, so that a mistyped path
+/// leaves nothing behind. (An existing database is still migrated; PostgreSQL opens as with
+/// [`open`], since a database there is never created.)
+pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>> {
+    open_with(url, false).await
+}
+
+async fn open_with(url: &str, create: bool) -> Result<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Arc::new(postgres::PostgresStore::open(url).await?));
     }
     if url.contains("://") && !url.starts_with("sqlite://") {
         return Err(StoreError::UnsupportedUrl(url.to_owned()));
     }
-    Ok(Arc::new(sqlite::SqliteStore::open(url).await?))
+    Ok(Arc::new(if create {
+        sqlite::SqliteStore::open(url).await?
+    } else {
+        sqlite::SqliteStore::open_existing(url).await?
+    }))
 }
 
 #[cfg(test)]

@@ -40,4 +40,6 @@ impl Dialect for Postgres {
     // see 8 before 7 commits and then never read 7. Revocations take this lock for their
     // transaction, so that they number and commit one after another (they are rare).
     const REVOKE_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7289504519)");
+    // The server checkpoints its own write-ahead log.
+    const CHECKPOINT: Option<&'static str> = None;
 }

@@ -29,6 +29,9 @@ pub(crate) trait Dialect: Database {
     /// numbers could otherwise commit out of order; `None` where writes are serialized
     /// anyway.
     const REVOKE_LOCK: Option<&'static str>;
+    /// [`Store::checkpoint`], if the database keeps a log of its own to move into its
+    /// file: one row whose column `busy` is 0 when the whole log was moved.
+    const CHECKPOINT: Option<&'static str>;
 }
 
 /// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
@@ -295,6 +298,16 @@ where
         Ok(())
     }
 
+    async fn is_empty(&self) -> Result<bool> {
+        let any = sqlx::query(
+            "SELECT 1 FROM plans UNION ALL SELECT 1 FROM clients \
+             UNION ALL SELECT 1 FROM signing_keys UNION ALL SELECT 1 FROM meta LIMIT 1",
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(any.is_none())
+    }
+
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
         sqlx::query("INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
             .bind(name)
@@ -306,6 +319,32 @@ where
             .fetch_one(&self.pool)
             .await?;
         rows::get(&row, "value")
+    }
+
+    async fn replace_value(&self, name: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let previous = sqlx::query("SELECT value FROM meta WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| rows::get(&row, "value"))
+            .transpose()?;
+        sqlx::query(
+            "INSERT INTO meta (name, value) VALUES ($1, $2) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        )
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .await?;
+        Ok(previous)
+    }
+
+    async fn checkpoint(&self) -> Result<bool> {
+        let Some(checkpoint) = DB::CHECKPOINT else {
+            return Ok(true);
+        };
+        let row = sqlx::query(checkpoint).fetch_one(&self.pool).await?;
+        Ok(rows::get::<_, i64>(&row, "busy")? == 0)
     }
 
     async fn add_usage(&self, usage: &[Usage]) -> Result<()> {

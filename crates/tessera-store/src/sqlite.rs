@@ -1,8 +1,9 @@
-//! The embedded SQLite backend: one file, created on first use, WAL with `synchronous=FULL`
-//! so that an acknowledged write survives a crash. The schema is in `migrations/sqlite/`;
-//! the queries are shared with PostgreSQL (`sql.rs`), so this module only connects and
-//! gives the one statement SQLite words its own way.
+//! The embedded SQLite backend: one file, created on first use readable by its owner only,
+//! WAL with `synchronous=FULL` so that an acknowledged write survives a crash. The schema is
+//! in `migrations/sqlite/`; the queries are shared with PostgreSQL (`sql.rs`), so this module
+//! only connects and gives the statements SQLite words its own way.
 
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -16,17 +17,70 @@ use crate::{Result, StoreError};
 pub type SqliteStore = SqlStore<Sqlite>;
 
 impl SqliteStore {
-    /// Opens (and creates) the database at `url`: `sqlite://PATH`, `sqlite:PATH` or a path.
+    /// Opens the database at `url` (`sqlite://PATH`, `sqlite:PATH` or a path), creating it
+    /// when missing. A new file is readable and writable by its owner only (mode 0600), and
+    /// SQLite gives its `-wal` and `-shm` files the mode of the database file.
     pub async fn open(url: &str) -> Result<Self> {
-        let path = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
-        if path.is_empty() || path.contains(":memory:") {
-            return Err(StoreError::UnsupportedUrl(url.to_owned()));
+        let (spec, path) = parse(url)?;
+        match create_private(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(StoreError::File { path, source: e });
+            }
+            _ => {}
         }
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))?
-            .create_if_missing(true)
+        Self::connect_file(spec).await
+    }
+
+    /// Opens the database at `url` like [`open`](Self::open), but only if its file exists:
+    /// otherwise [`StoreError::Missing`], and nothing is created.
+    pub async fn open_existing(url: &str) -> Result<Self> {
+        let (spec, path) = parse(url)?;
+        // An error other than absence (a folder without search permission) is SQLite's to
+        // report.
+        if let Ok(false) = path.try_exists() {
+            return Err(StoreError::Missing(path));
+        }
+        Self::connect_file(spec).await
+    }
+
+    /// Writes a consistent copy of the database into the new file `out`, mode 0600, while
+    /// other connections and processes go on reading and writing (`VACUUM INTO`, which also
+    /// leaves out free pages). An existing `out` is never overwritten; after a failure the
+    /// new file is removed.
+    pub async fn backup_into(&self, out: &Path) -> Result<()> {
+        let file_error = |source| StoreError::File {
+            path: out.to_owned(),
+            source,
+        };
+        let target = out.to_str().ok_or_else(|| {
+            file_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the path is not UTF-8",
+            ))
+        })?;
+        // Created here for its mode and so that nothing is overwritten: SQLite writes into
+        // an empty file as into a missing one.
+        create_private(out).map_err(file_error)?;
+        let copied = async {
+            sqlx::query("VACUUM INTO $1")
+                .bind(target)
+                .execute(&self.pool)
+                .await?;
+            // SQLite does not promise to sync what VACUUM INTO wrote.
+            std::fs::File::open(out)
+                .and_then(|file| file.sync_all())
+                .map_err(file_error)
+        }
+        .await;
+        if copied.is_err() {
+            let _ = std::fs::remove_file(out);
+        }
+        copied
+    }
+
+    /// Connects to an existing file; SQLite is never asked to create one.
+    async fn connect_file(spec: &str) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{spec}"))?
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
@@ -36,17 +90,104 @@ impl SqliteStore {
     }
 }
 
+/// The part of `url` after the scheme (with any `?` options) and the file it names.
+fn parse(url: &str) -> Result<(&str, PathBuf)> {
+    let spec = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let path = spec.split('?').next().unwrap_or(spec);
+    if path.is_empty() || path.contains(":memory:") {
+        return Err(StoreError::UnsupportedUrl(url.to_owned()));
+    }
+    Ok((spec, PathBuf::from(path)))
+}
+
+/// Creates `path` empty with mode 0600, failing if it exists. SQLite takes an empty file for
+/// a new database, and gives its `-wal` and `-shm` files the mode of the database file, so
+/// that the registry is never readable by others, not even for a moment.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path).map(drop)
+}
+
 impl Dialect for Sqlite {
     // `seq` is AUTOINCREMENT (migrations/sqlite/0005): never reused after a prune, and
     // SQLite's one writer at a time commits in number order.
     const REVOKED_SINCE: &'static str = "SELECT seq, jti, client_id, exp \
         FROM revoked_tokens WHERE seq > $1 AND exp > $2 ORDER BY seq";
     const REVOKE_LOCK: Option<&'static str> = None;
+    // TRUNCATE: the -wal file is left empty, not only marked as reusable.
+    const CHECKPOINT: Option<&'static str> = Some("PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn open_existing_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("typo.db");
+        let url = format!("sqlite://{}", path.display());
+        let err = SqliteStore::open_existing(&url).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Missing(p) if *p == path),
+            "{err}"
+        );
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+        drop(SqliteStore::open(&url).await.unwrap());
+        SqliteStore::open_existing(&url).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_backup_is_a_new_private_file() {
+        use crate::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let url = |name: &str| format!("sqlite://{}", dir.path().join(name).display());
+        let store = SqliteStore::open(&url("t.db")).await.unwrap();
+        store.check_value("k", b"v").await.unwrap();
+        let out = dir.path().join("copy.db");
+        store.backup_into(&out).await.unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+            assert_eq!(format!("{:o}", mode & 0o777), "600");
+        }
+        // Never overwritten.
+        let before = std::fs::read(&out).unwrap();
+        let err = store.backup_into(&out).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::File { path, .. } if *path == out),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), before);
+        let copy = SqliteStore::open_existing(&url("copy.db")).await.unwrap();
+        assert_eq!(copy.check_value("k", b"other").await.unwrap(), b"v");
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_empties_the_wal() {
+        use crate::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = SqliteStore::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        let wal = || {
+            std::fs::metadata(dir.path().join("t.db-wal"))
+                .unwrap()
+                .len()
+        };
+        store.check_value("k", b"v").await.unwrap();
+        assert!(wal() > 0);
+        assert!(store.checkpoint().await.unwrap());
+        assert_eq!(wal(), 0);
+    }
 
     /// The durability promise rests on these two settings of every connection: an
     /// acknowledged write is in the WAL and synced before the answer (SQLite's
