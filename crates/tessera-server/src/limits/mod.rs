@@ -165,11 +165,14 @@ impl AuthThrottle {
         }
     }
 
-    /// Seconds left while `ip` is refused.
+    /// Seconds left while `ip` is refused; `None` from the moment its `Retry-After` has
+    /// passed, as the limiter itself allows again at that moment.
     pub fn blocked(&self, ip: IpAddr) -> Option<u64> {
         let blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
         let until = *blocked.get(&ip)?;
-        let left = until.checked_sub(self.clock.elapsed())?;
+        let left = until
+            .checked_sub(self.clock.elapsed())
+            .filter(|left| !left.is_zero())?;
         Some((left.as_secs_f64().ceil() as u64).max(1))
     }
 

@@ -110,6 +110,61 @@ async fn brute_force_from_one_address_is_throttled_while_others_get_tokens() {
 }
 
 #[tokio::test]
+async fn each_address_is_refused_for_its_retry_after_and_no_longer() {
+    let app = spawn_with(|s| {
+        s.config.auth_failure_rate = RateLimit {
+            count: 1,
+            period_secs: 60,
+            burst: 1,
+        }
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    let wrong = tessera_proto::ClientSecret::new("guess");
+    let from = |last: u8| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 0, last]))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (from(2), from(3));
+    let ask = |client: &reqwest::Client, secret: &tessera_proto::ClientSecret| {
+        client
+            .post(app.url("/connect/token"))
+            .header("authorization", basic(&id, secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(NEWS)
+            .send()
+    };
+    let retry_after = |response: &reqwest::Response| {
+        assert_eq!(response.status(), 429);
+        response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    // One failure is allowed per minute: the second blocks address A for 60 s.
+    for _ in 0..2 {
+        assert_eq!(ask(&a, &wrong).await.unwrap().status(), 401);
+    }
+    assert_eq!(retry_after(&ask(&a, &secret).await.unwrap()), "60");
+
+    // Half-way, address B gets blocked too; A's block is untouched by it.
+    app.clock.advance(Duration::from_secs(30));
+    for _ in 0..2 {
+        assert_eq!(ask(&b, &wrong).await.unwrap().status(), 401);
+    }
+    assert_eq!(retry_after(&ask(&a, &secret).await.unwrap()), "30");
+    assert_eq!(retry_after(&ask(&b, &secret).await.unwrap()), "60");
+
+    // Once Retry-After has passed, to the second, A is heard again; B still waits.
+    app.clock.advance(Duration::from_secs(30));
+    assert_eq!(ask(&a, &secret).await.unwrap().status(), 200);
+    assert_eq!(retry_after(&ask(&b, &secret).await.unwrap()), "30");
+}
+
+#[tokio::test]
 async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
     use tokio::io::AsyncWriteExt;
     let app = spawn_with(|s| s.config.max_in_flight = 1).await;
