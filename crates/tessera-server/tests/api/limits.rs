@@ -66,6 +66,22 @@ async fn the_request_over_the_limit_gets_429_and_later_ones_succeed() {
 }
 
 #[tokio::test]
+async fn ratelimit_says_when_the_allowance_is_whole_again() {
+    let app = spawn_app().await;
+    // One request per 30 s, two at once: each request taken is 30 s of refill.
+    plan_with(&app, "slow", rate(2, 60, 2)).await;
+    let (id, secret) = app.client_on("slow", AuthMethod::ClientSecretBasic).await;
+    for expected in ["\"token\";r=1;t=30", "\"token\";r=0;t=60"] {
+        let ok = app.token(&id, &secret, NEWS).await;
+        assert_eq!(ok.status(), 200);
+        assert_eq!(ok.headers()["ratelimit"], expected);
+    }
+    let limited = app.token(&id, &secret, NEWS).await;
+    assert_eq!(limited.status(), 429);
+    assert_eq!(limited.headers()["retry-after"], "30");
+}
+
+#[tokio::test]
 async fn brute_force_from_one_address_is_throttled_while_others_get_tokens() {
     let app = spawn_with(|s| {
         s.config.auth_failure_rate = RateLimit {
@@ -104,6 +120,8 @@ async fn brute_force_from_one_address_is_throttled_while_others_get_tokens() {
         .parse()
         .unwrap();
     assert!((1..=60).contains(&retry), "{retry}");
+    // The policy named is the failure allowance per address, not a plan's.
+    assert_eq!(blocked.headers()["ratelimit-policy"], "\"token\";q=3;w=60");
     assert_eq!(error_of(blocked).await.1, "rate_limited");
     // Another address still gets tokens.
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
