@@ -129,6 +129,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn client_id_displays_as_itself() {
+        let id = ClientId::parse("tc_app").unwrap();
+        assert_eq!(id.to_string(), "tc_app");
+    }
+
+    #[test]
     fn secret_debug_is_redacted() {
         let secret = ClientSecret::new("hunter2");
         assert_eq!(format!("{secret:?}"), "[redacted]");

@@ -95,6 +95,8 @@ mod tests {
     fn decodes_plus_and_escapes() {
         assert_eq!(decode_component("a+b%20c%2Bd").unwrap(), "a b c+d");
         assert_eq!(decode_component("%C3%A9").unwrap(), "é");
+        // Hexadecimal digits in either case (RFC 3986 section 2.1).
+        assert_eq!(decode_component("%c3%a9%2b%3a%3A%0f").unwrap(), "é+::\u{f}");
     }
 
     #[test]

@@ -253,6 +253,9 @@ mod tests {
             "at+jwt ",
             "application/jwt",
             "application/",
+            // Twelve characters before at+jwt, but not the application/ prefix.
+            "applicationXat+jwt",
+            "vnd.example/at+jwt",
             "",
             "é",
         ] {
@@ -323,6 +326,11 @@ mod tests {
             "k".repeat(129)
         );
         assert_eq!(refusal(&token(&long_kid)), JwsError::BadKeyId);
+        let longest_kid = format!(
+            r#"{{"alg":"EdDSA","kid":"{}","typ":"at+jwt"}}"#,
+            "k".repeat(MAX_KID_LEN)
+        );
+        assert!(parse(&token(&longest_kid), 8192, &ALL).is_ok());
         let es_only = parse(&token(GOOD), 8192, &[Algorithm::ES256]).unwrap_err();
         assert_eq!(es_only, JwsError::AlgorithmNotAllowed);
     }

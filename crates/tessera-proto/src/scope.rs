@@ -215,6 +215,37 @@ mod tests {
     }
 
     #[test]
+    fn set_queries_answer_for_what_the_set_holds() {
+        let set: ScopeSet = "b a".parse().unwrap();
+        assert_eq!(set.to_string(), "a b");
+        assert!(set.contains("a") && set.contains("b") && !set.contains("c"));
+        let names: Vec<&str> = set.iter().map(Scope::as_str).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(!set.is_empty());
+        assert!(ScopeSet::default().is_empty());
+        assert!(ScopeSet::parse("a").unwrap().is_subset(&set));
+        assert!(set.is_subset(&set));
+        let collected: ScopeSet = set.iter().cloned().collect();
+        assert_eq!(collected, set);
+        assert!("".parse::<ScopeSet>().is_err());
+    }
+
+    #[test]
+    fn scopes_convert_and_serialize_as_strings() {
+        let scope = Scope::try_from("news-api".to_owned()).unwrap();
+        assert_eq!(scope.to_string(), "news-api");
+        assert_eq!(String::from(scope), "news-api");
+        assert_eq!(Scope::try_from("a b".to_owned()), Err(ScopeError::Grammar));
+        let set: ScopeSet = serde_json::from_str(r#""news-api oms-api""#).unwrap();
+        assert_eq!(set, ScopeSet::parse("oms-api news-api").unwrap());
+        assert_eq!(
+            serde_json::to_string(&set).unwrap(),
+            r#""news-api oms-api""#
+        );
+        assert!(serde_json::from_str::<ScopeSet>(r#""a  b""#).is_err());
+    }
+
+    #[test]
     fn names_the_scopes_outside_a_plan() {
         let plan = ScopeSet::parse("a b").unwrap();
         let asked = ScopeSet::parse("a c d").unwrap();

@@ -437,6 +437,125 @@ mod tests {
         assert_eq!(format!("{a:?}"), "Secrets([redacted])");
     }
 
+    fn io_kind(result: Result<(Secrets, MasterKeyOrigin), SecretsError>) -> std::io::ErrorKind {
+        match result {
+            Err(SecretsError::Io { source, .. }) => source.kind(),
+            other => panic!("{:?}", other.map(|(_, origin)| origin)),
+        }
+    }
+
+    #[test]
+    fn a_missing_key_file_is_generated_only_when_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.key");
+        let source = MasterKeySource::File {
+            path: path.clone(),
+            generate: false,
+        };
+        assert_eq!(
+            io_kind(Secrets::load(&source)),
+            std::io::ErrorKind::NotFound
+        );
+        assert!(!path.exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_path_taken_meanwhile_is_read_and_never_replaced() {
+        // A dangling link reads as missing, yet creating the file finds the name taken: the
+        // position of a server that lost the race to create the file. It reads what is
+        // there instead of writing over it, and here nothing can be read.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.key");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
+        let source = MasterKeySource::File {
+            path: path.clone(),
+            generate: true,
+        };
+        assert_eq!(
+            io_kind(Secrets::load(&source)),
+            std::io::ErrorKind::NotFound
+        );
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert!(!dir.path().join("elsewhere").exists());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_key_file_that_cannot_be_created_says_why() {
+        // Reading "m.key/" finds nothing; creating it fails because a file name cannot end
+        // in a slash. The error is the creation's, not a second "not found".
+        let dir = tempfile::tempdir().unwrap();
+        let path = PathBuf::from(format!("{}/m.key/", dir.path().display()));
+        let source = MasterKeySource::File {
+            path,
+            generate: true,
+        };
+        assert_eq!(
+            io_kind(Secrets::load(&source)),
+            std::io::ErrorKind::IsADirectory
+        );
+    }
+
+    async fn fresh_store(dir: &Path) -> (PathBuf, std::sync::Arc<dyn tessera_store::Store>) {
+        let db = dir.join("t.db");
+        let url = format!("sqlite://{}", db.display());
+        (db, tessera_store::open(&url).await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_key_beside_a_database_is_made_once_and_another_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, store) = fresh_store(dir.path()).await;
+        let beside = || MasterKeyChoice::BesideDatabase(Some(db.clone()));
+        let key_file = dir.path().join("t.db.key");
+
+        let (first, origin) = load_master_key(beside(), store.as_ref()).await.unwrap();
+        assert_eq!(origin, MasterKeyOrigin::Generated(key_file.clone()));
+        let (again, origin) = load_master_key(beside(), store.as_ref()).await.unwrap();
+        assert_eq!(origin, MasterKeyOrigin::File(key_file));
+        assert_eq!(again.check_value(), first.check_value());
+
+        let other = ClientSecret::new(URL_SAFE_NO_PAD.encode([9; MASTER_KEY_LEN]));
+        assert_ne!(
+            Secrets::from_encoded(other.expose()).unwrap().check_value(),
+            first.check_value()
+        );
+        let refused = load_master_key(MasterKeyChoice::Value(other), store.as_ref()).await;
+        assert!(matches!(refused, Err(MasterKeyError::Mismatch)));
+        let no_file = load_master_key(MasterKeyChoice::BesideDatabase(None), store.as_ref()).await;
+        assert!(matches!(no_file, Err(MasterKeyError::NoDefaultFile)));
+    }
+
+    #[tokio::test]
+    async fn no_key_is_generated_for_a_database_that_holds_a_key_or_a_client() {
+        for holds in ["a signing key", "a client"] {
+            let dir = tempfile::tempdir().unwrap();
+            let (db, store) = fresh_store(dir.path()).await;
+            let clock: crate::clock::Clock = crate::clock::ManualClock::at(1_000).into();
+            let admin = crate::admin::Admin::new(store.as_ref(), &clock);
+            let earlier = secrets();
+            if holds == "a signing key" {
+                let alg = tessera_proto::Algorithm::EdDSA;
+                admin.rotate_keys(&earlier, alg, 0).await.unwrap();
+            } else {
+                admin.set_plan("p", "news-api", None).await.unwrap();
+                let method = tessera_store::AuthMethod::ClientSecretBasic;
+                admin
+                    .create_client(&earlier, "p", "c", method)
+                    .await
+                    .unwrap();
+            }
+            let choice = MasterKeyChoice::BesideDatabase(Some(db));
+            let result = load_master_key(choice, store.as_ref()).await;
+            assert!(
+                matches!(result, Err(MasterKeyError::Load(SecretsError::Io { .. }))),
+                "{holds}"
+            );
+            assert!(!dir.path().join("t.db.key").exists(), "{holds}");
+        }
+    }
+
     #[cfg(unix)]
     #[test]
     fn a_key_file_others_could_read_is_refused() {

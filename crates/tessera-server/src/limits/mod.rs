@@ -430,6 +430,28 @@ mod tests {
         assert!(refused >= 5_000 - 334, "{refused}");
     }
 
+    #[tokio::test]
+    async fn prune_forgets_only_keys_whose_allowance_is_whole_again() {
+        let clock = crate::clock::ManualClock::at(1_000);
+        let limiter = LocalLimiter::new(clock.clone().into());
+        let rate = RateLimit {
+            count: 1,
+            period_secs: 60,
+            burst: 1,
+        };
+        limiter.check("a", rate).await;
+        limiter.prune();
+        assert_eq!(
+            limiter.limiter(rate).len(),
+            1,
+            "a key still refilling is kept"
+        );
+        // Whole again after 60 s; governor forgets a key one emission interval after that.
+        clock.advance(Duration::from_secs(121));
+        limiter.prune();
+        assert_eq!(limiter.limiter(rate).len(), 0);
+    }
+
     #[test]
     fn in_flight_slots_are_returned() {
         let cap = InFlight::new(1);

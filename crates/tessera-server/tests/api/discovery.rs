@@ -82,8 +82,8 @@ async fn get(app: &TestApp, path: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn health_and_readiness() {
-    // The background poll runs at start and then not for an hour: the test decides when
-    // the store was last reached.
+    // The background poll runs an hour after start: the test decides when the store was
+    // last reached.
     let app = spawn_with(|s| s.config.sync_interval = std::time::Duration::from_secs(3600)).await;
     assert_eq!(get(&app, "/healthz").await, (200, "ok\n".into()));
     assert_eq!(get(&app, "/readyz").await, (200, "ready\n".into()));

@@ -111,6 +111,8 @@ async fn failures_are_throttled_per_client_and_address_and_never_the_right_secre
         .parse()
         .unwrap();
     assert!((1..=60).contains(&retry), "{retry}");
+    // The policy named is the failure allowance per address and client, not a plan's.
+    assert_eq!(limited.headers()["ratelimit-policy"], "\"token\";q=3;w=60");
     assert_eq!(error_of(limited).await.1, "rate_limited");
     // The right secret from the same address is never refused by the throttle.
     let right = attempt(&attacker, &id, secret.expose()).await.unwrap();
@@ -147,6 +149,66 @@ async fn a_flood_of_unknown_ids_meets_the_coarse_cap_of_its_address() {
     assert_eq!(statuses, [401, 401, 401, 401, 401, 429, 429]);
     // Correct credentials from that address still pass.
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+}
+
+#[tokio::test]
+async fn ratelimit_says_when_the_allowance_is_whole_again() {
+    let app = spawn_app().await;
+    // One request per 30 s, two at once: each request taken is 30 s of refill.
+    plan_with(&app, "slow", rate(2, 60, 2)).await;
+    let (id, secret) = app.client_on("slow", AuthMethod::ClientSecretBasic).await;
+    for expected in ["\"token\";r=1;t=30", "\"token\";r=0;t=60"] {
+        let ok = app.token(&id, &secret, NEWS).await;
+        assert_eq!(ok.status(), 200);
+        assert_eq!(ok.headers()["ratelimit"], expected);
+    }
+    let limited = app.token(&id, &secret, NEWS).await;
+    assert_eq!(limited.status(), 429);
+    assert_eq!(limited.headers()["retry-after"], "30");
+}
+
+#[tokio::test]
+async fn each_address_is_throttled_for_its_retry_after_and_no_longer() {
+    let app = spawn_with(|s| s.config.auth_failures.per_source_and_client = per_minute(1)).await;
+    let (id, _) = app.client().await;
+    let wrong = tessera_proto::ClientSecret::new("guess");
+    let from = |last: u8| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 0, last]))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (from(2), from(3));
+    let ask = |client: &reqwest::Client| {
+        client
+            .post(app.url("/connect/token"))
+            .header("authorization", basic(&id, &wrong))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(NEWS)
+            .send()
+    };
+    let retry_after = |response: &reqwest::Response| {
+        assert_eq!(response.status(), 429);
+        response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    // One failure a minute per address and client: A's second waits 60 s.
+    assert_eq!(ask(&a).await.unwrap().status(), 401);
+    assert_eq!(retry_after(&ask(&a).await.unwrap()), "60");
+
+    // Half-way, B uses up its own allowance; A's wait is untouched by it.
+    app.clock.advance(Duration::from_secs(30));
+    assert_eq!(ask(&b).await.unwrap().status(), 401);
+    assert_eq!(retry_after(&ask(&a).await.unwrap()), "30");
+    assert_eq!(retry_after(&ask(&b).await.unwrap()), "60");
+
+    // Once Retry-After has passed, to the second, A is heard again; B still waits.
+    app.clock.advance(Duration::from_secs(30));
+    assert_eq!(ask(&a).await.unwrap().status(), 401);
+    assert_eq!(retry_after(&ask(&b).await.unwrap()), "30");
 }
 
 #[tokio::test]
