@@ -2,19 +2,10 @@
 //! are refused, the process exits 0. The request is held in flight by SQLite's write lock,
 //! taken by the test, which a revocation waits for before it answers.
 
-use std::time::{Duration, Instant};
-
 use sqlx::{Connection, SqliteConnection};
 
 use super::*;
-
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !ready().await {
-        assert!(started.elapsed() < Duration::from_secs(10), "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use tessera_testkit::until;
 
 async fn stops_after_the_request_in_flight(signal: &str) {
     let dir = tempfile::tempdir().unwrap();

@@ -239,6 +239,19 @@ impl TestApp {
     }
 }
 
+/// Waits for an event instead of a time: polls `ready` every 10 ms until it says yes, and
+/// panics naming `what` after 20 s, a bound generous enough for a loaded 2-core machine.
+pub async fn until<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut ready: impl FnMut() -> F,
+) {
+    let started = std::time::Instant::now();
+    while !ready().await {
+        assert!(started.elapsed() < Duration::from_secs(20), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The `Authorization` value for HTTP Basic with these credentials (RFC 6749 2.3.1).
 pub fn basic(id: &ClientId, secret: &ClientSecret) -> String {
     BasicCredentials {

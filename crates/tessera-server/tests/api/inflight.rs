@@ -2,8 +2,6 @@
 //! (which writes before it answers) waits inside its handler, holding its slot, until the
 //! test lets go. No sleeps: each step waits for the event it needs, with a generous bound.
 
-use std::time::{Duration, Instant};
-
 use sqlx::{Connection, SqliteConnection};
 use tessera_proto::{ClientId, ClientSecret};
 use tessera_testkit::*;
@@ -42,15 +40,6 @@ async fn revocation(
         .header("content-type", "application/x-www-form-urlencoded")
         .body(format!("token={}", body["access_token"].as_str().unwrap()));
     tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
-}
-
-/// Waits until `ready` says yes, polling; panics after 10 s.
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !ready().await {
-        assert!(started.elapsed() < Duration::from_secs(10), "never: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]

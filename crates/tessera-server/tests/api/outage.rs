@@ -9,14 +9,6 @@ use tessera_testkit::*;
 
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
-async fn until<F: std::future::Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
-    let started = Instant::now();
-    while !ready().await {
-        assert!(started.elapsed() < Duration::from_secs(20), "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn store_up(app: &TestApp) -> bool {
     let text = app
         .http
