@@ -202,6 +202,19 @@ impl TestApp {
             .expect("the server answers")
     }
 
+    /// The text of `GET /metrics`; panics unless it answers 200, so that a missing endpoint
+    /// never reads as an absent series.
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("the server answers");
+        assert_eq!(response.status(), 200, "GET /metrics");
+        response.text().await.expect("a text body")
+    }
+
     /// Sends raw bytes and returns the raw response.
     pub async fn raw(&self, request: &[u8]) -> String {
         let mut stream = TcpStream::connect(self.addr).await.expect("a connection");

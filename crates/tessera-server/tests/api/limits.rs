@@ -351,9 +351,7 @@ async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
 /// label set not yet counted). Panics unless `/metrics` answers 200, and unless a present
 /// series has its family's TYPE line, so that a missing endpoint never reads as zero.
 pub(crate) async fn metric(app: &TestApp, series: &str) -> Option<u64> {
-    let response = app.http.get(app.url("/metrics")).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
+    let text = app.metrics().await;
     let value = text
         .lines()
         .find(|l| l.starts_with(series))
@@ -404,15 +402,7 @@ async fn metrics_and_usage_follow_the_requests() {
     assert_eq!(metric(&app, client_refused).await, Some(1));
     assert_eq!(metric(&app, limited).await, Some(1));
     assert_eq!(metric(&app, count).await, Some(6));
-    let text = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     assert!(text.contains("tessera_signing_key_age_seconds "));
     assert!(!text.contains(id.as_str()), "no per-client labels");
 

@@ -10,16 +10,10 @@ use tessera_testkit::*;
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
 async fn store_up(app: &TestApp) -> bool {
-    let text = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
+    app.metrics()
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines().any(|l| l == "tessera_store_up 1")
+        .lines()
+        .any(|l| l == "tessera_store_up 1")
 }
 
 async fn revoke(

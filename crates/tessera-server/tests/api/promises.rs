@@ -22,12 +22,6 @@ async fn plan(app: &TestApp, name: &str, settings: PlanSettings) {
         .unwrap();
 }
 
-async fn metrics(app: &TestApp) -> String {
-    let response = app.http.get(app.url("/metrics")).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    response.text().await.unwrap()
-}
-
 fn sample(metrics: &str, series: &str) -> Option<u64> {
     metrics
         .lines()
@@ -205,7 +199,7 @@ async fn reuse_stops_when_too_little_life_is_left_and_is_counted() {
     let (second, left) = news_token(&app, &id, &secret).await;
     assert_ne!(second, first);
     assert_eq!(left, 100);
-    let text = metrics(&app).await;
+    let text = app.metrics().await;
     assert_eq!(
         sample(&text, "tessera_tokens_reused_total{plan=\"reusing\"}"),
         Some(1)
@@ -259,7 +253,7 @@ async fn throttled_addresses_are_counted_in_the_metrics() {
     let wrong = tessera_proto::ClientSecret::new("guess");
     assert_eq!(app.token(&id, &wrong, NEWS).await.status(), 401);
     assert_eq!(app.token(&id, &wrong, NEWS).await.status(), 429);
-    let text = metrics(&app).await;
+    let text = app.metrics().await;
     assert_eq!(
         sample(&text, "tessera_rate_limited_total{limit=\"auth_failure\"}"),
         Some(1)
