@@ -26,7 +26,8 @@ impl UsageCounter {
     }
 
     /// Writes the counts so far under today's UTC date. On failure they are kept for the
-    /// next flush.
+    /// next flush. Not cancel-safe: a flush dropped while the store writes loses the counts
+    /// it took, so callers let it finish.
     pub async fn flush(&self, store: &dyn Store, now: Timestamp) -> Result<(), StoreError> {
         let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
         if taken.is_empty() {

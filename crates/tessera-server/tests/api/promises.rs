@@ -275,6 +275,27 @@ async fn usage_is_written_on_shutdown() {
     assert_eq!((usage[0].issued, usage[0].refused), (1, 0));
 }
 
+/// With housekeeping running all the time, stopping the server lands in the middle of a
+/// usage flush more often than not; the counts it holds must still reach the store.
+#[tokio::test]
+async fn a_stop_during_housekeeping_loses_no_usage() {
+    let mut app = spawn_with(|s| s.config.housekeeping_interval = Duration::from_millis(1)).await;
+    let (id, secret) = app.client().await;
+    for _ in 0..20 {
+        assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    }
+    app.stop().await.unwrap();
+    let issued: u64 = app
+        .store
+        .usage(&id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|u| u.issued)
+        .sum();
+    assert_eq!(issued, 20);
+}
+
 #[tokio::test]
 async fn revoking_an_expired_token_answers_200() {
     let app = spawn_app().await;
