@@ -154,7 +154,8 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Plans for the seed's three APIs and a client on the plan with all three.
+/// Plans for the seed's three APIs and a client on the plan with all three; and an admin
+/// plan with an admin client, for the admin API. Their secrets are new on each start.
 async fn demo(
     store: &dyn tessera_store::Store,
     secrets: &tessera_server::secrets::Secrets,
@@ -166,29 +167,45 @@ async fn demo(
     ops.set_plan("news", "news-api", None).await?;
     ops.set_plan("full", "market-data-api news-api oms-api", None)
         .await?;
-    let existing = store
-        .clients()
-        .await?
-        .into_iter()
-        .find(|c| c.label == "demo");
-    let (client, secret) = match existing {
-        Some(c) => ops.rotate_secret(secrets, c.id.as_str(), 0).await?,
-        None => {
-            ops.create_client(secrets, "full", "demo", AuthMethod::ClientSecretBasic)
-                .await?
+    ops.set_plan("admin", "tessera-admin tessera-admin-read", None)
+        .await?;
+    let existing = store.clients().await?;
+    let demo_client = |label: &'static str, plan: &'static str| {
+        let found = existing.iter().find(|c| c.label == label).cloned();
+        async move {
+            match found {
+                Some(c) => ops.rotate_secret(secrets, c.id.as_str(), 0).await,
+                None => {
+                    ops.create_client(secrets, plan, label, AuthMethod::ClientSecretBasic)
+                        .await
+                }
+            }
         }
     };
+    let (client, secret) = demo_client("demo", "full").await?;
+    let (admin, admin_secret) = demo_client("demo-admin", "admin").await?;
+    let issuer = issuer.trim_end_matches('/');
     println!();
     println!("demo plans: market-data, news, full; demo client on plan full:");
     println!("  client_id:     {}", client.id);
     println!("  client_secret: {}", secret.expose());
     println!("get a token:");
     println!(
-        "  curl -s -u '{}:{}' -d grant_type=client_credentials -d 'scope=market-data-api news-api' {}/connect/token",
+        "  curl -s -u '{}:{}' -d grant_type=client_credentials -d 'scope=market-data-api news-api' {issuer}/connect/token",
         client.id,
         secret.expose(),
-        issuer.trim_end_matches('/')
     );
+    println!();
+    println!("demo admin client on plan admin (scopes tessera-admin, tessera-admin-read):");
+    println!("  client_id:     {}", admin.id);
+    println!("  client_secret: {}", admin_secret.expose());
+    println!("call the admin API (docs/admin-api.md; the whole surface: {issuer}/openapi.json):");
+    println!(
+        "  TOKEN=$(curl -s -u '{}:{}' -d grant_type=client_credentials -d scope=tessera-admin {issuer}/connect/token | sed -E 's/.*\"access_token\":\"([^\"]+)\".*/\\1/')",
+        admin.id,
+        admin_secret.expose(),
+    );
+    println!("  curl -s -H \"Authorization: Bearer $TOKEN\" {issuer}/admin/v1/clients");
     println!();
     Ok(())
 }
