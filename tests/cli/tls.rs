@@ -1,0 +1,258 @@
+//! `serve` over TLS: HTTPS issuance with reqwest and curl, HTTP/2 through ALPN, the
+//! certificate reloaded on SIGHUP and when its file changes (a broken one refused, the old
+//! one kept), the plain health listener, and the demo certificate.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::{create_client, ok, Server};
+
+/// A self-signed certificate for localhost and 127.0.0.1: (cert PEM, key PEM).
+fn certificate() -> (String, String) {
+    let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let generated = rcgen::generate_simple_self_signed(names).unwrap();
+    (generated.cert.pem(), generated.key_pair.serialize_pem())
+}
+
+fn write_pair(dir: &Path, (cert, key): &(String, String)) -> (PathBuf, PathBuf) {
+    let (cert_path, key_path) = (dir.join("server.crt"), dir.join("server.key"));
+    std::fs::write(&cert_path, cert).unwrap();
+    std::fs::write(&key_path, key).unwrap();
+    (cert_path, key_path)
+}
+
+/// A client that trusts `cert` alone.
+fn trusting(cert: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(cert.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+async fn token_status(http: &reqwest::Client, base: &str, id: &str, secret: &str) -> Option<u16> {
+    http.post(format!("{base}/connect/token"))
+        .basic_auth(id, Some(secret))
+        .form(&[("grant_type", "client_credentials"), ("scope", "news-api")])
+        .send()
+        .await
+        .ok()
+        .map(|r| r.status().as_u16())
+}
+
+/// Polls until `ready` holds (20 s at most): a reload is noticed in the background.
+async fn until<F: std::future::Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
+    let started = Instant::now();
+    while !ready().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what} within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn start_tls(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> Server {
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    Server::start(
+        dir,
+        &[&["--tls-cert", cert, "--tls-key", key], extra].concat(),
+    )
+}
+
+#[tokio::test]
+async fn tokens_over_https_with_http2_and_a_certificate_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let first = certificate();
+    let (cert_path, key_path) = write_pair(d, &first);
+    let server = start_tls(d, &cert_path, &key_path, &[]);
+    assert!(
+        server.base.starts_with("https://127.0.0.1:"),
+        "{}",
+        server.base
+    );
+
+    // reqwest (HTTP/1.1), trusting the certificate: a token whose issuer is https.
+    let http = trusting(&first.0);
+    let answer = http
+        .post(format!("{}/connect/token", server.base))
+        .basic_auth(&id, Some(&secret))
+        .form(&[("grant_type", "client_credentials"), ("scope", "news-api")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    let payload = body["access_token"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .nth(1)
+        .unwrap();
+    use base64::Engine;
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["iss"], server.base.as_str());
+    // Not trusted, not served: a client without the certificate fails the handshake.
+    assert_eq!(
+        token_status(&reqwest::Client::new(), &server.base, &id, &secret).await,
+        None
+    );
+    // Plain HTTP to the HTTPS port gets no answer.
+    let plain = server.base.replacen("https", "http", 1);
+    assert!(reqwest::get(format!("{plain}/healthz")).await.is_err());
+
+    // curl negotiates HTTP/2 by ALPN, or keeps to HTTP/1.1 when told.
+    for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{http_version}",
+                flag,
+            ])
+            .args([
+                "--cacert",
+                cert_path.to_str().unwrap(),
+                "-u",
+                &format!("{id}:{secret}"),
+            ])
+            .args([
+                "-d",
+                "grant_type=client_credentials",
+                "-d",
+                "scope=news-api",
+            ])
+            .arg(format!("{}/connect/token", server.base))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("200 {version}")
+        );
+    }
+
+    // A broken certificate file is refused on SIGHUP; the one in force stays.
+    std::fs::write(&cert_path, "not a certificate").unwrap();
+    server.signal("-HUP");
+    until("the failed reload is logged", || async {
+        server
+            .stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("keeping the previous certificate"))
+    })
+    .await;
+    assert_eq!(
+        token_status(&http, &server.base, &id, &secret).await,
+        Some(200)
+    );
+
+    // A new pair on SIGHUP: new connections present it, without a restart.
+    let second = certificate();
+    write_pair(d, &second);
+    server.signal("-HUP");
+    let renewed = trusting(&second.0);
+    until("the new certificate is served", || async {
+        token_status(&renewed, &server.base, &id, &secret).await == Some(200)
+    })
+    .await;
+    assert_eq!(
+        token_status(&trusting(&first.0), &server.base, &id, &secret).await,
+        None
+    );
+
+    // And without a signal when the files change (polled every 2 s).
+    let third = certificate();
+    write_pair(d, &third);
+    let newest = trusting(&third.0);
+    until("the changed files are picked up", || async {
+        token_status(&newest, &server.base, &id, &secret).await == Some(200)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_plain_listener_answers_health_checks_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pair = certificate();
+    let (cert_path, key_path) = write_pair(d, &pair);
+    let health = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let health_addr = health.local_addr().unwrap().to_string();
+    drop(health);
+    let _server = start_tls(d, &cert_path, &key_path, &["--listen-http", &health_addr]);
+    let ready = reqwest::get(format!("http://{health_addr}/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let token = reqwest::Client::new()
+        .post(format!("http://{health_addr}/connect/token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(token.status(), 404, "no token over plain HTTP");
+    // Without TLS there is nothing to stand beside.
+    let err = super::fails(
+        d,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--listen-http",
+            &health_addr,
+        ],
+    );
+    assert!(err.contains("--listen-http"), "{err}");
+    // A key that is not the certificate's is refused at start, naming the problem.
+    let other = certificate();
+    std::fs::write(&key_path, &other.1).unwrap();
+    let err = super::fails(
+        d,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+        ],
+    );
+    assert!(err.contains("cannot serve TLS"), "{err}");
+}
+
+#[tokio::test]
+async fn the_demo_serves_https_with_a_certificate_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d, &["--demo", "--tls"]);
+    assert!(server.base.starts_with("https://"), "{}", server.base);
+    let cert = std::fs::read_to_string(d.join("tessera-demo-cert.pem")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.join("tessera-demo-key.pem"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let ready = trusting(&cert)
+        .get(format!("{}/readyz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+}
