@@ -64,6 +64,10 @@ pub(crate) struct ServeArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, env = "TESSERA_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// PEM: the CA(s) whose certificates `tls_client_auth` clients present (RFC 8705); with
+    /// it the handshake asks for (never requires) a client certificate.
+    #[arg(long, env = "TESSERA_CLIENT_CA", requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
     /// With --demo: serve HTTPS with a self-signed certificate for localhost, generated
     /// beside the database, and print the curl --cacert line.
     #[arg(long, requires = "demo", conflicts_with = "tls_cert")]
@@ -87,6 +91,7 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         (Some(cert), Some(key)) => Some(tessera_server::tls::TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
+            client_ca: args.client_ca.clone(),
         }),
         _ if args.tls => Some(demo_certificate(&data.sqlite_path())?),
         _ => None,
@@ -302,6 +307,7 @@ fn demo_certificate(database: &Option<PathBuf>) -> Result<tessera_server::tls::T
     let files = tessera_server::tls::TlsFiles {
         cert: dir.join("tessera-demo-cert.pem"),
         key: dir.join("tessera-demo-key.pem"),
+        client_ca: None,
     };
     std::fs::write(&files.cert, generated.cert.pem())
         .with_context(|| format!("cannot write {}", files.cert.display()))?;

@@ -29,6 +29,7 @@ pub mod error;
 pub mod keys;
 pub mod limits;
 pub mod metrics;
+pub mod mtls;
 pub mod registry;
 pub mod reuse;
 pub mod routes;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::mtls::PeerCertificate;
 use crate::state::AppState;
 
 /// The router with every endpoint and layer.
@@ -144,7 +145,7 @@ async fn serve(
         tokio::spawn(async move {
             let _slots = (slot, address_slot);
             let Some(tls) = tls else {
-                let service = service(router, peer, Some(bounds));
+                let service = service(router, peer, Some(bounds), None);
                 let connection = http1.serve_connection(TokioIo::new(stream), service);
                 finish(watcher.watch(connection)).await;
                 return;
@@ -165,13 +166,17 @@ async fn serve(
                     return;
                 }
             };
-            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            let session = stream.get_ref().1;
+            let certificate = session.peer_certificates().map(|chain| {
+                PeerCertificate(chain.iter().map(|c| c.clone().into_owned()).collect())
+            });
+            if session.alpn_protocol() == Some(b"h2") {
                 // HTTP/2 has no Connection: close; its streams end with the connection.
-                let service = service(router, peer, None);
+                let service = service(router, peer, None, certificate);
                 let connection = http2.serve_connection(TokioIo::new(stream), service);
                 finish(watcher.watch(connection)).await;
             } else {
-                let service = service(router, peer, Some(bounds));
+                let service = service(router, peer, Some(bounds), certificate);
                 let connection = http1.serve_connection(TokioIo::new(stream), service);
                 finish(watcher.watch(connection)).await;
             }
@@ -189,13 +194,15 @@ async fn serve(
 
 use hyper_util::rt::TokioIo;
 
-/// The router as one connection's service: each request learns its peer, and with
+/// The router as one connection's service: each request learns its peer (and the client
+/// certificate it presented, if any), and with
 /// `keep_alive` bounds (requests, age) an HTTP/1.1 answer says `Connection: close` once
 /// the connection has served its share, so the client opens a new one (RFC 9112 9.6).
 fn service(
     router: axum::Router,
     peer: std::net::SocketAddr,
     keep_alive: Option<(usize, Duration)>,
+    certificate: Option<PeerCertificate>,
 ) -> hyper_util::service::TowerToHyperService<
     impl tower::Service<
             axum::extract::Request<hyper::body::Incoming>,
@@ -211,6 +218,9 @@ fn service(
     let service = router
         .map_request(move |mut request: axum::extract::Request<_>| {
             request.extensions_mut().insert(ConnectInfo(peer));
+            if let Some(certificate) = &certificate {
+                request.extensions_mut().insert(certificate.clone());
+            }
             request
         })
         .map_response(move |mut response: axum::response::Response| {

@@ -14,9 +14,12 @@ use std::time::{Duration, SystemTime};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::ServerConfig;
 use thiserror::Error;
 use tokio_rustls::TlsAcceptor;
+
+use crate::mtls::OfferedCertificate;
 
 /// Why a certificate and key could not be used.
 #[derive(Debug, Error)]
@@ -41,14 +44,19 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+    /// PEM: the CA(s) of `tls_client_auth` clients (RFC 8705 section 2.1). With it, the
+    /// handshake asks for a client certificate (see [`crate::mtls`]).
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The TLS configuration in force, reloadable.
 pub struct Tls {
     files: TlsFiles,
     current: RwLock<Arc<ServerConfig>>,
+    /// Checks chains against `client_ca`, at the token endpoint.
+    client_ca: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
     /// The files' modification times and sizes when last loaded, to notice a change.
-    seen: Mutex<Option<[(SystemTime, u64); 2]>>,
+    seen: Mutex<Option<[(SystemTime, u64); 3]>>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -61,10 +69,11 @@ impl Tls {
     /// Loads the pair; fails if it cannot be used.
     pub fn load(files: TlsFiles) -> Result<Self, TlsError> {
         let seen = stamp(&files);
-        let config = server_config(&files)?;
+        let (config, client_ca) = server_config(&files)?;
         Ok(Self {
             files,
             current: RwLock::new(Arc::new(config)),
+            client_ca: RwLock::new(client_ca),
             seen: Mutex::new(seen),
         })
     }
@@ -78,11 +87,20 @@ impl Tls {
     /// force stays.
     pub fn reload(&self) -> Result<(), TlsError> {
         let seen = stamp(&self.files);
-        let config = server_config(&self.files)?;
+        let (config, client_ca) = server_config(&self.files)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        *self.client_ca.write().unwrap_or_else(|p| p.into_inner()) = client_ca;
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = seen;
         tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
         Ok(())
+    }
+
+    /// The verifier of `tls_client_auth` chains, when a client CA is configured.
+    pub fn client_ca(&self) -> Option<Arc<dyn ClientCertVerifier>> {
+        self.client_ca
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// An acceptor with the configuration in force now.
@@ -113,15 +131,21 @@ impl Tls {
     }
 }
 
-fn stamp(files: &TlsFiles) -> Option<[(SystemTime, u64); 2]> {
+fn stamp(files: &TlsFiles) -> Option<[(SystemTime, u64); 3]> {
     let one = |path: &Path| {
         let meta = std::fs::metadata(path).ok()?;
         Some((meta.modified().ok()?, meta.len()))
     };
-    Some([one(&files.cert)?, one(&files.key)?])
+    let ca = match &files.client_ca {
+        Some(path) => one(path)?,
+        None => (SystemTime::UNIX_EPOCH, 0),
+    };
+    Some([one(&files.cert)?, one(&files.key)?, ca])
 }
 
-fn server_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
+type Loaded = (ServerConfig, Option<Arc<dyn ClientCertVerifier>>);
+
+fn server_config(files: &TlsFiles) -> Result<Loaded, TlsError> {
     let file_error = |path: &Path, why: String| TlsError::File {
         path: path.to_owned(),
         why,
@@ -136,13 +160,40 @@ fn server_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| file_error(&files.key, format!("no usable private key: {e}")))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let (builder, client_ca) = match &files.client_ca {
+        None => (builder.with_no_client_auth(), None),
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in
+                CertificateDer::pem_file_iter(path).map_err(|e| file_error(path, e.to_string()))?
+            {
+                let cert = cert.map_err(|e| file_error(path, e.to_string()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| file_error(path, format!("not a CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(file_error(path, "no CERTIFICATE in it".into()));
+            }
+            let ca = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| file_error(path, e.to_string()))?;
+            let offered = OfferedCertificate::new(provider, ca.root_hint_subjects().to_vec());
+            (
+                builder.with_client_cert_verifier(Arc::new(offered)),
+                Some(ca),
+            )
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     // Resumption by tickets as well as by the server's session cache (on by default), so
     // that a returning client skips the full handshake.
     config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
-    Ok(config)
+    Ok((config, client_ca))
 }

@@ -1,0 +1,247 @@
+//! Mutual-TLS client authentication and certificate-bound tokens (RFC 8705).
+//!
+//! With `serve --client-ca FILE`, the TLS handshake asks for a client certificate (never
+//! requires one: most clients authenticate otherwise) and checks only that the client holds
+//! its private key. Who the certificate names is decided per client at the token endpoint:
+//!
+//! - `tls_client_auth` (section 2.1): the chain leads to the configured CA, the certificate
+//!   is within its validity period, and it carries the registered subject DN, DNS SAN or URI
+//!   SAN (a SPIFFE ID, say) — exactly one of them, as section 2.1.2 requires.
+//! - `self_signed_tls_client_auth` (section 2.2): the certificate's public key is one of
+//!   the client's registered JWKs; no chain is involved.
+//!
+//! A token issued to a client that authenticated with its certificate is bound to it: claim
+//! `cnf` with `x5t#S256`, the SHA-256 thumbprint of the DER certificate (section 3.1).
+
+use std::sync::Arc;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::public_key::PublicKey;
+
+/// The certificate chain a client presented on its connection (or a trusted proxy passed
+/// on), end entity first; in the request's extensions.
+#[derive(Debug, Clone)]
+pub struct PeerCertificate(pub Arc<[CertificateDer<'static>]>);
+
+impl PeerCertificate {
+    /// The end-entity certificate.
+    pub fn end_entity(&self) -> Option<&CertificateDer<'static>> {
+        self.0.first()
+    }
+
+    /// RFC 8705 section 3.1: `x5t#S256`, base64url SHA-256 of the DER certificate.
+    pub fn thumbprint(&self) -> Option<String> {
+        self.end_entity().map(|cert| thumbprint(cert))
+    }
+}
+
+/// `x5t#S256` of a DER certificate.
+pub fn thumbprint(cert: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert))
+}
+
+/// What a `tls_client_auth` client's certificate must name (RFC 8705 section 2.1.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsName {
+    /// `tls_client_auth_subject_dn`, RFC 4514 form.
+    SubjectDn(String),
+    /// `tls_client_auth_san_dns`.
+    SanDns(String),
+    /// `tls_client_auth_san_uri`, e.g. `spiffe://example.org/ns/prod/sa/billing`.
+    SanUri(String),
+}
+
+/// Checks the chain against the client CA and the name; `now` decides validity.
+pub fn names_match(
+    ca: &dyn ClientCertVerifier,
+    chain: &[CertificateDer<'static>],
+    expected: &TlsName,
+    now: UnixTime,
+) -> bool {
+    let Some((end_entity, intermediates)) = chain.split_first() else {
+        return false;
+    };
+    if ca
+        .verify_client_cert(end_entity, intermediates, now)
+        .is_err()
+    {
+        return false;
+    }
+    let Ok((_, cert)) = X509Certificate::from_der(end_entity) else {
+        return false;
+    };
+    match expected {
+        TlsName::SubjectDn(dn) => same_dn(&cert.subject().to_string(), dn),
+        TlsName::SanDns(name) => sans(&cert)
+            .any(|san| matches!(san, GeneralName::DNSName(d) if d.eq_ignore_ascii_case(name))),
+        TlsName::SanUri(uri) => {
+            sans(&cert).any(|san| matches!(san, GeneralName::URI(u) if *u == uri.as_str()))
+        }
+    }
+}
+
+fn sans<'a>(cert: &'a X509Certificate<'a>) -> impl Iterator<Item = &'a GeneralName<'a>> {
+    cert.subject_alternative_name()
+        .ok()
+        .flatten()
+        .into_iter()
+        .flat_map(|ext| ext.value.general_names.iter())
+}
+
+/// Two distinguished names as equal: the same attributes in the same order, or in reverse
+/// order (RFC 4514 writes the most specific first, certificates store it last), with the
+/// spaces around separators ignored and attribute types compared without case.
+fn same_dn(a: &str, b: &str) -> bool {
+    let parts = |dn: &str| -> Vec<String> {
+        dn.split(',')
+            .map(|rdn| match rdn.split_once('=') {
+                Some((kind, value)) => {
+                    format!("{}={}", kind.trim().to_ascii_uppercase(), value.trim())
+                }
+                None => rdn.trim().to_owned(),
+            })
+            .collect()
+    };
+    let (a, mut b) = (parts(a), parts(b));
+    if a == b {
+        return true;
+    }
+    b.reverse();
+    a == b
+}
+
+/// RFC 8705 section 2.2: whether the certificate's public key is one of `jwks` (a JWK Set
+/// as JSON: OKP Ed25519, EC P-256 or RSA keys).
+pub fn key_matches(chain: &[CertificateDer<'static>], jwks: &serde_json::Value) -> bool {
+    let Some(end_entity) = chain.first() else {
+        return false;
+    };
+    let Ok((_, cert)) = X509Certificate::from_der(end_entity) else {
+        return false;
+    };
+    let spki = cert.public_key();
+    let b64 = |v: &serde_json::Value| v.as_str().and_then(|s| URL_SAFE_NO_PAD.decode(s).ok());
+    let keys = jwks["keys"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    keys.iter()
+        .any(|jwk| match (jwk["kty"].as_str(), spki.parsed()) {
+            (Some("OKP"), _) if jwk["crv"] == "Ed25519" => {
+                spki.algorithm.algorithm.to_id_string() == "1.3.101.112"
+                    && b64(&jwk["x"]).as_deref() == Some(spki.subject_public_key.data.as_ref())
+            }
+            (Some("EC"), Ok(PublicKey::EC(point))) if jwk["crv"] == "P-256" => {
+                match (b64(&jwk["x"]), b64(&jwk["y"])) {
+                    (Some(x), Some(y)) => point.data() == [&[4u8][..], &x, &y].concat().as_slice(),
+                    _ => false,
+                }
+            }
+            (Some("RSA"), Ok(PublicKey::RSA(rsa))) => {
+                let trim = |b: &[u8]| {
+                    b.iter()
+                        .skip_while(|&&x| x == 0)
+                        .copied()
+                        .collect::<Vec<u8>>()
+                };
+                b64(&jwk["n"]).is_some_and(|n| trim(&n) == trim(rsa.modulus))
+                    && b64(&jwk["e"]).is_some_and(|e| trim(&e) == trim(rsa.exponent))
+            }
+            _ => false,
+        })
+}
+
+/// The handshake's side of client certificates: any certificate is taken, provided the
+/// client proves it holds the key (the handshake signature); whether it names a client is
+/// the token endpoint's decision, per client method. Never required.
+#[derive(Debug)]
+pub(crate) struct OfferedCertificate {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    hints: Vec<DistinguishedName>,
+}
+
+impl OfferedCertificate {
+    pub(crate) fn new(
+        provider: Arc<rustls::crypto::CryptoProvider>,
+        hints: Vec<DistinguishedName>,
+    ) -> Self {
+        Self { provider, hints }
+    }
+}
+
+impl ClientCertVerifier for OfferedCertificate {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &self.hints
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distinguished_names_compare_in_either_order() {
+        assert!(same_dn("CN=billing, O=Acme", "CN=billing,O=Acme"));
+        assert!(same_dn("O=Acme, CN=billing", "CN=billing, O=Acme"));
+        assert!(same_dn("cn=billing", "CN=billing"));
+        assert!(!same_dn("CN=billing, O=Acme", "CN=billing, O=Evil"));
+        assert!(!same_dn("CN=billing", "CN=Billing"));
+    }
+}
