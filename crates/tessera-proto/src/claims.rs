@@ -32,6 +32,18 @@ pub struct AccessTokenClaims {
     /// are taken as app-only too when `sub == client_id`.
     #[serde(default)]
     pub app_only: bool,
+    /// The key the token is bound to (RFC 7800), when it is: a client certificate
+    /// (RFC 8705 section 3.1). A bound token is accepted only with proof of that key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cnf: Option<Confirmation>,
+}
+
+/// The `cnf` claim (RFC 7800 section 3.1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confirmation {
+    /// RFC 8705 section 3.1: base64url SHA-256 of the DER client certificate.
+    #[serde(rename = "x5t#S256", default, skip_serializing_if = "Option::is_none")]
+    pub x5t_s256: Option<String>,
 }
 
 impl AccessTokenClaims {
@@ -92,6 +104,7 @@ mod tests {
             nbf: None,
             jti: "j".into(),
             app_only: true,
+            cnf: None,
         };
         assert!(!claims.has_user_context());
         claims.app_only = false;

@@ -27,7 +27,7 @@ pub mod metadata;
 pub mod scope;
 pub mod token;
 
-pub use claims::AccessTokenClaims;
+pub use claims::{AccessTokenClaims, Confirmation};
 pub use client::{BasicCredentials, ClientId, ClientSecret};
 pub use clock::{Clock, ManualClock};
 pub use error::{ErrorCode, ErrorResponse};

@@ -49,6 +49,7 @@ fn claims() -> AccessTokenClaims {
         nbf: None,
         jti: secrets::random_token(16),
         app_only: true,
+        cnf: None,
     }
 }
 

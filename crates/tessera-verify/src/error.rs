@@ -65,6 +65,10 @@ pub enum VerifyError {
     /// `aud` does not contain this API (RFC 9068 section 4).
     #[error("the token is not meant for this API")]
     WrongAudience,
+    /// The token is bound to a client certificate (`cnf` `x5t#S256`, RFC 8705 section 3)
+    /// and the request came without that certificate.
+    #[error("the token is bound to a client certificate this request did not present")]
+    CertificateMismatch,
     /// `exp` has passed, leeway included (RFC 7519 section 4.1.4).
     #[error("the token has expired")]
     Expired,

@@ -128,6 +128,18 @@ async fn verified(
         tracing::debug!(error = %e, "bearer token refused");
         reject(AuthError::InvalidToken(e))
     })?;
+    // RFC 8705 section 3: a token bound to a certificate only with that certificate.
+    if let Some(bound) = claims.cnf.as_ref().and_then(|c| c.x5t_s256.as_deref()) {
+        let presented = parts
+            .extensions
+            .get::<crate::ClientCertificate>()
+            .map(crate::ClientCertificate::thumbprint);
+        if presented.as_deref() != Some(bound) {
+            return Err(reject(AuthError::InvalidToken(
+                crate::VerifyError::CertificateMismatch,
+            )));
+        }
+    }
     if let Some(scope) = scope {
         if !claims.has_scope(scope) {
             return Err(reject(AuthError::InsufficientScope(scope.into())));

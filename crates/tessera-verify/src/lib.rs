@@ -19,6 +19,8 @@
 //!   [`KeySourceError`]. No HTTP in them.
 //! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`], and
 //!   how the bearer token is read (RFC 6750 section 2).
+//! - [`binding`]: [`ClientCertificate`], for tokens bound to a client certificate
+//!   (RFC 8705 section 3), which the extractors check.
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
 //!   (RFC 6750 section 3, RFC 9470 section 3).
 //! - `fuzzing`: hidden entry points to the document readers, for `fuzz/` only.
@@ -62,6 +64,7 @@
 //!
 //! With a larger state, implement `FromRef<AppState> for Verifier` and the extractors find it.
 
+pub mod binding;
 pub mod error;
 pub mod extract;
 #[doc(hidden)]
@@ -71,6 +74,7 @@ pub mod rejection;
 mod validate;
 pub mod verifier;
 
+pub use binding::ClientCertificate;
 pub use error::{ConfigError, KeySourceError, VerifyError};
 pub use extract::{RequiredScope, Scoped, UserToken, VerifiedToken};
 pub use rejection::{AuthError, AuthRejection};

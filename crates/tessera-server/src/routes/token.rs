@@ -356,6 +356,7 @@ mod tests {
                 nbf: None,
                 jti: "j".into(),
                 app_only: true,
+                cnf: None,
             }
         );
     }
