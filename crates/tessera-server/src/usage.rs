@@ -6,6 +6,9 @@ use std::sync::Mutex;
 
 use tessera_store::{Store, StoreError, Timestamp, Usage};
 
+/// The day a count is written under; one implementation with the admin API's timestamps.
+pub use tessera_proto::clock::utc_day;
+
 /// Counts since the last flush, per client: (issued, refused).
 #[derive(Debug, Default)]
 pub struct UsageCounter(Mutex<HashMap<String, (u64, u64)>>);
@@ -53,33 +56,5 @@ impl UsageCounter {
             return Err(e);
         }
         Ok(())
-    }
-}
-
-/// `YYYY-MM-DD` of a Unix time, UTC (civil-from-days, proleptic Gregorian).
-pub fn utc_day(unix: i64) -> String {
-    let days = unix.div_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_days() {
-        assert_eq!(utc_day(0), "1970-01-01");
-        assert_eq!(utc_day(951_782_400), "2000-02-29");
-        assert_eq!(utc_day(1_795_645_359), "2026-11-25");
-        assert_eq!(utc_day(-1), "1969-12-31");
     }
 }
