@@ -1,11 +1,12 @@
 //! `tessera`: the one binary. It parses the command line and calls into the crates:
 //! `serve` runs the server, `plan`, `client` and `keys` administer the registry and `backup`
-//! copies it (also while a server runs on the same database).
+//! copies it (also while a server runs on the same database), `token` gets a token as a
+//! client, and `completions` prints shell completions.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tessera_proto::Algorithm;
 use tessera_server::secrets::{
     key_file_beside, load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets,
@@ -70,6 +71,11 @@ enum Command {
     Backup(backup::BackupArgs),
     /// Get an access token as a client (cached on disk for its lifetime).
     Token(token::TokenArgs),
+    /// Print shell completions, e.g. `tessera completions bash > /etc/bash_completion.d/tessera`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// What a command does with the database.
@@ -79,6 +85,15 @@ enum Access {
     Read,
     /// Writes (or serves): the database is created when missing.
     Write,
+}
+
+/// Prints the completion script for `shell`. Written whole at the end, so that a closed pipe
+/// is an error rather than a panic inside the generator.
+fn completions(shell: clap_complete::Shell) -> Result<()> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut script);
+    std::io::Write::write_all(&mut std::io::stdout(), &script)?;
+    Ok(())
 }
 
 /// Parses `EdDSA` or `ES256`.
@@ -96,6 +111,7 @@ async fn main() -> std::process::ExitCode {
         Command::Keys(cmd) => admin::keys(&cli.data, cmd).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
+        Command::Completions { shell } => completions(shell),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

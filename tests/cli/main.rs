@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod data;
+mod operator;
 mod signals;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");
