@@ -14,6 +14,8 @@ use tessera_server::secrets::{
 
 mod admin;
 mod backup;
+
+use admin::AdminCommand;
 mod serve;
 mod token;
 
@@ -106,9 +108,9 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve(args) => serve::run(&cli.data, args).await,
-        Command::Plan(cmd) => admin::plan(&cli.data, cmd).await,
-        Command::Client(cmd) => admin::client(&cli.data, cmd).await,
-        Command::Keys(cmd) => admin::keys(&cli.data, cmd).await,
+        Command::Plan(cmd) => admin::run(&cli.data, AdminCommand::Plan(cmd)).await,
+        Command::Client(cmd) => admin::run(&cli.data, AdminCommand::Client(cmd)).await,
+        Command::Keys(cmd) => admin::run(&cli.data, AdminCommand::Keys(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
         Command::Completions { shell } => completions(shell),
