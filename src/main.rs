@@ -1,7 +1,8 @@
 //! `tessera`: the one binary. It parses the command line and calls into the crates:
-//! `serve` runs the server, `plan`, `client` and `keys` administer the registry and `backup`
-//! copies it (also while a server runs on the same database), `token` gets a token as a
-//! client, and `completions` prints shell completions.
+//! `serve` runs the server, `plan`, `client` and `keys` administer the registry (in the
+//! database, or with `--admin-url` through a server's admin API), `backup` copies it (also
+//! while a server runs on the same database), `token` gets a token as a client, and
+//! `completions` prints shell completions.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,12 @@ mod token;
 struct Cli {
     #[command(flatten)]
     data: DataArgs,
+    /// Send `plan`, `client` and `keys` commands to the admin API of the Tessera at this base
+    /// URL instead of the database. The token comes from TESSERA_ADMIN_TOKEN, or is fetched
+    /// from URL/connect/token with TESSERA_CLIENT_ID and TESSERA_CLIENT_SECRET. Not used by
+    /// `serve`, `backup`, `token` and `completions`.
+    #[arg(long, global = true, env = "TESSERA_ADMIN_URL", value_name = "URL")]
+    admin_url: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -106,11 +113,12 @@ fn parse_alg(s: &str) -> Result<Algorithm, String> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let admin_url = cli.admin_url.as_deref();
     let outcome = match cli.command {
         Command::Serve(args) => serve::run(&cli.data, args).await,
-        Command::Plan(cmd) => admin::run(&cli.data, AdminCommand::Plan(cmd)).await,
-        Command::Client(cmd) => admin::run(&cli.data, AdminCommand::Client(cmd)).await,
-        Command::Keys(cmd) => admin::run(&cli.data, AdminCommand::Keys(cmd)).await,
+        Command::Plan(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Plan(cmd)).await,
+        Command::Client(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Client(cmd)).await,
+        Command::Keys(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
         Command::Completions { shell } => completions(shell),

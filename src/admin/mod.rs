@@ -1,12 +1,14 @@
 //! `tessera plan`, `tessera client` and `tessera keys`: each command is one call of
-//! [`Operations`], served by the database ([`Database`], through `tessera_server::admin`).
-//! It answers with the admin API's objects ([`model`]), which `--json` prints.
+//! [`Operations`], served either by the database ([`Database`], through
+//! `tessera_server::admin`) or, with `--admin-url`, by a Tessera's admin API ([`Http`]).
+//! Both answer with the admin API's objects ([`model`]), so the printing below serves both,
+//! and `--json` prints those objects.
 //!
 //! # Layout
 //!
 //! - this file: the commands, the [`Operations`] they call, and what they print;
 //! - [`model`]: the objects, as docs/admin-api.md defines them;
-//! - [`database`]: the operations on the store.
+//! - [`database`]: the operations on the store; [`http`]: the same over the admin API.
 
 use std::io::Write;
 
@@ -20,9 +22,11 @@ use tessera_store::{AuthMethod, RateLimit};
 use crate::{Access, DataArgs};
 
 mod database;
+mod http;
 mod model;
 
 use database::Database;
+use http::Http;
 use model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, UsageDay};
 
 #[derive(Debug, Subcommand)]
@@ -78,7 +82,8 @@ pub(crate) enum ClientCommand {
         /// client_secret_basic (default) or client_secret_post.
         #[arg(long, default_value = "client_secret_basic", value_parser = parse_method)]
         auth_method: AuthMethod,
-        /// How many clients to create (in one transaction).
+        /// How many clients to create: in one transaction, or over --admin-url one request
+        /// each.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         count: u32,
         /// Print one JSON object per client, one per line.
@@ -230,9 +235,16 @@ pub(crate) trait Operations {
     async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key>;
 }
 
-/// Runs an admin command on the database.
-pub(crate) async fn run(data: &DataArgs, command: AdminCommand) -> Result<()> {
-    execute(&Database::open(data, command.access()).await?, command).await
+/// Runs an admin command on the database, or with `admin_url` on that Tessera's admin API.
+pub(crate) async fn run(
+    data: &DataArgs,
+    admin_url: Option<&str>,
+    command: AdminCommand,
+) -> Result<()> {
+    match admin_url {
+        Some(url) => execute(&Http::connect(url)?, command).await,
+        None => execute(&Database::open(data, command.access()).await?, command).await,
+    }
 }
 
 async fn execute(ops: &impl Operations, command: AdminCommand) -> Result<()> {
