@@ -5,8 +5,9 @@
 //! sleeping.
 //!
 //! It also writes times for people and JSON: [`rfc3339`] (`2026-11-26T05:29:51Z`),
-//! [`utc_day`] (`2026-11-26`), their reader [`parse_rfc3339`], and [`serde_rfc3339`] for
-//! fields that are Unix seconds in Rust and RFC 3339 strings on the wire.
+//! [`utc_day`] (`2026-11-26`), their readers [`parse_rfc3339`] and [`is_day`], and
+//! [`serde_rfc3339`] for fields that are Unix seconds in Rust and RFC 3339 strings on the
+//! wire.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -109,8 +110,27 @@ fn secs_to_nanos(secs: Timestamp) -> u64 {
         .saturating_mul(1_000_000_000)
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` of a Unix time, UTC: RFC 3339 section 5.6 `date-time` with `Z`
-/// as its offset and no fraction.
+/// `(year, month, day)` of day number `days` since 1970-01-01 (civil-from-days, proleptic
+/// Gregorian calendar).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `YYYY-MM-DD`: the UTC day of a Unix time.
+pub fn utc_day(unix: Timestamp) -> String {
+    let (y, m, d) = civil(unix.div_euclid(86_400));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// A Unix time as an RFC 3339 date-time in UTC (section 5.6), e.g. `2026-11-26T05:29:51Z`.
 pub fn rfc3339(unix: Timestamp) -> String {
     let secs = unix.rem_euclid(86_400);
     format!(
@@ -122,10 +142,27 @@ pub fn rfc3339(unix: Timestamp) -> String {
     )
 }
 
-/// `YYYY-MM-DD` of a Unix time, UTC (civil-from-days, proleptic Gregorian).
-pub fn utc_day(unix: Timestamp) -> String {
-    let (y, m, d) = civil_from_days(unix.div_euclid(86_400));
-    format!("{y:04}-{m:02}-{d:02}")
+/// Whether `day` is a real `YYYY-MM-DD` date (RFC 3339 `full-date`).
+pub fn is_day(day: &str) -> bool {
+    let b = day.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' || !digits(0..4) || !digits(5..7) {
+        return false;
+    }
+    if !digits(8..10) {
+        return false;
+    }
+    let num = |r: std::ops::Range<usize>| day[r].parse::<i64>().unwrap_or(0);
+    let (y, m, d) = (num(0..4), num(5..7), num(8..10));
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=days_in).contains(&d)
 }
 
 /// Reads an RFC 3339 `date-time` (section 5.6) as Unix seconds: `T` or `t`, `Z`, `z` or a
@@ -183,23 +220,10 @@ pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
         return None;
     }
     let days = days_from_civil(y, m, d);
-    if civil_from_days(days) != (y, m, d) {
+    if civil(days) != (y, m, d) {
         return None;
     }
     Some(days * 86_400 + hh * 3600 + mm * 60 + ss - offset)
-}
-
-/// Year, month and day of a count of days since 1970-01-01 (H. Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Days since 1970-01-01 of a year, month (1 to 12) and day (H. Hinnant's
@@ -272,6 +296,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn calendar_days_and_rfc_3339() {
+        assert_eq!(utc_day(0), "1970-01-01");
+        assert_eq!(utc_day(951_782_400), "2000-02-29");
+        assert_eq!(utc_day(1_795_645_359), "2026-11-25");
+        assert_eq!(utc_day(-1), "1969-12-31");
+        assert_eq!(rfc3339(1_795_645_359), "2026-11-25T22:22:39Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
+        assert!(is_day("2000-02-29") && is_day("2026-12-31"));
+        for bad in [
+            "1900-02-29",
+            "2026-13-01",
+            "2026-04-31",
+            "2026-1-01",
+            "2026-01-00",
+            "x",
+        ] {
+            assert!(!is_day(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_manual_clock_moves_only_when_told() {
         let manual = ManualClock::at(1_000);
         let clock = Clock::from(manual.clone());
@@ -291,14 +336,6 @@ mod tests {
         assert!(clock.now() > 1_700_000_000);
         let a = clock.elapsed();
         assert!(clock.elapsed() >= a);
-    }
-
-    #[test]
-    fn utc_days() {
-        assert_eq!(utc_day(0), "1970-01-01");
-        assert_eq!(utc_day(951_782_400), "2000-02-29");
-        assert_eq!(utc_day(1_795_645_359), "2026-11-25");
-        assert_eq!(utc_day(-1), "1969-12-31");
     }
 
     #[test]

@@ -200,27 +200,37 @@ impl<'a> Admin<'a> {
         auth_method: AuthMethod,
         count: usize,
     ) -> Result<Vec<(Client, ClientSecret)>, AdminError> {
-        let now = self.clock.now();
         let created: Vec<(Client, ClientSecret)> = (0..count)
-            .map(|_| {
-                let secret = secrets::new_client_secret();
-                let client = Client {
-                    id: secrets::new_client_id(),
-                    plan: plan.to_owned(),
-                    label: label.to_owned(),
-                    secret_hash: secrets.hash_secret(&secret),
-                    previous_secret: None,
-                    auth_method,
-                    enabled: true,
-                    created_at: now,
-                    updated_at: now,
-                };
-                (client, secret)
-            })
+            .map(|_| self.new_client(secrets, plan, label, auth_method))
             .collect();
         let clients: Vec<Client> = created.iter().map(|(c, _)| c.clone()).collect();
         self.store.insert_clients(&clients).await?;
         Ok(created)
+    }
+
+    /// A new client with a fresh identifier and secret, not yet stored (see
+    /// [`Store::insert_clients_once`] for storing it with the answer to remember).
+    pub fn new_client(
+        &self,
+        secrets: &Secrets,
+        plan: &str,
+        label: &str,
+        auth_method: AuthMethod,
+    ) -> (Client, ClientSecret) {
+        let now = self.clock.now();
+        let secret = secrets::new_client_secret();
+        let client = Client {
+            id: secrets::new_client_id(),
+            plan: plan.to_owned(),
+            label: label.to_owned(),
+            secret_hash: secrets.hash_secret(&secret),
+            previous_secret: None,
+            auth_method,
+            enabled: true,
+            created_at: now,
+            updated_at: now,
+        };
+        (client, secret)
     }
 
     /// Loads a client or says it is unknown.

@@ -1,5 +1,6 @@
 //! The audit trail: one structured event per token issued, refused or revoked, on the
-//! tracing target `tessera::audit`. Fields: `event` (`token_issued`, `token_refused` or
+//! tracing target `tessera::audit`, and one per change made through the admin API
+//! (`event` `admin`, see [`admin_change`]). Fields of the token events: `event` (`token_issued`, `token_refused` or
 //! `token_revoked`), `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused`, the OAuth
 //! error code, or `revoked`), `jti` (issued and revoked only) and `source` (the caller's
 //! address, see `routes::client_ip`). Never a secret or a token: what a caller presents is
@@ -63,6 +64,19 @@ pub fn revoked(subject: &Subject<'_>, jti: &str) {
         outcome = "revoked",
         jti,
         source = subject.source.map(tracing::field::display),
+    );
+}
+
+/// An admin changed the registry through the admin API: `admin` is the admin client,
+/// `object` what changed (`plan:NAME`, `client:ID`, `key:KID`), `change` what was done.
+/// Never a secret: a new or rotated secret is named as such, not shown.
+pub fn admin_change(admin: &str, object: &str, change: &str) {
+    tracing::info!(
+        target: "tessera::audit",
+        event = "admin",
+        client_id = admin,
+        object,
+        change,
     );
 }
 

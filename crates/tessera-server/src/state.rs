@@ -14,6 +14,7 @@ use crate::limits::{self, AuthThrottle, Limiter, LocalLimiter};
 use crate::metrics::Metrics;
 use crate::registry::{Live, LoadError, Registry};
 use crate::reuse::ReuseCache;
+use crate::routes::admin::AdminGuard;
 use crate::secrets::Secrets;
 use crate::usage::UsageCounter;
 
@@ -37,6 +38,7 @@ struct Inner {
     usage: UsageCounter,
     reuse: ReuseCache,
     in_flight: limits::InFlight,
+    admin_guard: AdminGuard,
 }
 
 impl AppState {
@@ -78,6 +80,7 @@ impl AppState {
                 metrics: Metrics::default(),
                 usage: UsageCounter::default(),
                 reuse: ReuseCache::default(),
+                admin_guard: AdminGuard::default(),
                 in_flight: limits::InFlight::new(max_in_flight),
             }),
         })
@@ -112,6 +115,15 @@ impl AppState {
 
     pub(crate) fn live(&self) -> &Live {
         &self.inner.live
+    }
+
+    /// Whether the token with this `jti` was revoked.
+    pub(crate) fn is_revoked(&self, jti: &str) -> bool {
+        self.inner.live.is_revoked(jti)
+    }
+
+    pub(crate) fn admin_guard(&self) -> &AdminGuard {
+        &self.inner.admin_guard
     }
 
     pub(crate) fn secrets(&self) -> &Secrets {
@@ -162,6 +174,14 @@ impl AppState {
         self.inner.reuse.prune(now);
         if let Err(error) = self.store().prune_revoked(now).await {
             tracing::warn!(%error, "forgetting expired revocations failed");
+        }
+        let remembered_since = now - crate::routes::admin::clients::IDEMPOTENCY_WINDOW;
+        if let Err(error) = self
+            .store()
+            .prune_idempotent_answers(remembered_since)
+            .await
+        {
+            tracing::warn!(%error, "forgetting old idempotent answers failed");
         }
         if let Err(error) = self.inner.live.reload_revocations(self.store()).await {
             tracing::warn!(%error, "reading revocations failed");

@@ -6,9 +6,6 @@ use std::sync::Mutex;
 
 use tessera_store::{Store, StoreError, Timestamp, Usage};
 
-/// The day a count is written under; one implementation with the admin API's timestamps.
-pub use tessera_proto::clock::utc_day;
-
 /// Counts since the last flush, per client: (issued, refused).
 #[derive(Debug, Default)]
 pub struct UsageCounter(Mutex<HashMap<String, (u64, u64)>>);
@@ -58,3 +55,5 @@ impl UsageCounter {
         Ok(())
     }
 }
+
+pub use tessera_proto::clock::utc_day;

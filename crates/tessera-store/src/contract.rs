@@ -2,7 +2,10 @@
 
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
-use crate::{AuthMethod, Client, Plan, RateLimit, Revoked, SigningKey, Store, StoreError, Usage};
+use crate::{
+    AuthMethod, Client, IdempotentAnswer, Plan, PlanRemoval, RateLimit, Revoked, SigningKey, Store,
+    StoreError, Usage,
+};
 
 /// The contract's fixed present: stores keep times, they never read a clock.
 fn now() -> crate::Timestamp {
@@ -218,6 +221,133 @@ pub(crate) async fn contract(store: &dyn Store) {
         store.usage(&id).await.unwrap(),
         vec![day("2026-01-01", 5, 3), day("2026-01-02", 1, 0)]
     );
+}
+
+/// What the admin API needs besides: paging, plan removal, counts, remembered answers.
+async fn admin_contract(store: &dyn Store) {
+    store.put_plan(&plan("a", "news-api")).await.unwrap();
+    store.put_plan(&plan("b", "news-api")).await.unwrap();
+    store.put_plan(&plan("empty", "news-api")).await.unwrap();
+    let ids = ["k3", "k1", "k5", "k2", "k4"];
+    let clients: Vec<Client> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| client(id, if i % 2 == 0 { "a" } else { "b" }))
+        .collect();
+    store.insert_clients(&clients).await.unwrap();
+
+    // Pages by id, resuming after the last id seen, optionally of one plan.
+    let page = |plan: Option<&'static str>, after: Option<&'static str>, limit| async move {
+        let page = store.clients_page(plan, after, limit).await.unwrap();
+        page.iter().map(|c| c.id.to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(page(None, None, 2).await, ["k1", "k2"]);
+    assert_eq!(page(None, Some("k2"), 2).await, ["k3", "k4"]);
+    assert_eq!(page(None, Some("k4"), 2).await, ["k5"]);
+    assert!(page(None, Some("k5"), 2).await.is_empty());
+    assert_eq!(page(Some("a"), None, 10).await, ["k3", "k4", "k5"]);
+    assert_eq!(page(Some("b"), Some("k1"), 10).await, ["k2"]);
+    assert_eq!(
+        store.clients_per_plan().await.unwrap(),
+        [("a".to_owned(), 3), ("b".to_owned(), 2)]
+    );
+
+    // A plan in use stays; an unused one goes.
+    assert_eq!(store.delete_plan("a").await.unwrap(), PlanRemoval::InUse);
+    assert_eq!(
+        store.delete_plan("empty").await.unwrap(),
+        PlanRemoval::Removed
+    );
+    assert_eq!(
+        store.delete_plan("empty").await.unwrap(),
+        PlanRemoval::Unknown
+    );
+    assert_eq!(store.plans().await.unwrap().len(), 2);
+
+    // Usage of a plan sums its clients' per day.
+    let usage = |id: &str, day: &str, issued| Usage {
+        client_id: id.into(),
+        day: day.into(),
+        issued,
+        refused: 1,
+    };
+    store
+        .add_usage(&[
+            usage("k3", "2026-01-01", 2),
+            usage("k5", "2026-01-01", 3),
+            usage("k5", "2026-01-02", 4),
+            usage("k1", "2026-01-01", 100),
+        ])
+        .await
+        .unwrap();
+    let summed = store.plan_usage("a").await.unwrap();
+    let days: Vec<_> = summed
+        .iter()
+        .map(|u| (u.day.as_str(), u.issued, u.refused))
+        .collect();
+    assert_eq!(days, [("2026-01-01", 5, 2), ("2026-01-02", 4, 1)]);
+
+    // A remembered answer: the first insert writes, a second one with the same key writes
+    // nothing and hands back the first answer.
+    let answer = |bytes: &[u8]| IdempotentAnswer {
+        owner: "admin".into(),
+        key: "key-1".into(),
+        fingerprint: vec![7; 32],
+        answer: bytes.to_vec(),
+        created_at: now(),
+    };
+    let first = answer(b"first");
+    let created = client("n1", "a");
+    let again = store
+        .insert_clients_once(std::slice::from_ref(&created), Some(&first))
+        .await
+        .unwrap();
+    assert_eq!(again, None);
+    let retry = client("n2", "a");
+    let again = store
+        .insert_clients_once(std::slice::from_ref(&retry), Some(&answer(b"second")))
+        .await
+        .unwrap();
+    assert_eq!(again, Some(first.clone()));
+    assert!(store.client(&retry.id).await.unwrap().is_none());
+    // A failed insert remembers nothing: the key can be used again.
+    let orphan = IdempotentAnswer {
+        key: "key-2".into(),
+        ..first.clone()
+    };
+    let err = store
+        .insert_clients_once(&[client("n3", "nope")], Some(&orphan))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::UnknownPlan(_)), "{err:?}");
+    assert_eq!(
+        store.idempotent_answer("admin", "key-2").await.unwrap(),
+        None
+    );
+    store.prune_idempotent_answers(now()).await.unwrap();
+    assert!(store
+        .idempotent_answer("admin", "key-1")
+        .await
+        .unwrap()
+        .is_some());
+    store.prune_idempotent_answers(now() + 1).await.unwrap();
+    assert_eq!(
+        store.idempotent_answer("admin", "key-1").await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn sqlite_keeps_the_admin_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    admin_contract(crate::open(&url).await.unwrap().as_ref()).await;
+}
+
+#[tokio::test]
+async fn postgres_keeps_the_admin_contract() {
+    let schema = crate::testing::scratch_postgres().await;
+    admin_contract(crate::open(&schema.url).await.unwrap().as_ref()).await;
 }
 
 #[tokio::test]

@@ -245,6 +245,44 @@ impl std::fmt::Debug for SigningKey {
     }
 }
 
+/// What [`Store::delete_plan`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanRemoval {
+    /// The plan is gone.
+    Removed,
+    /// No plan has that name.
+    Unknown,
+    /// Clients are on the plan; it was kept.
+    InUse,
+}
+
+/// The answer to an admin request sent with an `Idempotency-Key`, remembered so that a
+/// retry gets it again. `answer` is sealed by the caller: it may hold a client secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IdempotentAnswer {
+    /// Who sent the request (an admin client id): keys are per sender.
+    pub owner: String,
+    /// The `Idempotency-Key`.
+    pub key: String,
+    /// A digest of the request, so that the key reused for another request is noticed.
+    pub fingerprint: Vec<u8>,
+    /// The response, sealed.
+    pub answer: Vec<u8>,
+    /// When it was first answered.
+    pub created_at: Timestamp,
+}
+
+impl std::fmt::Debug for IdempotentAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotentAnswer")
+            .field("owner", &self.owner)
+            .field("key", &self.key)
+            .field("answer", &"[redacted]")
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
 /// The registry's storage. One implementation serves every backend (`sql.rs`); see [`open`].
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
@@ -255,17 +293,43 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn put_plan(&self, plan: &Plan) -> Result<()>;
     /// All plans, by name.
     async fn plans(&self) -> Result<Vec<Plan>>;
+    /// Removes a plan no client is on.
+    async fn delete_plan(&self, name: &str) -> Result<PlanRemoval>;
+    /// How many clients each plan has, by plan name (plans without clients left out).
+    async fn clients_per_plan(&self) -> Result<Vec<(String, u64)>>;
 
     /// Adds a client; its plan must exist.
     async fn insert_client(&self, client: &Client) -> Result<()> {
         self.insert_clients(std::slice::from_ref(client)).await
     }
     /// Adds several clients in one transaction: all of them or none.
-    async fn insert_clients(&self, clients: &[Client]) -> Result<()>;
+    async fn insert_clients(&self, clients: &[Client]) -> Result<()> {
+        self.insert_clients_once(clients, None).await.map(|_| ())
+    }
     /// All clients, oldest first.
     async fn clients(&self) -> Result<Vec<Client>>;
     /// One client.
     async fn client(&self, id: &ClientId) -> Result<Option<Client>>;
+    /// Up to `limit` clients with an id above `after`, by id (a stable order to page
+    /// through while clients come and go), only those on `plan` if given.
+    async fn clients_page(
+        &self,
+        plan: Option<&str>,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Client>>;
+    /// [`insert_clients`](Store::insert_clients) and, if given, the answer to remember for a
+    /// retry, in one transaction. If an answer is already remembered under the same owner
+    /// and key, nothing is written and that answer is returned.
+    async fn insert_clients_once(
+        &self,
+        clients: &[Client],
+        answer: Option<&IdempotentAnswer>,
+    ) -> Result<Option<IdempotentAnswer>>;
+    /// The answer remembered under `owner` and `key`.
+    async fn idempotent_answer(&self, owner: &str, key: &str) -> Result<Option<IdempotentAnswer>>;
+    /// Forgets answers first given before `before`.
+    async fn prune_idempotent_answers(&self, before: Timestamp) -> Result<()>;
     /// Replaces a client's plan, label, secrets, method and flag. `Ok(false)` if unknown.
     async fn update_client(&self, client: &Client) -> Result<bool>;
     /// Removes a client. `Ok(false)` if unknown.
@@ -313,6 +377,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn add_usage(&self, usage: &[Usage]) -> Result<()>;
     /// One client's usage, by day.
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>>;
+    /// The usage of the clients now on `plan`, summed per day (`client_id` left empty).
+    async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>>;
 }
 
 /// Opens the store a URL names, creating and migrating it when needed.

@@ -18,7 +18,10 @@ use sqlx::{
 };
 use tessera_proto::ClientId;
 
-use crate::{rows, Client, Plan, Result, Revoked, SigningKey, Store, Timestamp, Usage};
+use crate::{
+    rows, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey, Store,
+    StoreError, Timestamp, Usage,
+};
 
 /// The statements one database needs in its own words.
 pub(crate) trait Dialect: Database {
@@ -102,6 +105,7 @@ where
     for<'n> &'n str: ColumnIndex<DB::Row>,
     // The SQL types of the schemas, bound and read.
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
@@ -150,8 +154,92 @@ where
             .collect()
     }
 
-    async fn insert_clients(&self, clients: &[Client]) -> Result<()> {
+    async fn delete_plan(&self, name: &str) -> Result<PlanRemoval> {
+        let gone = sqlx::query(
+            "DELETE FROM plans WHERE name = $1 \
+             AND NOT EXISTS (SELECT 1 FROM clients WHERE plan = $1) RETURNING name",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        // A client added to the plan meanwhile (PostgreSQL checks the reference).
+        .map_err(|e| rows::constraint(e, "", name))?;
+        if gone.is_some() {
+            return Ok(PlanRemoval::Removed);
+        }
+        let exists = sqlx::query("SELECT 1 FROM plans WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(if exists.is_some() {
+            PlanRemoval::InUse
+        } else {
+            PlanRemoval::Unknown
+        })
+    }
+
+    async fn clients_per_plan(&self) -> Result<Vec<(String, u64)>> {
+        sqlx::query("SELECT plan, COUNT(*) AS n FROM clients GROUP BY plan ORDER BY plan")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok((
+                    rows::get(row, "plan")?,
+                    rows::get::<_, i64>(row, "n")? as u64,
+                ))
+            })
+            .collect()
+    }
+
+    async fn clients_page(
+        &self,
+        plan: Option<&str>,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Client>> {
+        sqlx::query(
+            "SELECT * FROM clients WHERE ($1 IS NULL OR plan = $1) AND ($2 IS NULL OR id > $2) \
+             ORDER BY id LIMIT $3",
+        )
+        .bind(plan)
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::client)
+        .collect()
+    }
+
+    async fn insert_clients_once(
+        &self,
+        clients: &[Client],
+        answer: Option<&IdempotentAnswer>,
+    ) -> Result<Option<IdempotentAnswer>> {
         let mut tx = self.pool.begin().await?;
+        if let Some(answer) = answer {
+            let claimed = sqlx::query(
+                "INSERT INTO idempotent_answers (owner, key, fingerprint, answer, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (owner, key) DO NOTHING RETURNING key",
+            )
+            .bind(answer.owner.as_str())
+            .bind(answer.key.as_str())
+            .bind(answer.fingerprint.as_slice())
+            .bind(answer.answer.as_slice())
+            .bind(answer.created_at)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if claimed.is_none() {
+                drop(tx);
+                let first = self.idempotent_answer(&answer.owner, &answer.key).await?;
+                // Forgotten between the two statements: the key is free again, but a retry
+                // now is as good as the first try.
+                return first.map(Some).ok_or_else(|| {
+                    StoreError::Duplicate(format!("idempotency key {:?}", answer.key))
+                });
+            }
+        }
         for client in clients {
             let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
             sqlx::query(
@@ -174,7 +262,47 @@ where
             .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
         }
         tx.commit().await?;
+        Ok(None)
+    }
+
+    async fn idempotent_answer(&self, owner: &str, key: &str) -> Result<Option<IdempotentAnswer>> {
+        sqlx::query("SELECT * FROM idempotent_answers WHERE owner = $1 AND key = $2")
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| {
+                Ok(IdempotentAnswer {
+                    owner: rows::get(&row, "owner")?,
+                    key: rows::get(&row, "key")?,
+                    fingerprint: rows::get(&row, "fingerprint")?,
+                    answer: rows::get(&row, "answer")?,
+                    created_at: rows::get(&row, "created_at")?,
+                })
+            })
+            .transpose()
+    }
+
+    async fn prune_idempotent_answers(&self, before: Timestamp) -> Result<()> {
+        sqlx::query("DELETE FROM idempotent_answers WHERE created_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
         Ok(())
+    }
+
+    async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>> {
+        sqlx::query(
+            "SELECT '' AS client_id, u.day AS day, CAST(SUM(u.issued) AS BIGINT) AS issued, \
+             CAST(SUM(u.refused) AS BIGINT) AS refused FROM usage u JOIN clients c ON c.id = u.client_id \
+             WHERE c.plan = $1 GROUP BY u.day ORDER BY u.day",
+        )
+        .bind(plan)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::usage)
+        .collect()
     }
 
     async fn clients(&self) -> Result<Vec<Client>> {

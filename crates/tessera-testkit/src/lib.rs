@@ -175,6 +175,27 @@ impl TestApp {
         self.client_on("pro", AuthMethod::ClientSecretBasic).await
     }
 
+    /// An admin client on plan `admin` (scopes `tessera-admin tessera-admin-read`, created
+    /// if missing) and an access token for it with `scope`, for the admin API.
+    pub async fn admin_token(&self, scope: &str) -> (ClientId, String) {
+        self.admin()
+            .set_plan("admin", "tessera-admin tessera-admin-read", None)
+            .await
+            .expect("the admin plan");
+        let (id, secret) = self.client_on("admin", AuthMethod::ClientSecretBasic).await;
+        let answer = self
+            .token(
+                &id,
+                &secret,
+                &format!("grant_type=client_credentials&scope={scope}"),
+            )
+            .await;
+        assert_eq!(answer.status(), 200, "an admin token");
+        let body: serde_json::Value = answer.json().await.expect("a JSON answer");
+        let token = body["access_token"].as_str().expect("a token").to_owned();
+        (id, token)
+    }
+
     /// Makes the server read the store now rather than at its next poll.
     pub async fn sync(&self) {
         self.state.sync().await.expect("the store answers");

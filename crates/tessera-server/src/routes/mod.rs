@@ -19,10 +19,12 @@ use crate::limits::canonical;
 use crate::registry::{ClientEntry, Registry};
 use crate::{audit, auth, AppState};
 
+pub mod admin;
 pub mod discovery;
 pub mod health;
 pub mod introspection;
 pub mod metrics;
+pub mod openapi;
 pub mod revocation;
 pub mod token;
 
@@ -36,6 +38,8 @@ pub fn router(state: AppState) -> Router {
         .merge(revocation::router())
         .merge(discovery::router())
         .merge(health::router())
+        .merge(openapi::router())
+        .nest("/admin/v1", admin::router())
         .merge(if config.metrics_on_main_listener {
             metrics::router()
         } else {

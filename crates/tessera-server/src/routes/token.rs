@@ -56,12 +56,25 @@ struct SignedClaims<'a> {
     app_only: bool,
 }
 
-/// The audience: one API per granted scope, as a JSON array.
-struct Audiences<'a>(&'a ScopeSet);
+/// The audience: one API per granted scope, as a JSON array. The admin scopes name no API
+/// but the issuer itself, whose admin API accepts them (`routes/admin`).
+struct Audiences<'a> {
+    scopes: &'a ScopeSet,
+    issuer: &'a str,
+}
 
 impl serde::Serialize for Audiences<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|s| s.as_str()))
+        let mut issuer_named = false;
+        serializer.collect_seq(self.scopes.iter().filter_map(|s| {
+            if !crate::routes::admin::is_admin_scope(s.as_str()) {
+                Some(s.as_str())
+            } else if !std::mem::replace(&mut issuer_named, true) {
+                Some(self.issuer)
+            } else {
+                None
+            }
+        }))
     }
 }
 
@@ -259,7 +272,10 @@ impl Attempt {
             iss: &config.issuer,
             sub: client_id,
             client_id,
-            aud: Audiences(&scopes),
+            aud: Audiences {
+                scopes: &scopes,
+                issuer: &config.issuer,
+            },
             scope: &scope,
             iat,
             exp: iat + expires_in,
@@ -315,7 +331,10 @@ mod tests {
             iss: "https://issuer",
             sub: "tc_1",
             client_id: "tc_1",
-            aud: Audiences(&scopes),
+            aud: Audiences {
+                scopes: &scopes,
+                issuer: "https://issuer",
+            },
             scope: "market-data-api news-api",
             iat: 10,
             exp: 70,
@@ -338,6 +357,19 @@ mod tests {
                 jti: "j".into(),
                 app_only: true,
             }
+        );
+    }
+
+    #[test]
+    fn the_admin_scopes_name_the_issuer_once() {
+        let scopes = ScopeSet::parse("tessera-admin news-api tessera-admin-read").unwrap();
+        let aud = Audiences {
+            scopes: &scopes,
+            issuer: "https://issuer",
+        };
+        assert_eq!(
+            serde_json::to_value(&aud).unwrap(),
+            serde_json::json!(["news-api", "https://issuer"])
         );
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of the server: the real server on port 0, real HTTP, a fresh SQLite
 //! file per test.
 
+mod admin;
 mod audit;
 mod cluster;
 mod discovery;

@@ -1,7 +1,8 @@
 //! The one place where domain results become HTTP: the error body of RFC 6749 section 5.2,
 //! with `Cache-Control: no-store` and `Pragma: no-cache` (RFC 6749 section 5.1); the
 //! `WWW-Authenticate` challenge of a failed client authentication; and the rate limit
-//! fields of a limiter's decision.
+//! fields of a limiter's decision. The admin API answers with RFC 9457 problem documents
+//! instead ([`problem`]).
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -10,6 +11,8 @@ use tessera_proto::{ErrorCode, ErrorResponse};
 use tessera_store::RateLimit;
 
 use crate::auth::{AuthFailure, CredentialsError};
+
+pub mod problem;
 use crate::limits::{Busy, Decision};
 
 /// An OAuth error as the token endpoint sends it.

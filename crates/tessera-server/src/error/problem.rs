@@ -1,0 +1,264 @@
+//! RFC 9457 problem details: how the admin API says no. One [`Problem`] per failure, with
+//! a `type` URI from a short fixed list (`urn:tessera:problem:…`, see docs/admin-api.md),
+//! the HTTP status, a `detail` for people and, when one field of the request is at fault,
+//! its name in the extension member `field`. The bearer token failures of RFC 6750 section 3
+//! add their `WWW-Authenticate` challenge.
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::admin::AdminError;
+
+/// The media type of RFC 9457 section 3.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// A problem document and the headers that go with it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = Problem)]
+pub struct Problem {
+    /// `urn:tessera:problem:` and the kind of problem.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short summary of the kind.
+    pub title: &'static str,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+    /// The request field at fault, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// `WWW-Authenticate`, `Retry-After`; boxed, since most problems carry none.
+    #[serde(skip)]
+    #[schema(ignore)]
+    headers: Option<Box<HeaderMap>>,
+}
+
+impl Problem {
+    fn new(status: StatusCode, kind: &str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            kind: format!("urn:tessera:problem:{kind}"),
+            title,
+            status: status.as_u16(),
+            detail: detail.into(),
+            field: None,
+            headers: None,
+        }
+    }
+
+    fn header(mut self, name: header::HeaderName, value: &str) -> Self {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            self.headers
+                .get_or_insert_with(Default::default)
+                .insert(name, value);
+        }
+        self
+    }
+
+    /// Names the request field at fault.
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    /// 400: the body is not the JSON expected (syntax, type, unknown or missing field).
+    pub fn invalid_body(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-body",
+            "Invalid body",
+            detail,
+        )
+    }
+
+    /// 400: a value of the body out of range.
+    pub fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-field",
+            "Invalid field",
+            detail,
+        )
+        .field(field)
+    }
+
+    /// 400: a bad query or path parameter.
+    pub fn invalid_parameter(name: &str, detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-parameter",
+            "Invalid parameter",
+            detail,
+        )
+        .field(name)
+    }
+
+    /// 401 (RFC 6750 section 3): no token (`error` `None`, the bare challenge), or
+    /// `invalid_token`.
+    pub fn unauthorized(realm: &str, error: Option<&str>, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        let mut challenge = format!("Bearer realm=\"{realm}\"");
+        if let Some(error) = error {
+            challenge.push_str(&format!(
+                ", error=\"{error}\", error_description=\"{}\"",
+                quotable(&detail)
+            ));
+        }
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Unauthorized",
+            detail,
+        )
+        .header(header::WWW_AUTHENTICATE, &challenge)
+    }
+
+    /// 403 `insufficient_scope` (RFC 6750 section 3.1): the token lacks `scope`.
+    pub fn insufficient_scope(realm: &str, scope: &str) -> Self {
+        let detail = format!("this operation needs a token with the scope {scope}");
+        let challenge = format!(
+            "Bearer realm=\"{realm}\", error=\"insufficient_scope\", \
+             error_description=\"{detail}\", scope=\"{scope}\""
+        );
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden", detail)
+            .header(header::WWW_AUTHENTICATE, &challenge)
+    }
+
+    /// 404.
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
+    }
+
+    /// 405, with the methods the resource has.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            "this resource does not answer to that method",
+        )
+    }
+
+    /// 409: the change conflicts with the state of the resource.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", "Conflict", detail)
+    }
+
+    /// 412: `If-Match` names another version (RFC 9110 section 13.1.1).
+    pub fn precondition_failed() -> Self {
+        Self::new(
+            StatusCode::PRECONDITION_FAILED,
+            "precondition-failed",
+            "Precondition failed",
+            "the object changed since the ETag given in If-Match was read; read it again",
+        )
+    }
+
+    /// 413.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body-too-large",
+            "Body too large",
+            format!("the request body is over {limit} bytes"),
+        )
+    }
+
+    /// 415.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "the request body must be application/json",
+        )
+    }
+
+    /// 422: an `Idempotency-Key` used before for another request.
+    pub fn idempotency_key_reused() -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+            "Idempotency key reused",
+            "this Idempotency-Key was used for another request; use a new key per request",
+        )
+        .field("Idempotency-Key")
+    }
+
+    /// 503: the store does not answer. The cause is logged, not sent.
+    pub fn unavailable(cause: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "an admin request failed in the store");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "Unavailable",
+            "the store does not answer; retry later",
+        )
+        .header(header::RETRY_AFTER, "1")
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+/// An error description that fits in a quoted-string: RFC 6749 section 5.2 allows
+/// `%x20-21 / %x23-5B / %x5D-7E` only.
+fn quotable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            ' '..='~' if c != '"' && c != '\\' => c,
+            _ => '?',
+        })
+        .collect()
+}
+
+impl From<AdminError> for Problem {
+    fn from(error: AdminError) -> Self {
+        use tessera_store::StoreError;
+        let detail = error.to_string();
+        match error {
+            AdminError::BadPlanName(_) => Problem::invalid_field("name", detail),
+            AdminError::BadScopes(_) => Problem::invalid_field("scopes", detail),
+            AdminError::BadTtl => Problem::invalid_field("token_ttl", detail),
+            AdminError::BadRate => Problem::invalid_field("token_rate", detail),
+            AdminError::BadReuse => Problem::invalid_field("reuse_percent", detail),
+            AdminError::UnknownClient(_) => Problem::not_found(detail),
+            AdminError::Store(StoreError::UnknownPlan(plan)) => {
+                Problem::invalid_field("plan", format!("no plan named {plan:?}"))
+            }
+            AdminError::Store(StoreError::Duplicate(what)) => {
+                Problem::conflict(format!("{what} already exists"))
+            }
+            AdminError::Store(other) => Problem::unavailable(&other),
+        }
+    }
+}
+
+impl From<tessera_store::StoreError> for Problem {
+    fn from(error: tessera_store::StoreError) -> Self {
+        AdminError::Store(error).into()
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut response = (
+            status,
+            [
+                (header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)),
+                (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+            ],
+            body,
+        )
+            .into_response();
+        if let Some(headers) = self.headers {
+            response.headers_mut().extend(*headers);
+        }
+        response
+    }
+}

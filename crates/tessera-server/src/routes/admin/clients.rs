@@ -1,0 +1,552 @@
+//! `/admin/v1/clients`: registered clients, their secrets (shown once) and their usage.
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use tessera_proto::clock::rfc3339;
+use tessera_proto::{ClientId, ClientSecret};
+use tessera_store::{AuthMethod, Client, IdempotentAnswer, Timestamp};
+
+use super::auth::authorize;
+use super::{
+    day_range, etag, if_match, in_force, json, param, parse_json, path, query, read_body,
+    read_json, run, UsageView,
+};
+use crate::admin::AdminError;
+use crate::audit;
+use crate::error::problem::Problem;
+use crate::routes::openapi::{ReadErrors, WriteErrors};
+use crate::AppState;
+
+/// How long an answer to a create with an `Idempotency-Key` is kept for retries, secret
+/// included (sealed): a day, as long as the longest retry loop worth supporting.
+pub(crate) const IDEMPOTENCY_WINDOW: Timestamp = 86_400;
+/// The longest grace period of a rotated secret: a year.
+const MAX_GRACE: i64 = 365 * 86_400;
+/// The most clients one page holds.
+const MAX_PAGE: u32 = 1000;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/clients", get(list_clients).post(create_client))
+        .route(
+            "/clients/{id}",
+            get(get_client).patch(patch_client).delete(delete_client),
+        )
+        .route("/clients/{id}/rotate-secret", post(rotate_secret))
+        .route("/clients/{id}/usage", get(client_usage))
+}
+
+/// A client as the admin API shows it; never its secret.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ClientView {
+    /// The generated client identifier.
+    client_id: String,
+    /// The plan deciding its scopes.
+    plan: String,
+    /// A label for people.
+    name: String,
+    /// Whether it may get tokens.
+    enabled: bool,
+    /// `client_secret_basic` or `client_secret_post` (RFC 7591 section 2).
+    token_endpoint_auth_method: String,
+    /// Until when the secret replaced by the last rotation still works (RFC 3339).
+    previous_secret_valid_until: Option<String>,
+    /// RFC 3339.
+    created_at: String,
+    /// RFC 3339.
+    updated_at: String,
+}
+
+/// A client with its new secret: the only time the secret is shown.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct ClientWithSecret {
+    client_id: String,
+    plan: String,
+    name: String,
+    enabled: bool,
+    token_endpoint_auth_method: String,
+    previous_secret_valid_until: Option<String>,
+    created_at: String,
+    updated_at: String,
+    /// The secret; only its keyed hash is stored.
+    client_secret: String,
+}
+
+/// A page of clients.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ClientPage {
+    clients: Vec<ClientView>,
+    /// Pass as `cursor` for the next page; null on the last.
+    next_cursor: Option<String>,
+}
+
+/// A client to register.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClientInput {
+    /// The plan deciding its scopes.
+    plan: String,
+    /// A label for people (default empty), at most 256 characters.
+    #[serde(default)]
+    name: String,
+    /// `client_secret_basic` (default) or `client_secret_post`.
+    #[serde(default)]
+    token_endpoint_auth_method: Option<String>,
+}
+
+/// What to change in a client; absent fields stay.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClientPatch {
+    name: Option<String>,
+    plan: Option<String>,
+    enabled: Option<bool>,
+}
+
+/// A secret rotation.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Rotation {
+    /// Seconds the previous secret keeps working, 0 to 31536000 (default 86400).
+    grace_secs: Option<i64>,
+}
+
+fn view(c: &Client) -> ClientView {
+    ClientView {
+        client_id: c.id.to_string(),
+        plan: c.plan.clone(),
+        name: c.label.clone(),
+        enabled: c.enabled,
+        token_endpoint_auth_method: c.auth_method.as_str().to_owned(),
+        previous_secret_valid_until: c.previous_secret.as_ref().map(|(_, t)| rfc3339(*t)),
+        created_at: rfc3339(c.created_at),
+        updated_at: rfc3339(c.updated_at),
+    }
+}
+
+fn with_secret(c: &Client, secret: &ClientSecret) -> ClientWithSecret {
+    let v = view(c);
+    ClientWithSecret {
+        client_id: v.client_id,
+        plan: v.plan,
+        name: v.name,
+        enabled: v.enabled,
+        token_endpoint_auth_method: v.token_endpoint_auth_method,
+        previous_secret_valid_until: v.previous_secret_valid_until,
+        created_at: v.created_at,
+        updated_at: v.updated_at,
+        client_secret: secret.expose().to_owned(),
+    }
+}
+
+fn check_name(name: &str) -> Result<(), Problem> {
+    if name.chars().count() > 256 || name.chars().any(char::is_control) {
+        return Err(Problem::invalid_field(
+            "name",
+            "name must be at most 256 characters, none of them control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn location(id: &ClientId) -> String {
+    format!("/admin/v1/clients/{id}")
+}
+
+async fn load(state: &AppState, id: &str) -> Result<Client, Problem> {
+    state.admin().client(id).await.map_err(Problem::from)
+}
+
+/// List clients, a page at a time, by client id.
+#[utoipa::path(get, path = "/admin/v1/clients", tag = "clients",
+    params(("plan" = Option<String>, Query, description = "Only the clients of this plan"),
+           ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
+           ("limit" = Option<u32>, Query, description = "Clients per page, 1 to 1000 (default 100)")),
+    responses((status = 200, description = "A page of clients", body = ClientPage), ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn list_clients(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let pairs = query(raw.as_deref())?;
+        let limit = match param(&pairs, "limit")? {
+            None => 100,
+            Some(n) => n
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_PAGE).contains(n))
+                .ok_or_else(|| {
+                    Problem::invalid_parameter("limit", "limit must be between 1 and 1000")
+                })?,
+        };
+        let cursor = match param(&pairs, "cursor")? {
+            None => None,
+            Some(c) => Some(ClientId::parse(c).ok_or_else(|| {
+                Problem::invalid_parameter("cursor", "cursor is not one this API gave")
+            })?),
+        };
+        let plan = param(&pairs, "plan")?;
+        // One more than asked tells whether a next page exists.
+        let mut page = state
+            .store()
+            .clients_page(plan, cursor.as_ref().map(ClientId::as_str), limit + 1)
+            .await?;
+        let more = page.len() > limit as usize;
+        page.truncate(limit as usize);
+        let next_cursor = more
+            .then(|| page.last().map(|c| c.id.to_string()))
+            .flatten();
+        let clients = page.iter().map(view).collect();
+        Ok(json(
+            StatusCode::OK,
+            &ClientPage {
+                clients,
+                next_cursor,
+            },
+            None,
+        ))
+    })
+    .await
+}
+
+/// Register a client. The secret is in this answer only. With an `Idempotency-Key`, a
+/// retry gets this same answer again (for 24 hours) instead of a second client.
+#[utoipa::path(post, path = "/admin/v1/clients", tag = "clients",
+    params(("Idempotency-Key" = Option<String>, Header,
+            description = "1 to 255 visible ASCII characters; a retry with the same key gets the first answer")),
+    request_body = ClientInput,
+    responses(
+        (status = 201, description = "Created; the secret is shown this once", body = ClientWithSecret,
+         headers(("Location" = String, description = "The new client"))),
+        (status = 422, description = "The Idempotency-Key was used for another request", body = Problem,
+         content_type = "application/problem+json"),
+        WriteErrors),
+    security(("admin_token" = ["tessera-admin"])))]
+pub(crate) async fn create_client(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run(async {
+        let caller = authorize(&state, &headers, true).await?;
+        let key = idempotency_key(&headers)?;
+        let bytes = read_body(body).await?;
+        let input: ClientInput = parse_json(&headers, &bytes)?;
+        check_name(&input.name)?;
+        let method = match input.token_endpoint_auth_method.as_deref() {
+            None => AuthMethod::ClientSecretBasic,
+            Some(name) => AuthMethod::parse(name).ok_or_else(|| {
+                Problem::invalid_field(
+                    "token_endpoint_auth_method",
+                    "use client_secret_basic or client_secret_post",
+                )
+            })?,
+        };
+        let fingerprint = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes)
+            .as_ref()
+            .to_vec();
+        if let Some(key) = &key {
+            if let Some(first) = state
+                .store()
+                .idempotent_answer(&caller.client_id, key)
+                .await?
+            {
+                return replay(&state, &first, &fingerprint);
+            }
+        }
+        let (client, secret) =
+            state
+                .admin()
+                .new_client(state.secrets(), &input.plan, &input.name, method);
+        let answer = with_secret(&client, &secret);
+        let remembered = key.map(|key| IdempotentAnswer {
+            owner: caller.client_id.clone(),
+            key,
+            fingerprint: fingerprint.clone(),
+            answer: state.secrets().seal(
+                SEALED_ANSWER,
+                &serde_json::to_vec(&answer).unwrap_or_default(),
+            ),
+            created_at: state.clock().now(),
+        });
+        let earlier = state
+            .store()
+            .insert_clients_once(std::slice::from_ref(&client), remembered.as_ref())
+            .await
+            .map_err(AdminError::from)?;
+        if let Some(first) = earlier {
+            // A retry that raced the first try here.
+            return replay(&state, &first, &fingerprint);
+        }
+        in_force(&state).await;
+        audit::admin_change(
+            &caller.client_id,
+            &format!("client:{}", client.id),
+            &format!("created on plan {}", client.plan),
+        );
+        Ok(created(&client.id, &answer, &etag(&client), false))
+    })
+    .await
+}
+
+/// The context the remembered answers are sealed under.
+const SEALED_ANSWER: &str = "tessera idempotent answer";
+
+fn created(id: &ClientId, answer: &ClientWithSecret, tag: &str, replayed: bool) -> Response {
+    let mut response = json(StatusCode::CREATED, answer, (!replayed).then_some(tag));
+    if let Ok(location) = HeaderValue::from_str(&location(id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if replayed {
+        response.headers_mut().insert(
+            header::HeaderName::from_static("idempotent-replayed"),
+            HeaderValue::from_static("true"),
+        );
+    }
+    response
+}
+
+/// The first answer again, if the retry is the same request.
+fn replay(
+    state: &AppState,
+    first: &IdempotentAnswer,
+    fingerprint: &[u8],
+) -> Result<Response, Problem> {
+    if first.fingerprint != fingerprint {
+        return Err(Problem::idempotency_key_reused());
+    }
+    let opened = state
+        .secrets()
+        .open(SEALED_ANSWER, &first.answer)
+        .map_err(|e| Problem::unavailable(&e))?;
+    let answer: ClientWithSecret =
+        serde_json::from_slice(&opened).map_err(|e| Problem::unavailable(&e))?;
+    let id = ClientId::parse(&answer.client_id)
+        .ok_or_else(|| Problem::unavailable(&"a remembered answer names no client"))?;
+    Ok(created(&id, &answer, "", true))
+}
+
+/// The `Idempotency-Key` header (draft-ietf-httpapi-idempotency-key-header): 1 to 255
+/// visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let key = value.to_str().ok().map(str::trim).filter(|k| {
+        (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+    });
+    match (key, values.next()) {
+        (Some(key), None) => Ok(Some(key.to_owned())),
+        _ => Err(Problem::invalid_parameter(
+            "Idempotency-Key",
+            "Idempotency-Key must be one value of 1 to 255 visible ASCII characters",
+        )),
+    }
+}
+
+/// Show one client.
+#[utoipa::path(get, path = "/admin/v1/clients/{id}", tag = "clients",
+    params(("id" = String, Path, description = "Client id")),
+    responses(
+        (status = 200, description = "The client", body = ClientView,
+         headers(("ETag" = String, description = "Its version, for If-Match"))),
+        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn get_client(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let client = load(&state, &path(id)?).await?;
+        Ok(json(StatusCode::OK, &view(&client), Some(&etag(&client))))
+    })
+    .await
+}
+
+/// Change a client's name, plan or whether it is enabled. Applies to its next token
+/// request.
+#[utoipa::path(patch, path = "/admin/v1/clients/{id}", tag = "clients",
+    params(("id" = String, Path, description = "Client id"),
+           ("If-Match" = Option<String>, Header, description = "The ETag read: change only that version")),
+    request_body = ClientPatch,
+    responses(
+        (status = 200, description = "The changed client", body = ClientView, headers(("ETag" = String))),
+        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        WriteErrors),
+    security(("admin_token" = ["tessera-admin"])))]
+pub(crate) async fn patch_client(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run(async {
+        let caller = authorize(&state, &headers, true).await?;
+        let id = path(id)?;
+        let patch: ClientPatch = read_json(&headers, body, false).await?;
+        if let Some(name) = &patch.name {
+            check_name(name)?;
+        }
+        let _one_writer = state.admin_guard().writes.lock().await;
+        let before = load(&state, &id).await?;
+        if_match(&headers, Some(&etag(&before)))?;
+        let client = state
+            .admin()
+            .update_client(&id, |c| {
+                if let Some(name) = &patch.name {
+                    c.label.clone_from(name);
+                }
+                if let Some(plan) = &patch.plan {
+                    c.plan.clone_from(plan);
+                }
+                if let Some(enabled) = patch.enabled {
+                    c.enabled = enabled;
+                }
+            })
+            .await?;
+        in_force(&state).await;
+        audit::admin_change(
+            &caller.client_id,
+            &format!("client:{id}"),
+            &changes(&before, &client),
+        );
+        Ok(json(StatusCode::OK, &view(&client), Some(&etag(&client))))
+    })
+    .await
+}
+
+/// What a patch changed, for the audit trail.
+fn changes(before: &Client, after: &Client) -> String {
+    let mut said = Vec::new();
+    if before.label != after.label {
+        said.push("name changed".to_owned());
+    }
+    if before.plan != after.plan {
+        said.push(format!("plan {} -> {}", before.plan, after.plan));
+    }
+    if before.enabled != after.enabled {
+        said.push(if after.enabled { "enabled" } else { "disabled" }.to_owned());
+    }
+    if said.is_empty() {
+        "unchanged".to_owned()
+    } else {
+        said.join(", ")
+    }
+}
+
+/// Delete a client. Its tokens stop being accepted at introspection at once.
+#[utoipa::path(delete, path = "/admin/v1/clients/{id}", tag = "clients",
+    params(("id" = String, Path, description = "Client id"),
+           ("If-Match" = Option<String>, Header, description = "The ETag read: delete only that version")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        WriteErrors),
+    security(("admin_token" = ["tessera-admin"])))]
+pub(crate) async fn delete_client(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        let caller = authorize(&state, &headers, true).await?;
+        let id = path(id)?;
+        let _one_writer = state.admin_guard().writes.lock().await;
+        let before = load(&state, &id).await?;
+        if_match(&headers, Some(&etag(&before)))?;
+        state.admin().delete_client(&id).await?;
+        in_force(&state).await;
+        audit::admin_change(&caller.client_id, &format!("client:{id}"), "deleted");
+        Ok(StatusCode::NO_CONTENT.into_response())
+    })
+    .await
+}
+
+/// Give a client a new secret; the previous one works for `grace_secs` more.
+#[utoipa::path(post, path = "/admin/v1/clients/{id}/rotate-secret", tag = "clients",
+    params(("id" = String, Path, description = "Client id")),
+    request_body(content = Rotation, description = "Optional; an empty body takes the defaults"),
+    responses(
+        (status = 200, description = "The new secret, shown this once", body = ClientWithSecret,
+         headers(("ETag" = String))),
+        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        WriteErrors),
+    security(("admin_token" = ["tessera-admin"])))]
+pub(crate) async fn rotate_secret(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run(async {
+        let caller = authorize(&state, &headers, true).await?;
+        let id = path(id)?;
+        let rotation: Rotation = read_json(&headers, body, true).await?;
+        let grace = rotation.grace_secs.unwrap_or(86_400);
+        if !(0..=MAX_GRACE).contains(&grace) {
+            return Err(Problem::invalid_field(
+                "grace_secs",
+                format!("grace_secs must be between 0 and {MAX_GRACE}"),
+            ));
+        }
+        let _one_writer = state.admin_guard().writes.lock().await;
+        let before = load(&state, &id).await?;
+        if_match(&headers, Some(&etag(&before)))?;
+        let (client, secret) = state
+            .admin()
+            .rotate_secret(state.secrets(), &id, grace)
+            .await?;
+        in_force(&state).await;
+        audit::admin_change(
+            &caller.client_id,
+            &format!("client:{id}"),
+            &format!("secret rotated, previous valid for {grace} s"),
+        );
+        Ok(json(
+            StatusCode::OK,
+            &with_secret(&client, &secret),
+            Some(&etag(&client)),
+        ))
+    })
+    .await
+}
+
+/// Token requests of one client per UTC day.
+#[utoipa::path(get, path = "/admin/v1/clients/{id}/usage", tag = "clients",
+    params(("id" = String, Path, description = "Client id"),
+           ("from" = Option<String>, Query, description = "First day, YYYY-MM-DD"),
+           ("to" = Option<String>, Query, description = "Last day, YYYY-MM-DD")),
+    responses(
+        (status = 200, description = "Issued and refused per day", body = UsageView),
+        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn client_usage(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let id = path(id)?;
+        let range = day_range(raw.as_deref())?;
+        let client = load(&state, &id).await?;
+        let usage = state.store().usage(&client.id).await?;
+        Ok(json(StatusCode::OK, &UsageView::new(range, usage), None))
+    })
+    .await
+}

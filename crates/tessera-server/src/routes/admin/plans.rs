@@ -1,0 +1,327 @@
+//! `/admin/v1/plans`: the scopes a client may request, its token lifetime, rate and reuse.
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use tessera_proto::clock::rfc3339;
+use tessera_store::{Plan, PlanRemoval, RateLimit};
+
+use super::auth::authorize;
+use super::{day_range, etag, if_match, in_force, json, path, read_json, run, UsageView};
+use crate::admin::{Change, PlanSettings, DEFAULT_TOKEN_TTL};
+use crate::audit;
+use crate::error::problem::Problem;
+use crate::routes::openapi::{ReadErrors, WriteErrors};
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/plans", get(list_plans))
+        .route(
+            "/plans/{name}",
+            get(get_plan).put(put_plan).delete(delete_plan),
+        )
+        .route("/plans/{name}/usage", get(plan_usage))
+}
+
+/// A plan as the admin API shows it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct PlanView {
+    /// Unique name: 1 to 64 of `a-z A-Z 0-9 _ -`.
+    name: String,
+    /// The scopes granted, each naming one API.
+    scopes: Vec<String>,
+    /// Token lifetime in seconds (`expires_in`).
+    token_ttl: u32,
+    /// Token requests per client, or none for no limit.
+    token_rate: Option<Rate>,
+    /// Reuse a client's last token while more than this percentage of its life is left.
+    reuse_percent: Option<u8>,
+    /// Whether its clients may introspect tokens issued to others.
+    introspect_any: bool,
+    /// How many clients are on the plan.
+    clients: u64,
+    /// RFC 3339.
+    created_at: String,
+    /// RFC 3339.
+    updated_at: String,
+}
+
+/// A rate: `count` requests per `period_secs`, with bursts of up to `burst`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Rate {
+    count: u32,
+    period_secs: u32,
+    burst: u32,
+}
+
+/// All plans.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct PlanList {
+    plans: Vec<PlanView>,
+}
+
+/// A plan to create or replace; an absent field takes its default.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PlanInput {
+    /// The scopes granted, each naming one API.
+    scopes: Vec<String>,
+    /// Token lifetime in seconds, 1 to 86400 (default 3600).
+    #[serde(default)]
+    token_ttl: Option<u32>,
+    /// Token requests per client; absent or null: no limit.
+    #[serde(default)]
+    token_rate: Option<RateInput>,
+    /// 1 to 99; absent or null: no reuse.
+    #[serde(default)]
+    reuse_percent: Option<u8>,
+    /// Default false.
+    #[serde(default)]
+    introspect_any: Option<bool>,
+}
+
+/// A rate to set; `burst` defaults to `count`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateInput {
+    count: u32,
+    period_secs: u32,
+    #[serde(default)]
+    burst: Option<u32>,
+}
+
+fn view(plan: &Plan, clients: u64) -> PlanView {
+    PlanView {
+        name: plan.name.clone(),
+        scopes: plan.scopes.iter().map(|s| s.to_string()).collect(),
+        token_ttl: plan.token_ttl,
+        token_rate: plan.token_rate.map(|r| Rate {
+            count: r.count,
+            period_secs: r.period_secs,
+            burst: r.burst,
+        }),
+        reuse_percent: plan.reuse_percent,
+        introspect_any: plan.introspect_any,
+        clients,
+        created_at: rfc3339(plan.created_at),
+        updated_at: rfc3339(plan.updated_at),
+    }
+}
+
+async fn find(state: &AppState, name: &str) -> Result<Option<Plan>, Problem> {
+    Ok(state
+        .store()
+        .plans()
+        .await?
+        .into_iter()
+        .find(|p| p.name == name))
+}
+
+async fn count(state: &AppState, name: &str) -> Result<u64, Problem> {
+    Ok(state
+        .store()
+        .clients_per_plan()
+        .await?
+        .into_iter()
+        .find(|(plan, _)| plan == name)
+        .map_or(0, |(_, n)| n))
+}
+
+/// List the plans.
+#[utoipa::path(get, path = "/admin/v1/plans", tag = "plans",
+    responses((status = 200, description = "All plans, by name", body = PlanList), ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn list_plans(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let counts = state.store().clients_per_plan().await?;
+        let plans = state.store().plans().await?;
+        let plans = plans
+            .iter()
+            .map(|p| {
+                let n = counts
+                    .iter()
+                    .find(|(name, _)| *name == p.name)
+                    .map_or(0, |c| c.1);
+                view(p, n)
+            })
+            .collect();
+        Ok(json(StatusCode::OK, &PlanList { plans }, None))
+    })
+    .await
+}
+
+/// Show one plan.
+#[utoipa::path(get, path = "/admin/v1/plans/{name}", tag = "plans",
+    params(("name" = String, Path, description = "Plan name")),
+    responses(
+        (status = 200, description = "The plan", body = PlanView,
+         headers(("ETag" = String, description = "Its version, for If-Match"))),
+        (status = 404, description = "No such plan", body = Problem, content_type = "application/problem+json"),
+        ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn get_plan(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let name = path(name)?;
+        let plan = find(&state, &name)
+            .await?
+            .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
+        let n = count(&state, &name).await?;
+        Ok(json(StatusCode::OK, &view(&plan, n), Some(&etag(&plan))))
+    })
+    .await
+}
+
+/// Create a plan or replace one. A change applies to each of its clients' next token
+/// request.
+#[utoipa::path(put, path = "/admin/v1/plans/{name}", tag = "plans",
+    params(("name" = String, Path, description = "Plan name"),
+           ("If-Match" = Option<String>, Header, description = "The ETag read: replace only that version")),
+    request_body = PlanInput,
+    responses(
+        (status = 200, description = "Replaced", body = PlanView, headers(("ETag" = String))),
+        (status = 201, description = "Created", body = PlanView, headers(("ETag" = String))),
+        WriteErrors),
+    security(("admin_token" = ["tessera-admin"])))]
+pub(crate) async fn put_plan(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run(async {
+        let caller = authorize(&state, &headers, true).await?;
+        let name = path(name)?;
+        let input: PlanInput = read_json(&headers, body, false).await?;
+        if let Some(bad) = input
+            .scopes
+            .iter()
+            .find(|s| s.is_empty() || s.contains(' '))
+        {
+            return Err(Problem::invalid_field(
+                "scopes",
+                format!("{bad:?} is not one scope name"),
+            ));
+        }
+        let token_rate = match input.token_rate {
+            None => Change::Clear,
+            Some(r) => Change::Set(RateLimit {
+                count: r.count,
+                period_secs: r.period_secs,
+                burst: r.burst.unwrap_or(r.count),
+            }),
+        };
+        let settings = PlanSettings {
+            token_ttl: Some(input.token_ttl.unwrap_or(DEFAULT_TOKEN_TTL)),
+            token_rate,
+            reuse_percent: input.reuse_percent.map_or(Change::Clear, Change::Set),
+            introspect_any: Some(input.introspect_any.unwrap_or(false)),
+        };
+        let _one_writer = state.admin_guard().writes.lock().await;
+        let before = find(&state, &name).await?;
+        if_match(&headers, before.as_ref().map(etag).as_deref())?;
+        let plan = state
+            .admin()
+            .set_plan_with(&name, &input.scopes.join(" "), &settings)
+            .await?;
+        in_force(&state).await;
+        audit::admin_change(
+            &caller.client_id,
+            &format!("plan:{name}"),
+            if before.is_some() {
+                "replaced"
+            } else {
+                "created"
+            },
+        );
+        let n = count(&state, &name).await?;
+        let status = if before.is_some() {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok(json(status, &view(&plan, n), Some(&etag(&plan))))
+    })
+    .await
+}
+
+/// Delete a plan no client is on.
+#[utoipa::path(delete, path = "/admin/v1/plans/{name}", tag = "plans",
+    params(("name" = String, Path, description = "Plan name"),
+           ("If-Match" = Option<String>, Header, description = "The ETag read: delete only that version")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such plan", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Clients are on the plan", body = Problem, content_type = "application/problem+json"),
+        WriteErrors),
+    security(("admin_token" = ["tessera-admin"])))]
+pub(crate) async fn delete_plan(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        let caller = authorize(&state, &headers, true).await?;
+        let name = path(name)?;
+        let _one_writer = state.admin_guard().writes.lock().await;
+        let before = find(&state, &name)
+            .await?
+            .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
+        if_match(&headers, Some(&etag(&before)))?;
+        match state.store().delete_plan(&name).await? {
+            PlanRemoval::Removed => {}
+            PlanRemoval::Unknown => {
+                return Err(Problem::not_found(format!("no plan named {name:?}")))
+            }
+            PlanRemoval::InUse => {
+                return Err(Problem::conflict(format!(
+                    "clients are on plan {name:?}: move or delete them first"
+                )))
+            }
+        }
+        in_force(&state).await;
+        audit::admin_change(&caller.client_id, &format!("plan:{name}"), "deleted");
+        Ok(StatusCode::NO_CONTENT.into_response())
+    })
+    .await
+}
+
+/// Token requests of the plan's clients per UTC day.
+#[utoipa::path(get, path = "/admin/v1/plans/{name}/usage", tag = "plans",
+    params(("name" = String, Path, description = "Plan name"),
+           ("from" = Option<String>, Query, description = "First day, YYYY-MM-DD"),
+           ("to" = Option<String>, Query, description = "Last day, YYYY-MM-DD")),
+    responses(
+        (status = 200, description = "Issued and refused per day", body = UsageView),
+        (status = 404, description = "No such plan", body = Problem, content_type = "application/problem+json"),
+        ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn plan_usage(
+    State(state): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let name = path(name)?;
+        let range = day_range(raw.as_deref())?;
+        find(&state, &name)
+            .await?
+            .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
+        let usage = state.store().plan_usage(&name).await?;
+        Ok(json(StatusCode::OK, &UsageView::new(range, usage), None))
+    })
+    .await
+}

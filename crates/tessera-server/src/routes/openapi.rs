@@ -1,0 +1,299 @@
+//! `GET /openapi.json`: the whole HTTP surface as an OpenAPI 3.1 document, generated with
+//! `utoipa` from the admin handlers and their types, and from the descriptions below of
+//! the OAuth endpoints (whose handlers read the raw request, so they are described here,
+//! beside the shapes of RFC 6749 section 5, RFC 7662 section 2.2, RFC 7517 and RFC 8414).
+//! `.ci/run` checks the running server against it with Schemathesis.
+
+use axum::http::{header, HeaderValue};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
+
+use crate::error::problem::Problem;
+use crate::routes::admin;
+use crate::AppState;
+
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/openapi.json", get(document))
+}
+
+async fn document() -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        ApiDoc::openapi().to_json().unwrap_or_default(),
+    )
+}
+
+/// The document.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Tessera", description = "OAuth 2.0 Client Credentials token service and its admin API"),
+    paths(
+        token, introspect, revoke, jwks, metadata, openid_configuration, healthz, readyz, metrics,
+        admin::plans::list_plans, admin::plans::get_plan, admin::plans::put_plan,
+        admin::plans::delete_plan, admin::plans::plan_usage,
+        admin::clients::list_clients, admin::clients::create_client, admin::clients::get_client,
+        admin::clients::patch_client, admin::clients::delete_client,
+        admin::clients::rotate_secret, admin::clients::client_usage,
+        admin::keys::list_keys, admin::keys::rotate_keys,
+    ),
+    components(schemas(Problem, OAuthError, TokenForm, TokenAnswer, IntrospectionForm,
+        Introspection, RevocationForm, Jwks, Metadata)),
+    modifiers(&Security),
+    tags((name = "oauth", description = "RFC 6749 and the endpoints around it"),
+         (name = "plans"), (name = "clients"), (name = "keys"),
+         (name = "operations", description = "Health and metrics"))
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+/// The two security schemes: HTTP Basic client authentication at the OAuth endpoints
+/// (RFC 6749 section 2.3.1), and bearer tokens of this server at the admin API.
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "client_basic",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)),
+        );
+        components.add_security_scheme(
+            "admin_token",
+            SecurityScheme::Http(
+                Http::builder()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "An access token of this server with scope tessera-admin \
+                         (or tessera-admin-read for GET)",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The refusals every admin read may meet.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum ReadErrors {
+    /// No token, or not one this server accepts (RFC 6750 section 3.1 `invalid_token`).
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthorized(Problem),
+    /// The token lacks the scope (`insufficient_scope`).
+    #[response(status = 403, content_type = "application/problem+json")]
+    Forbidden(Problem),
+    /// A bad query or path parameter.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// The store does not answer.
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
+/// The refusals every admin write may meet.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum WriteErrors {
+    /// Malformed JSON, an unknown field, or a value out of range; `field` names it.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(Problem),
+    /// No token, or not one this server accepts (RFC 6750 section 3.1 `invalid_token`).
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthorized(Problem),
+    /// The token lacks `tessera-admin` (`insufficient_scope`).
+    #[response(status = 403, content_type = "application/problem+json")]
+    Forbidden(Problem),
+    /// A conflict with the stored state.
+    #[response(status = 409, content_type = "application/problem+json")]
+    Conflict(Problem),
+    /// `If-Match` names an older version.
+    #[response(status = 412, content_type = "application/problem+json")]
+    PreconditionFailed(Problem),
+    /// Body over 64 KiB.
+    #[response(status = 413, content_type = "application/problem+json")]
+    TooLarge(Problem),
+    /// Body not `application/json`.
+    #[response(status = 415, content_type = "application/problem+json")]
+    UnsupportedMediaType(Problem),
+    /// The store does not answer.
+    #[response(status = 503, content_type = "application/problem+json")]
+    Unavailable(Problem),
+}
+
+/// RFC 6749 section 5.2.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct OAuthError {
+    /// `invalid_request`, `invalid_client`, `invalid_grant`, `unauthorized_client`,
+    /// `unsupported_grant_type`, `invalid_scope`, `temporarily_unavailable`, …
+    error: String,
+    error_description: Option<String>,
+}
+
+/// RFC 6749 section 4.4.2.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct TokenForm {
+    /// `client_credentials`.
+    grant_type: String,
+    /// Space-separated scopes, each naming one API.
+    scope: Option<String>,
+    /// With `client_secret_post` only.
+    client_id: Option<String>,
+    /// With `client_secret_post` only.
+    client_secret: Option<String>,
+}
+
+/// RFC 6749 section 5.1.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct TokenAnswer {
+    access_token: String,
+    /// `Bearer`.
+    token_type: String,
+    expires_in: u64,
+    scope: String,
+}
+
+/// RFC 7662 section 2.1.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct IntrospectionForm {
+    token: String,
+    token_type_hint: Option<String>,
+}
+
+/// RFC 7662 section 2.2; only `active` when the token is not.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct Introspection {
+    active: bool,
+    scope: Option<String>,
+    client_id: Option<String>,
+    token_type: Option<String>,
+    exp: Option<u64>,
+    iat: Option<u64>,
+    sub: Option<String>,
+    aud: Option<Vec<String>>,
+    iss: Option<String>,
+    jti: Option<String>,
+}
+
+/// RFC 7009 section 2.1.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct RevocationForm {
+    token: String,
+    token_type_hint: Option<String>,
+}
+
+/// RFC 7517 section 5.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct Jwks {
+    keys: Vec<serde_json::Value>,
+}
+
+/// RFC 8414 section 2.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct Metadata {
+    issuer: String,
+    token_endpoint: String,
+    jwks_uri: String,
+    grant_types_supported: Vec<String>,
+    token_endpoint_auth_methods_supported: Vec<String>,
+    scopes_supported: Vec<String>,
+    response_types_supported: Vec<String>,
+    introspection_endpoint: Option<String>,
+    revocation_endpoint: Option<String>,
+}
+
+/// Issue an access token to a client acting on its own behalf (RFC 6749 section 4.4).
+#[utoipa::path(post, path = "/connect/token", tag = "oauth",
+    request_body(content = TokenForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "The token", body = TokenAnswer),
+        (status = 400, description = "invalid_request, unsupported_grant_type, invalid_scope", body = OAuthError),
+        (status = 401, description = "invalid_client", body = OAuthError),
+        (status = 408, description = "The request was sent too slowly"),
+        (status = 413, description = "Body too large", body = OAuthError),
+        (status = 429, description = "Over the plan's rate, or too many failed authentications", body = OAuthError),
+        (status = 503, description = "Busy, or the registry is out of date", body = OAuthError)),
+    security(("client_basic" = []), ()))]
+#[allow(dead_code)]
+fn token() {}
+
+/// Whether a token is active, for APIs that ask the issuer (RFC 7662).
+#[utoipa::path(post, path = "/connect/introspect", tag = "oauth",
+    request_body(content = IntrospectionForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "The token's state", body = Introspection),
+        (status = 400, description = "invalid_request", body = OAuthError),
+        (status = 401, description = "invalid_client", body = OAuthError),
+        (status = 408, description = "The request was sent too slowly"),
+        (status = 413, description = "Body too large", body = OAuthError),
+        (status = 429, description = "Too many failed authentications", body = OAuthError),
+        (status = 503, description = "Busy, or the registry is out of date", body = OAuthError)),
+    security(("client_basic" = []), ()))]
+#[allow(dead_code)]
+fn introspect() {}
+
+/// Revoke a token of the calling client (RFC 7009).
+#[utoipa::path(post, path = "/connect/revocation", tag = "oauth",
+    request_body(content = RevocationForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Revoked, or nothing to revoke"),
+        (status = 400, description = "invalid_request, unsupported_token_type", body = OAuthError),
+        (status = 401, description = "invalid_client", body = OAuthError),
+        (status = 408, description = "The request was sent too slowly"),
+        (status = 413, description = "Body too large", body = OAuthError),
+        (status = 429, description = "Too many failed authentications", body = OAuthError),
+        (status = 503, description = "Busy, or the store does not answer", body = OAuthError)),
+    security(("client_basic" = []), ()))]
+#[allow(dead_code)]
+fn revoke() {}
+
+/// The public signing keys: upcoming, current and recently retired (RFC 7517).
+#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "oauth",
+    responses((status = 200, description = "The JWK Set", body = Jwks)))]
+#[allow(dead_code)]
+fn jwks() {}
+
+/// Authorization server metadata (RFC 8414).
+#[utoipa::path(get, path = "/.well-known/oauth-authorization-server", tag = "oauth",
+    responses((status = 200, description = "The metadata", body = Metadata)))]
+#[allow(dead_code)]
+fn metadata() {}
+
+/// The same metadata at the OpenID Connect Discovery location.
+#[utoipa::path(get, path = "/.well-known/openid-configuration", tag = "oauth",
+    responses((status = 200, description = "The metadata", body = Metadata)))]
+#[allow(dead_code)]
+fn openid_configuration() {}
+
+/// Liveness.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "The process answers", body = String, content_type = "text/plain")))]
+#[allow(dead_code)]
+fn healthz() {}
+
+/// Readiness: a signing key is active and the registry is fresh.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses((status = 200, description = "Ready", body = String, content_type = "text/plain"),
+              (status = 503, description = "Not ready, and why", body = String, content_type = "text/plain")))]
+#[allow(dead_code)]
+fn readyz() {}
+
+/// Prometheus metrics (on this listener unless `--metrics-listen` moves them).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "OpenMetrics text", body = String, content_type = "application/openmetrics-text")))]
+#[allow(dead_code)]
+fn metrics() {}
