@@ -55,11 +55,7 @@ impl<'a> Database<'a> {
 
     /// How many clients each plan has.
     async fn clients_per_plan(&self) -> Result<HashMap<String, u64>> {
-        let mut counts = HashMap::new();
-        for client in self.store.clients().await? {
-            *counts.entry(client.plan).or_default() += 1;
-        }
-        Ok(counts)
+        Ok(self.store.clients_per_plan().await?.into_iter().collect())
     }
 }
 
@@ -156,14 +152,11 @@ impl Operations for Database<'_> {
         Ok(())
     }
 
+    /// By client id, as the admin API lists them.
     async fn list_clients(&self) -> Result<Vec<Client>> {
-        Ok(self
-            .store
-            .clients()
-            .await?
-            .into_iter()
-            .map(client)
-            .collect())
+        let mut clients = self.store.clients().await?;
+        clients.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+        Ok(clients.into_iter().map(client).collect())
     }
 
     async fn show_client(&self, id: &str) -> Result<Client> {

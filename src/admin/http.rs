@@ -222,13 +222,19 @@ async fn admin_tokens(base: &Url, id: &ClientId, secret: &ClientSecret) -> Resul
 #[derive(Debug)]
 struct Refused {
     status: StatusCode,
-    /// The problem's `detail` (or its `title`) and the field at fault, or the body.
+    /// The problem's `detail` (or its `title`), or the body when it is no problem document.
     message: String,
+    /// The field at fault, when the problem names one.
+    field: Option<String>,
 }
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (admin API: {})", self.message, self.status)
+        write!(f, "{} (admin API: {}", self.message, self.status)?;
+        match &self.field {
+            Some(field) => write!(f, ", field {field})"),
+            None => f.write_str(")"),
+        }
     }
 }
 
@@ -244,25 +250,27 @@ async fn problem(response: Response) -> anyhow::Error {
     let status = response.status();
     let url = response.url().clone();
     let body = response.bytes().await.unwrap_or_default();
-    let message = match serde_json::from_slice::<Problem>(&body) {
+    let (message, field) = match serde_json::from_slice::<Problem>(&body) {
         Ok(p) if p.detail.is_some() || p.title.is_some() => {
-            let text = p.detail.or(p.title).unwrap_or_default();
-            match p.field {
-                Some(field) if !text.contains(&field) => format!("{text} (field {field})"),
-                _ => text,
-            }
+            (p.detail.or(p.title).unwrap_or_default(), p.field)
         }
         _ => {
             let text = String::from_utf8_lossy(&body);
             let text: String = text.trim().chars().take(200).collect();
-            if text.is_empty() {
+            let message = if text.is_empty() {
                 format!("{url} answered {status}")
             } else {
                 format!("{url} answered {status}: {text}")
-            }
+            };
+            (message, None)
         }
     };
-    Refused { status, message }.into()
+    Refused {
+        status,
+        message,
+        field,
+    }
+    .into()
 }
 
 /// Whether a create that failed so may have gone unanswered or unserved: no answer, or a

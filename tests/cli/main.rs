@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 mod data;
 mod operator;
+mod remote;
 mod signals;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");

@@ -11,7 +11,7 @@ fn completions_for_each_shell() {
     let bash = ok(d, &["completions", "bash"]);
     assert!(bash.contains("tessera"), "{bash}");
     assert!(bash.contains("complete -F _tessera"), "{bash}");
-    for word in ["rotate-secret", "--token-rate"] {
+    for word in ["rotate-secret", "--token-rate", "--admin-url"] {
         assert!(bash.contains(word), "bash completes {word}");
     }
     assert!(ok(d, &["completions", "zsh"]).starts_with("#compdef tessera"));
