@@ -1,6 +1,8 @@
 //! `tessera serve`.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tessera_proto::Algorithm;
@@ -55,6 +57,21 @@ pub(crate) struct ServeArgs {
     /// answer, in seconds (default 300); past it the token endpoint answers 503.
     #[arg(long, env = "TESSERA_MAX_STALENESS")]
     max_staleness: Option<u64>,
+    /// PEM certificate chain: serve HTTPS (HTTP/2 and HTTP/1.1) with --tls-key. Reloaded on
+    /// SIGHUP and when the file changes.
+    #[arg(long, env = "TESSERA_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TESSERA_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With --demo: serve HTTPS with a self-signed certificate for localhost, generated
+    /// beside the database, and print the curl --cacert line.
+    #[arg(long, requires = "demo", conflicts_with = "tls_cert")]
+    tls: bool,
+    /// With TLS: also answer plain HTTP here, for health checks only (/healthz, /readyz),
+    /// e.g. for a load balancer.
+    #[arg(long, env = "TESSERA_LISTEN_HTTP")]
+    listen_http: Option<SocketAddr>,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -66,13 +83,33 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
+    let tls_files = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tessera_server::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ if args.tls => Some(demo_certificate(&data.sqlite_path())?),
+        _ => None,
+    };
+    let tls = match tls_files {
+        Some(files) => Some(Arc::new(
+            tessera_server::tls::Tls::load(files).context("cannot serve TLS")?,
+        )),
+        None => None,
+    };
+    if args.listen_http.is_some() && tls.is_none() {
+        anyhow::bail!(
+            "--listen-http is for health checks beside HTTPS: give --tls-cert and --tls-key"
+        );
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let issuer = match args.issuer {
         Some(issuer) => issuer,
         // Clients and APIs must be able to reach the issuer; 0.0.0.0 is not an address.
         None if local.ip().is_unspecified() => anyhow::bail!(
             "listening on {local}: give the address clients use with --issuer (TESSERA_ISSUER)"
         ),
-        None => format!("http://{local}"),
+        None => format!("{scheme}://{local}"),
     };
     let mut config = Config::new(issuer.clone());
     config.signing_alg = args.signing_alg;
@@ -94,6 +131,15 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         None => None,
     };
     config.metrics_on_main_listener = metrics_listener.is_none();
+    config.tls = tls.clone();
+    let health_listener = match args.listen_http {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} for health checks"))?,
+        ),
+        None => None,
+    };
     let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
     // Tokens carry the issuer and APIs check it: a server on this database that started
     // with another one (say the default of another --listen port) issues tokens they refuse.
@@ -110,8 +156,25 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         );
     }
 
-    println!("tessera listening on http://{local}");
+    println!("tessera listening on {scheme}://{local}");
     println!("  issuer:   {issuer}");
+    if let Some(tls) = &tls {
+        println!(
+            "  TLS:      {} (reloaded on SIGHUP and when it changes)",
+            tls.files().cert.display()
+        );
+        tokio::spawn(tls.clone().watch(std::time::Duration::from_secs(2)));
+        tokio::spawn(reload_on_hangup(tls.clone()));
+    }
+    if let Some(listener) = health_listener {
+        println!("  health:   http://{}/readyz", listener.local_addr()?);
+        let state = state.clone();
+        tokio::spawn(async move {
+            if let Err(error) = tessera_server::run_health(listener, state).await {
+                tracing::error!(%error, "the health listener failed");
+            }
+        });
+    }
     if let Some(listener) = metrics_listener {
         println!("  metrics:  http://{}/metrics", listener.local_addr()?);
         let state = state.clone();
@@ -138,7 +201,11 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         ),
     }
     if args.demo {
-        demo(store.as_ref(), &secrets, &issuer).await?;
+        let cacert = tls
+            .as_ref()
+            .filter(|_| args.tls)
+            .map(|t| t.files().cert.clone());
+        demo(store.as_ref(), &secrets, &issuer, cacert.as_deref()).await?;
         state.sync().await?;
     }
     tessera_server::run(listener, state, tessera_server::shutdown_signal()).await?;
@@ -154,11 +221,13 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Plans for the seed's three APIs and a client on the plan with all three.
+/// Plans for the seed's three APIs and a client on the plan with all three; and an admin
+/// plan with an admin client, for the admin API. Their secrets are new on each start.
 async fn demo(
     store: &dyn tessera_store::Store,
     secrets: &tessera_server::secrets::Secrets,
     issuer: &str,
+    cacert: Option<&Path>,
 ) -> Result<()> {
     let clock = tessera_server::clock::Clock::system();
     let ops = tessera_server::admin::Admin::new(store, &clock);
@@ -166,17 +235,28 @@ async fn demo(
     ops.set_plan("news", "news-api", None).await?;
     ops.set_plan("full", "market-data-api news-api oms-api", None)
         .await?;
-    let existing = store
-        .clients()
-        .await?
-        .into_iter()
-        .find(|c| c.label == "demo");
-    let (client, secret) = match existing {
-        Some(c) => ops.rotate_secret(secrets, c.id.as_str(), 0).await?,
-        None => {
-            ops.create_client(secrets, "full", "demo", AuthMethod::ClientSecretBasic)
-                .await?
+    ops.set_plan("admin", "tessera-admin tessera-admin-read", None)
+        .await?;
+    let existing = store.clients().await?;
+    let demo_client = |label: &'static str, plan: &'static str| {
+        let found = existing.iter().find(|c| c.label == label).cloned();
+        async move {
+            match found {
+                Some(c) => ops.rotate_secret(secrets, c.id.as_str(), 0).await,
+                None => {
+                    ops.create_client(secrets, plan, label, AuthMethod::ClientSecretBasic)
+                        .await
+                }
+            }
         }
+    };
+    let (client, secret) = demo_client("demo", "full").await?;
+    let (admin, admin_secret) = demo_client("demo-admin", "admin").await?;
+    let issuer = issuer.trim_end_matches('/');
+    // With the demo certificate, curl must be told to trust it.
+    let curl = match cacert {
+        Some(path) => format!("curl --cacert {}", path.display()),
+        None => "curl".to_owned(),
     };
     println!();
     println!("demo plans: market-data, news, full; demo client on plan full:");
@@ -184,13 +264,76 @@ async fn demo(
     println!("  client_secret: {}", secret.expose());
     println!("get a token:");
     println!(
-        "  curl -s -u '{}:{}' -d grant_type=client_credentials -d 'scope=market-data-api news-api' {}/connect/token",
+        "  {curl} -s -u '{}:{}' -d grant_type=client_credentials -d 'scope=market-data-api news-api' {issuer}/connect/token",
         client.id,
         secret.expose(),
-        issuer.trim_end_matches('/')
     );
     println!();
+    println!("demo admin client on plan admin (scopes tessera-admin, tessera-admin-read):");
+    println!("  client_id:     {}", admin.id);
+    println!("  client_secret: {}", admin_secret.expose());
+    println!("call the admin API (docs/admin-api.md; the whole surface: {issuer}/openapi.json):");
+    println!(
+        "  TOKEN=$({curl} -s -u '{}:{}' -d grant_type=client_credentials -d scope=tessera-admin {issuer}/connect/token | sed -E 's/.*\"access_token\":\"([^\"]+)\".*/\\1/')",
+        admin.id,
+        admin_secret.expose(),
+    );
+    println!("  {curl} -s -H \"Authorization: Bearer $TOKEN\" {issuer}/admin/v1/clients");
+    println!();
     Ok(())
+}
+
+/// A self-signed certificate for `localhost`, `127.0.0.1` and `::1`, new on each start,
+/// written beside the database (or in the working directory): `tessera-demo-cert.pem` and
+/// `tessera-demo-key.pem` (mode 0600).
+fn demo_certificate(database: &Option<PathBuf>) -> Result<tessera_server::tls::TlsFiles> {
+    let dir = database
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    let generated = rcgen::generate_simple_self_signed(names)
+        .context("cannot generate the demo certificate")?;
+    let files = tessera_server::tls::TlsFiles {
+        cert: dir.join("tessera-demo-cert.pem"),
+        key: dir.join("tessera-demo-key.pem"),
+    };
+    std::fs::write(&files.cert, generated.cert.pem())
+        .with_context(|| format!("cannot write {}", files.cert.display()))?;
+    let mut key = std::fs::OpenOptions::new();
+    key.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut key, 0o600);
+    std::io::Write::write_all(
+        &mut key
+            .open(&files.key)
+            .with_context(|| format!("cannot write {}", files.key.display()))?,
+        generated.key_pair.serialize_pem().as_bytes(),
+    )?;
+    Ok(files)
+}
+
+/// Reloads the certificate on each SIGHUP.
+async fn reload_on_hangup(tls: Arc<tessera_server::tls::Tls>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            if let Err(error) = tls.reload() {
+                tracing::error!(%error, "SIGHUP: the TLS files cannot be used; keeping the previous certificate");
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(tls);
 }
 
 /// Logs to stderr through a background writer, so that the token path never waits on a

@@ -492,6 +492,46 @@ async fn demo_leads_to_a_first_token_and_sigterm_stops_cleanly() {
     let response = token(base, id, secret, "market-data-api news-api").await;
     assert_eq!(response.status(), 200);
 
+    // Then the admin client's line: TOKEN=$(curl -s -u 'ID:SECRET' ... scope=tessera-admin URL | sed ...)
+    let admin_line = loop {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "no admin line");
+        if line.trim_start().starts_with("TOKEN=$(curl ") {
+            break line.trim().to_owned();
+        }
+    };
+    let (admin_id, admin_secret) = admin_line
+        .split('\'')
+        .nth(1)
+        .unwrap()
+        .split_once(':')
+        .unwrap();
+    let answer: serde_json::Value = token(base, admin_id, admin_secret, "tessera-admin")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let clients: serde_json::Value = reqwest::Client::new()
+        .get(format!("{base}/admin/v1/clients"))
+        .bearer_auth(answer["access_token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = clients["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(
+        names.contains(&"demo") && names.contains(&"demo-admin"),
+        "{names:?}"
+    );
+
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

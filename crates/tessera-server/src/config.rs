@@ -64,6 +64,8 @@ pub struct Config {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Where every decision by time reads it: the system clock, or a test's.
     pub clock: Clock,
+    /// HTTPS on the listener (`serve --tls-cert --tls-key`); `None` is plain HTTP.
+    pub tls: Option<std::sync::Arc<crate::tls::Tls>>,
 }
 
 impl Config {
@@ -96,6 +98,7 @@ impl Config {
             expected_instances: NonZeroU32::MIN,
             trusted_proxies: Vec::new(),
             clock: Clock::system(),
+            tls: None,
         }
     }
 }

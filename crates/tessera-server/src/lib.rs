@@ -36,9 +36,10 @@ pub mod secrets;
 mod serve;
 mod signal;
 mod state;
+pub mod tls;
 pub mod usage;
 
 pub use config::{redact_url, Config};
-pub use serve::{app, run, run_metrics, run_router};
+pub use serve::{app, run, run_health, run_metrics, run_router};
 pub use signal::shutdown_signal;
 pub use state::AppState;

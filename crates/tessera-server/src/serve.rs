@@ -23,6 +23,12 @@ pub async fn run_metrics(listener: TcpListener, state: AppState) -> std::io::Res
     axum::serve(listener, crate::routes::metrics_only(state)).await
 }
 
+/// Serves `/healthz` and `/readyz` alone in plain HTTP on `listener` (`--listen-http`
+/// beside HTTPS, for a load balancer's checks). Runs until the task is dropped.
+pub async fn run_health(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+    axum::serve(listener, crate::routes::health_only(state)).await
+}
+
 /// Serves `state` on `listener` until `shutdown` resolves, then lets in-flight requests
 /// finish. Keeps the registry in sync with the store meanwhile.
 pub async fn run(
@@ -68,28 +74,36 @@ pub async fn run_router(
     served
 }
 
-/// Accepts HTTP/1.1 connections until `shutdown`, then lets each connection finish its
-/// in-flight request. A client gets `header_timeout` to send its request head (a slowloris
-/// defence; the body is bounded by the request timeout layer), and every request sees its
-/// peer as `ConnectInfo<SocketAddr>`.
+/// Accepts connections until `shutdown`, then lets each connection finish its in-flight
+/// request: HTTP/1.1 in plain text, or with [`Config::tls`] HTTPS with HTTP/2 or HTTP/1.1
+/// as ALPN agrees. A client gets `header_timeout` to finish its TLS handshake and to send
+/// its request head (a slowloris defence; the body is bounded by the request timeout
+/// layer), and every request sees its peer as `ConnectInfo<SocketAddr>`.
 async fn serve(
     listener: TcpListener,
     router: axum::Router,
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::extract::ConnectInfo;
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-    use tower::ServiceExt;
+    use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
         // A request head (and what is buffered of a body) fits in 16 KiB; bounding the
         // buffer bounds the memory an unfinished head can hold.
         .max_buf_size(16 * 1024)
         .keep_alive(true);
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        // As many requests at once on one connection as one address may hold connections.
+        .max_concurrent_streams(
+            u32::try_from(config.max_connections_per_address).unwrap_or(u32::MAX),
+        )
+        .max_header_list_size(16 * 1024)
+        .keep_alive_interval(Some(Duration::from_secs(30)));
     let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
     let per_address = Arc::new(PerAddress::new(config.max_connections_per_address));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -120,37 +134,46 @@ async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (opened, max_requests, max_age) = (
-            std::time::Instant::now(),
+        let watcher = graceful.watcher();
+        let (http1, http2, router) = (http1.clone(), http2.clone(), router.clone());
+        let (tls, handshake_timeout) = (config.tls.clone(), config.header_timeout);
+        let bounds = (
             config.max_requests_per_connection,
             config.max_connection_age,
         );
-        let service = router
-            .clone()
-            .map_request(move |mut request: axum::extract::Request<_>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            })
-            // Keep-alive is bounded: after so many requests or so long, the answer says
-            // `Connection: close` and the client opens a new connection (RFC 9112 9.6).
-            .map_response(move |mut response: axum::response::Response| {
-                let count = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if count >= max_requests || opened.elapsed() >= max_age {
-                    response.headers_mut().insert(
-                        axum::http::header::CONNECTION,
-                        axum::http::HeaderValue::from_static("close"),
-                    );
-                }
-                response
-            });
-        let connection =
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let connection = graceful.watch(connection);
         tokio::spawn(async move {
             let _slots = (slot, address_slot);
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection ended with an error");
+            let Some(tls) = tls else {
+                let service = service(router, peer, Some(bounds));
+                let connection = http1.serve_connection(TokioIo::new(stream), service);
+                finish(watcher.watch(connection)).await;
+                return;
+            };
+            let stream = match tokio::time::timeout(
+                handshake_timeout,
+                tls.acceptor().accept(stream),
+            )
+            .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, %peer, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                // HTTP/2 has no Connection: close; its streams end with the connection.
+                let service = service(router, peer, None);
+                let connection = http2.serve_connection(TokioIo::new(stream), service);
+                finish(watcher.watch(connection)).await;
+            } else {
+                let service = service(router, peer, Some(bounds));
+                let connection = http1.serve_connection(TokioIo::new(stream), service);
+                finish(watcher.watch(connection)).await;
             }
         });
     }
@@ -162,6 +185,53 @@ async fn serve(
         tracing::warn!("connections still open after the grace period; closing them");
     }
     Ok(())
+}
+
+use hyper_util::rt::TokioIo;
+
+/// The router as one connection's service: each request learns its peer, and with
+/// `keep_alive` bounds (requests, age) an HTTP/1.1 answer says `Connection: close` once
+/// the connection has served its share, so the client opens a new one (RFC 9112 9.6).
+fn service(
+    router: axum::Router,
+    peer: std::net::SocketAddr,
+    keep_alive: Option<(usize, Duration)>,
+) -> hyper_util::service::TowerToHyperService<
+    impl tower::Service<
+            axum::extract::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future = impl Send,
+        > + Clone,
+> {
+    use axum::extract::ConnectInfo;
+    use tower::ServiceExt;
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let opened = std::time::Instant::now();
+    let service = router
+        .map_request(move |mut request: axum::extract::Request<_>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request
+        })
+        .map_response(move |mut response: axum::response::Response| {
+            if let Some((max_requests, max_age)) = keep_alive {
+                let count = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if count >= max_requests || opened.elapsed() >= max_age {
+                    response.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+            }
+            response
+        });
+    hyper_util::service::TowerToHyperService::new(service)
+}
+
+async fn finish<E: std::fmt::Display>(connection: impl Future<Output = Result<(), E>>) {
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "connection ended with an error");
+    }
 }
 
 /// Open connections per source address, so that one address cannot hold them all.

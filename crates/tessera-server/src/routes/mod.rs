@@ -56,6 +56,11 @@ pub fn router(state: AppState) -> Router {
         ]))
 }
 
+/// `/healthz` and `/readyz` alone, for a plain HTTP listener beside HTTPS.
+pub fn health_only(state: AppState) -> Router {
+    health::router().with_state(state)
+}
+
 /// `/metrics` alone, for a listener of its own (e.g. on loopback).
 pub fn metrics_only(state: AppState) -> Router {
     metrics::router().with_state(state)

@@ -1,0 +1,148 @@
+//! HTTPS, which RFC 6749 section 3.2 requires at the token endpoint: rustls with the
+//! aws-lc-rs provider, TLS 1.2 and 1.3 with rustls' safe defaults, HTTP/2 and HTTP/1.1
+//! offered through ALPN (RFC 7301), session resumption by tickets (RFC 8446 section 2.2).
+//!
+//! The certificate and key are PEM files. [`Tls::reload`] reads them again and swaps the
+//! configuration that new handshakes use; connections already open keep theirs, so nothing
+//! is dropped. A reload that fails (a half-written file, a key that does not match) keeps
+//! the previous pair and says why. [`Tls::watch`] reloads when either file changes; the
+//! binary also reloads on `SIGHUP`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::ServerConfig;
+use thiserror::Error;
+use tokio_rustls::TlsAcceptor;
+
+/// Why a certificate and key could not be used.
+#[derive(Debug, Error)]
+pub enum TlsError {
+    /// A file could not be read or holds no PEM object of the kind expected.
+    #[error("{}: {why}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// rustls refused the pair (say the key is not the certificate's).
+    #[error("the certificate and key cannot be used: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// The certificate chain and private key files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM: the server's certificate first, then intermediates.
+    pub cert: PathBuf,
+    /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// The TLS configuration in force, reloadable.
+pub struct Tls {
+    files: TlsFiles,
+    current: RwLock<Arc<ServerConfig>>,
+    /// The files' modification times and sizes when last loaded, to notice a change.
+    seen: Mutex<Option<[(SystemTime, u64); 2]>>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("files", &self.files).finish()
+    }
+}
+
+impl Tls {
+    /// Loads the pair; fails if it cannot be used.
+    pub fn load(files: TlsFiles) -> Result<Self, TlsError> {
+        let seen = stamp(&files);
+        let config = server_config(&files)?;
+        Ok(Self {
+            files,
+            current: RwLock::new(Arc::new(config)),
+            seen: Mutex::new(seen),
+        })
+    }
+
+    /// The files.
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// Reads the files again and uses them for new connections. On failure the pair in
+    /// force stays.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let seen = stamp(&self.files);
+        let config = server_config(&self.files)?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = seen;
+        tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+        Ok(())
+    }
+
+    /// An acceptor with the configuration in force now.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(Arc::clone(
+            &self.current.read().unwrap_or_else(|p| p.into_inner()),
+        ))
+    }
+
+    /// Checks the files every `every` and reloads when one changed (its modification time
+    /// or size), until the task is dropped. A failed reload is logged once per change.
+    pub async fn watch(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failed_at = None;
+        loop {
+            tick.tick().await;
+            let now = stamp(&self.files);
+            let known = *self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if now.is_none() || now == known || now == failed_at {
+                continue;
+            }
+            if let Err(error) = self.reload() {
+                tracing::error!(%error, "the changed TLS files cannot be used; keeping the previous certificate");
+                failed_at = now;
+            }
+        }
+    }
+}
+
+fn stamp(files: &TlsFiles) -> Option<[(SystemTime, u64); 2]> {
+    let one = |path: &Path| {
+        let meta = std::fs::metadata(path).ok()?;
+        Some((meta.modified().ok()?, meta.len()))
+    };
+    Some([one(&files.cert)?, one(&files.key)?])
+}
+
+fn server_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
+    let file_error = |path: &Path, why: String| TlsError::File {
+        path: path.to_owned(),
+        why,
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| file_error(&files.cert, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_error(&files.cert, e.to_string()))?;
+    if chain.is_empty() {
+        return Err(file_error(&files.cert, "no CERTIFICATE in it".into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| file_error(&files.key, format!("no usable private key: {e}")))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Resumption by tickets as well as by the server's session cache (on by default), so
+    // that a returning client skips the full handshake.
+    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+    Ok(config)
+}
