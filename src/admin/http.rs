@@ -122,20 +122,22 @@ impl Http {
     /// Sends `request` with the bearer token and returns a successful answer; an error
     /// answer becomes an error naming the problem's `detail`.
     async fn send(&self, request: RequestBuilder) -> Result<Response> {
-        let response = match &self.auth {
+        let sent = match &self.auth {
             Auth::Token(token) => request
                 .bearer_auth(token.expose())
                 .send()
                 .await
                 .map_err(anyhow::Error::from),
             Auth::Client { id, secret, tokens } => {
+                // A failure to get the token says so itself; only the request is "reaching".
                 let tokens = tokens
                     .get_or_try_init(|| admin_tokens(&self.base, id, secret))
                     .await?;
                 tokens.send_authorized(request).await.map_err(Into::into)
             }
-        }
-        .with_context(|| format!("cannot reach the admin API at {}", self.base))?;
+        };
+        let response =
+            sent.with_context(|| format!("cannot reach the admin API at {}", self.base))?;
         if response.status().is_success() {
             Ok(response)
         } else {

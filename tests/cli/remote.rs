@@ -272,6 +272,13 @@ async fn admin_url_tokens_scopes_and_refusals() {
         &["--admin-url", "not a url", "plan", "list"],
     );
     assert!(err.contains("--admin-url"), "{err}");
+    // Nothing listening: said as such, at once.
+    let err = fails_with(
+        r,
+        &with_token,
+        &["--admin-url", "http://127.0.0.1:9", "keys", "list"],
+    );
+    assert!(err.contains("cannot reach the admin API"), "{err}");
 
     let left: Vec<_> = std::fs::read_dir(r).unwrap().collect();
     assert!(left.is_empty(), "the remote commands wrote {left:?}");
