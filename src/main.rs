@@ -1,11 +1,13 @@
 //! `tessera`: the one binary. It parses the command line and calls into the crates:
-//! `serve` runs the server, `plan`, `client` and `keys` administer the registry and `backup`
-//! copies it (also while a server runs on the same database).
+//! `serve` runs the server, `plan`, `client` and `keys` administer the registry (in the
+//! database, or with `--admin-url` through a server's admin API), `backup` copies it (also
+//! while a server runs on the same database), `token` gets a token as a client, and
+//! `completions` prints shell completions.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tessera_proto::Algorithm;
 use tessera_server::secrets::{
     key_file_beside, load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets,
@@ -13,6 +15,8 @@ use tessera_server::secrets::{
 
 mod admin;
 mod backup;
+
+use admin::AdminCommand;
 mod serve;
 mod token;
 
@@ -25,6 +29,12 @@ mod token;
 struct Cli {
     #[command(flatten)]
     data: DataArgs,
+    /// Send `plan`, `client` and `keys` commands to the admin API of the Tessera at this base
+    /// URL instead of the database. The token comes from TESSERA_ADMIN_TOKEN, or is fetched
+    /// from URL/connect/token with TESSERA_CLIENT_ID and TESSERA_CLIENT_SECRET. Not used by
+    /// `serve`, `backup`, `token` and `completions`.
+    #[arg(long, global = true, env = "TESSERA_ADMIN_URL", value_name = "URL")]
+    admin_url: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -70,6 +80,11 @@ enum Command {
     Backup(backup::BackupArgs),
     /// Get an access token as a client (cached on disk for its lifetime).
     Token(token::TokenArgs),
+    /// Print shell completions, e.g. `tessera completions bash > /etc/bash_completion.d/tessera`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// What a command does with the database.
@@ -81,6 +96,15 @@ enum Access {
     Write,
 }
 
+/// Prints the completion script for `shell`. Written whole at the end, so that a closed pipe
+/// is an error rather than a panic inside the generator.
+fn completions(shell: clap_complete::Shell) -> Result<()> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut script);
+    std::io::Write::write_all(&mut std::io::stdout(), &script)?;
+    Ok(())
+}
+
 /// Parses `EdDSA` or `ES256`.
 fn parse_alg(s: &str) -> Result<Algorithm, String> {
     s.parse()
@@ -89,13 +113,15 @@ fn parse_alg(s: &str) -> Result<Algorithm, String> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let admin_url = cli.admin_url.as_deref();
     let outcome = match cli.command {
         Command::Serve(args) => serve::run(&cli.data, args).await,
-        Command::Plan(cmd) => admin::plan(&cli.data, cmd).await,
-        Command::Client(cmd) => admin::client(&cli.data, cmd).await,
-        Command::Keys(cmd) => admin::keys(&cli.data, cmd).await,
+        Command::Plan(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Plan(cmd)).await,
+        Command::Client(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Client(cmd)).await,
+        Command::Keys(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
+        Command::Completions { shell } => completions(shell),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

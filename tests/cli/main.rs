@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod data;
+mod operator;
+mod remote;
 mod signals;
 mod tls;
 

@@ -3,6 +3,11 @@
 //! rate limits, readiness, usage days) and the resource-server kit (token expiry, the key
 //! refresh interval). A test gives them a [`ManualClock`] and sets the time instead of
 //! sleeping.
+//!
+//! It also writes times for people and JSON: [`rfc3339`] (`2026-11-26T05:29:51Z`),
+//! [`utc_day`] (`2026-11-26`), their readers [`parse_rfc3339`] and [`is_day`], and
+//! [`serde_rfc3339`] for fields that are Unix seconds in Rust and RFC 3339 strings on the
+//! wire.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -160,6 +165,132 @@ pub fn is_day(day: &str) -> bool {
     (1..=days_in).contains(&d)
 }
 
+/// Reads an RFC 3339 `date-time` (section 5.6) as Unix seconds: `T` or `t`, `Z`, `z` or a
+/// numeric offset, an optional fraction (dropped, rounding down). `None` for anything else,
+/// a date that does not exist included.
+pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+    let b = text.as_bytes();
+    let digits = |from: usize, len: usize| -> Option<i64> {
+        let part = b.get(from..from + len)?;
+        part.iter().all(u8::is_ascii_digit).then(|| {
+            part.iter()
+                .fold(0, |n, digit| n * 10 + i64::from(digit - b'0'))
+        })
+    };
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    if !(at(4, b'-')
+        && at(7, b'-')
+        && (at(10, b'T') || at(10, b't'))
+        && at(13, b':')
+        && at(16, b':'))
+    {
+        return None;
+    }
+    let (y, m, d) = (digits(0, 4)?, digits(5, 2)?, digits(8, 2)?);
+    let (hh, mm, ss) = (digits(11, 2)?, digits(14, 2)?, digits(17, 2)?);
+    let mut i = 19;
+    if at(i, b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+    }
+    let offset = match b.get(i)? {
+        b'Z' | b'z' if i + 1 == b.len() => 0,
+        sign @ (b'+' | b'-') if i + 6 == b.len() && at(i + 3, b':') => {
+            let (oh, om) = (digits(i + 1, 2)?, digits(i + 4, 2)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let offset = oh * 3600 + om * 60;
+            if *sign == b'+' {
+                offset
+            } else {
+                -offset
+            }
+        }
+        _ => return None,
+    };
+    // Seconds up to 60: RFC 3339 allows a leap second, which Unix time folds into the next.
+    if !(1..=12).contains(&m) || d < 1 || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    if civil(days) != (y, m, d) {
+        return None;
+    }
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss - offset)
+}
+
+/// Days since 1970-01-01 of a year, month (1 to 12) and day (H. Hinnant's
+/// `days_from_civil`). A day past the month's end runs on into the next month.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Serde for a [`Timestamp`] that is an RFC 3339 string on the wire
+/// (`#[serde(with = "tessera_proto::clock::serde_rfc3339")]`); [`serde_rfc3339::option`]
+/// for an `Option<Timestamp>` that is a string or `null`.
+pub mod serde_rfc3339 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Timestamp;
+
+    /// Writes `unix` as [`rfc3339`](super::rfc3339).
+    pub fn serialize<S: Serializer>(unix: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&super::rfc3339(*unix))
+    }
+
+    /// Reads an RFC 3339 string with [`parse_rfc3339`](super::parse_rfc3339).
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        super::parse_rfc3339(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!("{text:?} is not an RFC 3339 date-time"))
+        })
+    }
+
+    /// The same for an `Option<Timestamp>`: `null` is `None`.
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        use super::Timestamp;
+
+        /// Writes `Some` as an RFC 3339 string and `None` as `null`.
+        pub fn serialize<S: Serializer>(
+            unix: &Option<Timestamp>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            match unix {
+                Some(unix) => super::serialize(unix, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        /// Reads an RFC 3339 string or `null`.
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<Timestamp>, D::Error> {
+            Option::<String>::deserialize(deserializer)?
+                .map(|text| {
+                    super::super::parse_rfc3339(&text).ok_or_else(|| {
+                        serde::de::Error::custom(format!("{text:?} is not an RFC 3339 date-time"))
+                    })
+                })
+                .transpose()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +336,96 @@ mod tests {
         assert!(clock.now() > 1_700_000_000);
         let a = clock.elapsed();
         assert!(clock.elapsed() >= a);
+    }
+
+    #[test]
+    fn rfc3339_writes_utc_seconds() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_795_670_991), "2026-11-26T05:29:51Z");
+        assert_eq!(rfc3339(951_868_799), "2000-02-29T23:59:59Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
+        assert_eq!(rfc3339(253_402_300_799), "9999-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn rfc3339_reads_what_it_writes_and_other_offsets() {
+        for unix in [
+            0,
+            -1,
+            951_782_400,
+            951_868_799,
+            1_795_670_991,
+            4_102_444_800,
+        ] {
+            assert_eq!(parse_rfc3339(&rfc3339(unix)), Some(unix), "{unix}");
+        }
+        let at = 1_795_670_991;
+        for text in [
+            "2026-11-26T05:29:51Z",
+            "2026-11-26t05:29:51z",
+            "2026-11-26T05:29:51.999Z",
+            "2026-11-26T07:29:51+02:00",
+            "2026-11-25T23:59:51-05:30",
+        ] {
+            assert_eq!(parse_rfc3339(text), Some(at), "{text}");
+        }
+        // A leap second reads as the next second's start.
+        assert_eq!(
+            parse_rfc3339("2016-12-31T23:59:60Z"),
+            parse_rfc3339("2017-01-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn rfc3339_refuses_what_is_not_a_date_time() {
+        for text in [
+            "",
+            "2026-11-26",
+            "2026-11-26 05:29:51Z",
+            "2026-11-26T05:29:51",
+            "2026-11-26T05:29:51ZZ",
+            "2026-11-26T05:29:51.Z",
+            "2026-11-26T05:29:51+0200",
+            "2026-11-26T05:29:51+24:00",
+            "2026-13-01T00:00:00Z",
+            "2026-00-01T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-11-00T00:00:00Z",
+            "2026-11-26T24:00:00Z",
+            "2026-11-26T05:60:00Z",
+            "2026-11-26T05:29:61Z",
+            "+026-11-26T05:29:51Z",
+            "２026-11-26T05:29:51Z",
+        ] {
+            assert_eq!(parse_rfc3339(text), None, "{text}");
+        }
+        assert_eq!(
+            parse_rfc3339("2000-02-29T00:00:00Z"),
+            Some(951_782_400),
+            "a leap day exists"
+        );
+    }
+
+    #[test]
+    fn serde_rfc3339_round_trips() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Times {
+            #[serde(with = "serde_rfc3339")]
+            at: Timestamp,
+            #[serde(with = "serde_rfc3339::option")]
+            until: Option<Timestamp>,
+        }
+        let times = Times {
+            at: 1_795_670_991,
+            until: None,
+        };
+        let json = serde_json::to_string(&times).unwrap();
+        assert_eq!(json, r#"{"at":"2026-11-26T05:29:51Z","until":null}"#);
+        assert_eq!(serde_json::from_str::<Times>(&json).unwrap(), times);
+        let json = r#"{"at":"2026-11-26T05:29:51Z","until":"1970-01-01T00:00:00Z"}"#;
+        assert_eq!(serde_json::from_str::<Times>(json).unwrap().until, Some(0));
+        assert!(serde_json::from_str::<Times>(r#"{"at":1795700991,"until":null}"#).is_err());
+        assert!(serde_json::from_str::<Times>(r#"{"at":"yesterday","until":null}"#).is_err());
     }
 }

@@ -1,0 +1,469 @@
+//! The HTTP backend: the operations sent to a Tessera's admin API (docs/admin-api.md), for
+//! `tessera --admin-url URL`.
+//!
+//! The bearer token is `TESSERA_ADMIN_TOKEN`, or one fetched from `{URL}/connect/token` with
+//! the client credentials `TESSERA_CLIENT_ID` and `TESSERA_CLIENT_SECRET` through the client
+//! kit ([`TokenClient`]), for scope `tessera-admin`, or `tessera-admin-read` when the
+//! client's plan grants only that (then only the commands that read work). Errors are RFC
+//! 9457 problem documents; their `detail` becomes the command's error.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::Engine;
+use reqwest::header::{HeaderValue, ETAG, IF_MATCH};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tessera_client::{ClientId, ClientSecret, Environment, ErrorCode, ScopeSet, TokenClient, Url};
+use tessera_proto::Algorithm;
+use tessera_server::admin::PlanSettings;
+use tokio::sync::OnceCell;
+
+use super::model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, Rate, UsageDay};
+use super::Operations;
+
+/// The full scope, asked for first.
+const ADMIN_SCOPE: &str = "tessera-admin";
+/// The read-only scope, asked for when the client's plan does not grant the full one.
+const READ_SCOPE: &str = "tessera-admin-read";
+/// Requests a create is sent at most, with the same `Idempotency-Key`, when the answer is
+/// lost or the server is briefly unavailable.
+const CREATE_ATTEMPTS: u32 = 3;
+
+/// The admin API of the Tessera at one base URL.
+#[derive(Debug)]
+pub(crate) struct Http {
+    /// The base URL: the admin API is under `{base}/admin/v1`, the token endpoint at
+    /// `{base}/connect/token`.
+    base: Url,
+    /// Follows no redirect: a request carries an admin token.
+    http: reqwest::Client,
+    auth: Auth,
+}
+
+/// Where the bearer token comes from.
+#[derive(Debug)]
+enum Auth {
+    /// `TESSERA_ADMIN_TOKEN`, as it is.
+    Token(ClientSecret),
+    /// Fetched with client credentials on the first request, and cached for the command.
+    Client {
+        id: ClientId,
+        secret: ClientSecret,
+        tokens: Box<OnceCell<TokenClient>>,
+    },
+}
+
+/// An RFC 9457 problem document, the fields the CLI shows.
+#[derive(Debug, Deserialize)]
+struct Problem {
+    title: Option<String>,
+    detail: Option<String>,
+    field: Option<String>,
+}
+
+impl Http {
+    /// The admin API at `url`, authenticated from the environment. Plain `http` is refused
+    /// except to loopback, as the client kit refuses it for the token request: an admin token
+    /// must not travel in the clear.
+    pub(crate) fn connect(url: &str) -> Result<Self> {
+        let base = Url::parse(url.trim()).with_context(|| format!("--admin-url {url:?}"))?;
+        if base.cannot_be_a_base() || base.query().is_some() || base.fragment().is_some() {
+            bail!("--admin-url {url:?} must be a base URL such as https://auth.example.com");
+        }
+        match base.scheme() {
+            "https" => {}
+            "http" if is_loopback(&base) => {}
+            "http" => bail!("--admin-url {base} is not https; an admin token must travel over TLS"),
+            _ => bail!("--admin-url {base} must be an https URL"),
+        }
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let auth = if let Some(token) = var("TESSERA_ADMIN_TOKEN") {
+            Auth::Token(ClientSecret::new(token))
+        } else if let (Some(id), Some(secret)) =
+            (var("TESSERA_CLIENT_ID"), var("TESSERA_CLIENT_SECRET"))
+        {
+            Auth::Client {
+                id: ClientId::parse(&id).ok_or_else(|| anyhow!("TESSERA_CLIENT_ID is empty"))?,
+                secret: ClientSecret::new(secret),
+                tokens: Box::default(),
+            }
+        } else {
+            bail!(
+                "--admin-url needs a token: set TESSERA_ADMIN_TOKEN, or TESSERA_CLIENT_ID and \
+                 TESSERA_CLIENT_SECRET of a client whose plan grants tessera-admin"
+            );
+        };
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("tessera/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self { base, http, auth })
+    }
+
+    /// `{base}/admin/v1/{segments...}`, each segment percent-encoded.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("checked in connect: a base URL")
+            .pop_if_empty()
+            .extend(["admin", "v1"])
+            .extend(segments);
+        url
+    }
+
+    fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+        self.http.request(method, self.url(segments))
+    }
+
+    /// Sends `request` with the bearer token and returns a successful answer; an error
+    /// answer becomes an error naming the problem's `detail`.
+    async fn send(&self, request: RequestBuilder) -> Result<Response> {
+        let sent = match &self.auth {
+            Auth::Token(token) => request
+                .bearer_auth(token.expose())
+                .send()
+                .await
+                .map_err(anyhow::Error::from),
+            Auth::Client { id, secret, tokens } => {
+                // A failure to get the token says so itself; only the request is "reaching".
+                let tokens = tokens
+                    .get_or_try_init(|| admin_tokens(&self.base, id, secret))
+                    .await?;
+                tokens.send_authorized(request).await.map_err(Into::into)
+            }
+        };
+        let response =
+            sent.with_context(|| format!("cannot reach the admin API at {}", self.base))?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(problem(response).await)
+        }
+    }
+
+    /// `send`, then the JSON body.
+    async fn json<T: DeserializeOwned>(&self, request: RequestBuilder) -> Result<T> {
+        let response = self.send(request).await?;
+        let url = response.url().clone();
+        response
+            .json()
+            .await
+            .with_context(|| format!("unexpected answer from {url}"))
+    }
+
+    /// `GET`, then the JSON body and the `ETag`.
+    async fn get_tagged<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+    ) -> Result<(T, Option<HeaderValue>)> {
+        let response = self.send(self.request(Method::GET, segments)).await?;
+        let etag = response.headers().get(ETAG).cloned();
+        let url = response.url().clone();
+        let body = response
+            .json()
+            .await
+            .with_context(|| format!("unexpected answer from {url}"))?;
+        Ok((body, etag))
+    }
+
+    /// One `POST /clients`, sent again with the same `Idempotency-Key` when no answer came
+    /// or the server was unavailable: the server then answers with the client the first
+    /// request made, if it made one, instead of making a second.
+    async fn create_one(&self, new: &NewClient) -> Result<ClientWithSecret> {
+        let key = idempotency_key();
+        let mut attempt = 1;
+        loop {
+            let request = self
+                .request(Method::POST, &["clients"])
+                .header("idempotency-key", &key)
+                .json(new);
+            match self.json(request).await {
+                Err(e) if attempt < CREATE_ATTEMPTS && worth_retrying(&e) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+}
+
+/// The token client for the client credentials: for `tessera-admin`, or for
+/// `tessera-admin-read` when the server refuses the first with `invalid_scope`. It fetches
+/// the token here, so that the scope is settled before the first request.
+async fn admin_tokens(base: &Url, id: &ClientId, secret: &ClientSecret) -> Result<TokenClient> {
+    let mut refused = None;
+    for scope in [ADMIN_SCOPE, READ_SCOPE] {
+        let client = TokenClient::builder()
+            .environment(Environment::Custom(base.clone()))
+            .client_id(id.clone())
+            .client_secret(secret.clone())
+            .scopes(ScopeSet::parse(scope).expect("a valid scope"))
+            .build()?;
+        match client.token().await {
+            Ok(_) => return Ok(client),
+            Err(e) if e.code() == Some(ErrorCode::InvalidScope) => refused = Some(e),
+            Err(e) => {
+                let endpoint = client.token_endpoint().clone();
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot get an admin token from {endpoint}")));
+            }
+        }
+    }
+    Err(
+        anyhow::Error::new(refused.expect("both scopes were refused"))
+            .context("the client's plan grants neither tessera-admin nor tessera-admin-read"),
+    )
+}
+
+/// An answer of the admin API that is not a success.
+#[derive(Debug)]
+struct Refused {
+    status: StatusCode,
+    /// The problem's `detail` (or its `title`), or the body when it is no problem document.
+    message: String,
+    /// The field at fault, when the problem names one.
+    field: Option<String>,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (admin API: {}", self.message, self.status)?;
+        match &self.field {
+            Some(field) => write!(f, ", field {field})"),
+            None => f.write_str(")"),
+        }
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The status of an answer that was not a success, if `error` is one.
+fn refused_with(error: &anyhow::Error) -> Option<StatusCode> {
+    error.downcast_ref::<Refused>().map(|r| r.status)
+}
+
+/// The error of an answer that is not a success (RFC 9457).
+async fn problem(response: Response) -> anyhow::Error {
+    let status = response.status();
+    let url = response.url().clone();
+    let body = response.bytes().await.unwrap_or_default();
+    let (message, field) = match serde_json::from_slice::<Problem>(&body) {
+        Ok(p) if p.detail.is_some() || p.title.is_some() => {
+            (p.detail.or(p.title).unwrap_or_default(), p.field)
+        }
+        _ => {
+            let text = String::from_utf8_lossy(&body);
+            let text: String = text.trim().chars().take(200).collect();
+            let message = if text.is_empty() {
+                format!("{url} answered {status}")
+            } else {
+                format!("{url} answered {status}: {text}")
+            };
+            (message, None)
+        }
+    };
+    Refused {
+        status,
+        message,
+        field,
+    }
+    .into()
+}
+
+/// Whether a create that failed so may have gone unanswered or unserved: no answer, or a
+/// 502, 503 or 504.
+fn worth_retrying(error: &anyhow::Error) -> bool {
+    let unanswered = error.chain().any(|e| {
+        e.downcast_ref::<reqwest::Error>().is_some()
+            || matches!(
+                e.downcast_ref::<tessera_client::Error>(),
+                Some(tessera_client::Error::Api(_))
+            )
+    });
+    unanswered
+        || refused_with(error).is_some_and(|s| {
+            [
+                StatusCode::BAD_GATEWAY,
+                StatusCode::SERVICE_UNAVAILABLE,
+                StatusCode::GATEWAY_TIMEOUT,
+            ]
+            .contains(&s)
+        })
+}
+
+/// 128 random bits, base64url: a fresh `Idempotency-Key`.
+fn idempotency_key() -> String {
+    let mut bytes = [0u8; 16];
+    aws_lc_rs::rand::fill(&mut bytes).expect("the system CSPRNG");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// `localhost` or a loopback address (the client kit's rule for its token request).
+fn is_loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `PlanInput` of the admin API. `PUT` replaces, so every setting is sent.
+#[derive(Debug, Serialize)]
+struct PlanInput<'a> {
+    scopes: Vec<&'a str>,
+    token_ttl: Option<u32>,
+    token_rate: Option<Rate>,
+    reuse_percent: Option<u8>,
+    introspect_any: bool,
+}
+
+impl Operations for Http {
+    /// `GET` the plan, apply the settings given to it as the database backend does (a
+    /// setting not named keeps its value), then `PUT` it with `If-Match`, so that a change
+    /// made by someone else in between is refused (412) rather than overwritten.
+    async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan> {
+        let (plan, etag) = match self.get_tagged::<Plan>(&["plans", name]).await {
+            Ok((plan, etag)) => (Some(plan), etag),
+            Err(e) if refused_with(&e) == Some(StatusCode::NOT_FOUND) => (None, None),
+            Err(e) => return Err(e),
+        };
+        let input = PlanInput {
+            scopes: scopes.split_whitespace().collect(),
+            token_ttl: settings.token_ttl.or(plan.as_ref().map(|p| p.token_ttl)),
+            token_rate: settings
+                .token_rate
+                .apply(plan.as_ref().and_then(|p| p.token_rate.map(Into::into)))
+                .map(Into::into),
+            reuse_percent: settings
+                .reuse_percent
+                .apply(plan.as_ref().and_then(|p| p.reuse_percent)),
+            introspect_any: settings
+                .introspect_any
+                .or(plan.as_ref().map(|p| p.introspect_any))
+                .unwrap_or(false),
+        };
+        let mut request = self.request(Method::PUT, &["plans", name]).json(&input);
+        if let Some(etag) = etag {
+            request = request.header(IF_MATCH, etag);
+        }
+        self.json(request).await
+    }
+
+    async fn list_plans(&self) -> Result<Vec<Plan>> {
+        #[derive(Deserialize)]
+        struct Plans {
+            plans: Vec<Plan>,
+        }
+        let list: Plans = self.json(self.request(Method::GET, &["plans"])).await?;
+        Ok(list.plans)
+    }
+
+    /// One `POST` per client, each with an `Idempotency-Key` of its own: not all or none
+    /// as in the database, so each client is handed on as soon as it exists, and a failure
+    /// says how many were made before it.
+    async fn create_clients(
+        &self,
+        new: &NewClient,
+        count: u32,
+        on_created: &mut dyn FnMut(ClientWithSecret) -> Result<()>,
+    ) -> Result<()> {
+        for made in 0..count {
+            let created = self.create_one(new).await.with_context(|| {
+                if made == 0 {
+                    String::from("no client created")
+                } else {
+                    format!("{made} of {count} clients created (printed above), then")
+                }
+            })?;
+            on_created(created)?;
+        }
+        Ok(())
+    }
+
+    /// Every page, by the API's cursor.
+    async fn list_clients(&self) -> Result<Vec<Client>> {
+        #[derive(Deserialize)]
+        struct Page {
+            clients: Vec<Client>,
+            next_cursor: Option<String>,
+        }
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut request = self
+                .request(Method::GET, &["clients"])
+                .query(&[("limit", "1000")]);
+            if let Some(cursor) = &cursor {
+                request = request.query(&[("cursor", cursor)]);
+            }
+            let page: Page = self.json(request).await?;
+            all.extend(page.clients);
+            match page.next_cursor {
+                Some(next) if Some(&next) != cursor.as_ref() => cursor = Some(next),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    async fn show_client(&self, id: &str) -> Result<Client> {
+        self.json(self.request(Method::GET, &["clients", id])).await
+    }
+
+    async fn update_client(&self, id: &str, patch: &ClientPatch) -> Result<Client> {
+        self.json(self.request(Method::PATCH, &["clients", id]).json(patch))
+            .await
+    }
+
+    async fn rotate_secret(&self, id: &str, grace_secs: i64) -> Result<ClientWithSecret> {
+        let body = serde_json::json!({ "grace_secs": grace_secs });
+        let request = self
+            .request(Method::POST, &["clients", id, "rotate-secret"])
+            .json(&body);
+        self.json(request).await
+    }
+
+    /// `GET`, then `DELETE` with its `If-Match`: what is printed is what was deleted.
+    async fn delete_client(&self, id: &str) -> Result<Client> {
+        let (client, etag) = self.get_tagged::<Client>(&["clients", id]).await?;
+        let mut request = self.request(Method::DELETE, &["clients", id]);
+        if let Some(etag) = etag {
+            request = request.header(IF_MATCH, etag);
+        }
+        self.send(request).await?;
+        Ok(client)
+    }
+
+    async fn usage(&self, id: &str) -> Result<Vec<UsageDay>> {
+        #[derive(Deserialize)]
+        struct Usage {
+            days: Vec<UsageDay>,
+        }
+        let usage: Usage = self
+            .json(self.request(Method::GET, &["clients", id, "usage"]))
+            .await?;
+        Ok(usage.days)
+    }
+
+    async fn list_keys(&self) -> Result<Vec<Key>> {
+        #[derive(Deserialize)]
+        struct Keys {
+            keys: Vec<Key>,
+        }
+        let keys: Keys = self.json(self.request(Method::GET, &["keys"])).await?;
+        Ok(keys.keys)
+    }
+
+    async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key> {
+        let body = serde_json::json!({ "activate_in_secs": activate_in_secs, "alg": alg });
+        self.json(self.request(Method::POST, &["keys", "rotate"]).json(&body))
+            .await
+    }
+}

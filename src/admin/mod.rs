@@ -1,0 +1,538 @@
+//! `tessera plan`, `tessera client` and `tessera keys`: each command is one call of
+//! [`Operations`], served either by the database ([`Database`], through
+//! `tessera_server::admin`) or, with `--admin-url`, by a Tessera's admin API ([`Http`]).
+//! Both answer with the admin API's objects ([`model`]), so the printing below serves both,
+//! and `--json` prints those objects.
+//!
+//! # Layout
+//!
+//! - this file: the commands, the [`Operations`] they call, and what they print;
+//! - [`model`]: the objects, as docs/admin-api.md defines them;
+//! - [`database`]: the operations on the store; [`http`]: the same over the admin API.
+
+use std::io::Write;
+
+use anyhow::Result;
+use clap::Subcommand;
+use tessera_proto::clock::{rfc3339, Clock};
+use tessera_proto::Algorithm;
+use tessera_server::admin::{Change, PlanSettings};
+use tessera_store::{AuthMethod, RateLimit};
+
+use crate::{Access, DataArgs};
+
+mod database;
+mod http;
+mod model;
+
+use database::Database;
+use http::Http;
+use model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, UsageDay};
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PlanCommand {
+    /// Create a plan or change its scopes and token lifetime.
+    Set {
+        /// Plan name.
+        name: String,
+        /// Space-separated scope names, each naming one API.
+        #[arg(long)]
+        scopes: String,
+        /// Token lifetime in seconds (default 3600 for a new plan).
+        #[arg(long)]
+        token_ttl: Option<u32>,
+        /// Token requests per client: COUNT/UNIT with UNIT sec, min, hour or day
+        /// (e.g. 60/min), or "none" for no limit.
+        #[arg(long)]
+        token_rate: Option<String>,
+        /// Requests a client may make at once after a quiet spell (default: the rate's COUNT).
+        #[arg(long, requires = "token_rate")]
+        token_burst: Option<u32>,
+        /// Token reuse: while a client's last token for the same scopes has more than this
+        /// percentage of its lifetime left, return it again; 0 turns reuse off.
+        #[arg(long)]
+        reuse_percent: Option<u8>,
+        /// Let the plan's clients introspect tokens issued to other clients (an API that
+        /// checks the tokens it receives); `--introspect-any=false` turns it off. Without
+        /// it a client learns the state of its own tokens only (RFC 7662 section 4).
+        #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+        introspect_any: Option<bool>,
+        /// Print the plan as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List plans.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClientCommand {
+    /// Register a client; prints its secret once.
+    Create {
+        /// The plan deciding its scopes.
+        #[arg(long)]
+        plan: String,
+        /// A label for people.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// client_secret_basic (default) or client_secret_post.
+        #[arg(long, default_value = "client_secret_basic", value_parser = parse_method)]
+        auth_method: AuthMethod,
+        /// How many clients to create: in one transaction, or over --admin-url one request
+        /// each.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        count: u32,
+        /// Print one JSON object per client, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List clients.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one client.
+    Show {
+        /// Client id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refuse tokens to a client.
+    Disable {
+        /// Client id.
+        id: String,
+        /// Print the client as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allow tokens to a client again.
+    Enable {
+        /// Client id.
+        id: String,
+        /// Print the client as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a client to another plan; applies to its next token request.
+    SetPlan {
+        /// Client id.
+        id: String,
+        /// The new plan.
+        plan: String,
+        /// Print the client as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a client a new secret; the old one works for --grace seconds more.
+    RotateSecret {
+        /// Client id.
+        id: String,
+        /// Seconds the old secret stays valid.
+        #[arg(long, default_value_t = 86_400, value_parser = clap::value_parser!(i64).range(0..=MAX_DELAY))]
+        grace: i64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a client.
+    Delete {
+        /// Client id.
+        id: String,
+        /// Print the deleted client as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Token requests per UTC day, for metering (written by the server every 30 s and on
+    /// shutdown).
+    Usage {
+        /// Client id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCommand {
+    /// List signing keys.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a key that is published now and signs after --activate-in seconds.
+    Rotate {
+        /// Seconds between publication and first signature, so verifiers learn the key first.
+        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(i64).range(0..=MAX_DELAY))]
+        activate_in: i64,
+        /// EdDSA or ES256.
+        #[arg(long, default_value = "EdDSA", value_parser = crate::parse_alg)]
+        alg: Algorithm,
+        /// Print the new key as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// An admin command: `plan`, `client` or `keys`.
+#[derive(Debug)]
+pub(crate) enum AdminCommand {
+    Plan(PlanCommand),
+    Client(ClientCommand),
+    Keys(KeysCommand),
+}
+
+impl AdminCommand {
+    fn access(&self) -> Access {
+        match self {
+            Self::Plan(PlanCommand::List { .. })
+            | Self::Client(ClientCommand::List { .. })
+            | Self::Client(ClientCommand::Show { .. })
+            | Self::Client(ClientCommand::Usage { .. })
+            | Self::Keys(KeysCommand::List { .. }) => Access::Read,
+            _ => Access::Write,
+        }
+    }
+}
+
+/// The admin operations, one implementation per backend. Each answers with the admin API's
+/// objects; an error says what was refused, in words for the operator.
+pub(crate) trait Operations {
+    /// Creates a plan or changes it; a setting not named keeps its value.
+    async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan>;
+    /// Every plan, by name.
+    async fn list_plans(&self) -> Result<Vec<Plan>>;
+    /// Registers `count` clients, handing each to `on_created` with its secret.
+    async fn create_clients(
+        &self,
+        new: &NewClient,
+        count: u32,
+        on_created: &mut dyn FnMut(ClientWithSecret) -> Result<()>,
+    ) -> Result<()>;
+    /// Every client.
+    async fn list_clients(&self) -> Result<Vec<Client>>;
+    /// One client.
+    async fn show_client(&self, id: &str) -> Result<Client>;
+    /// Changes a client's name, plan or whether it is enabled.
+    async fn update_client(&self, id: &str, patch: &ClientPatch) -> Result<Client>;
+    /// Gives a client a new secret; the old one works for `grace_secs` more.
+    async fn rotate_secret(&self, id: &str, grace_secs: i64) -> Result<ClientWithSecret>;
+    /// Removes a client, returning it as it was.
+    async fn delete_client(&self, id: &str) -> Result<Client>;
+    /// A client's token requests per UTC day.
+    async fn usage(&self, id: &str) -> Result<Vec<UsageDay>>;
+    /// The signing keys, oldest activation first.
+    async fn list_keys(&self) -> Result<Vec<Key>>;
+    /// Publishes a new key that signs from `activate_in_secs` on.
+    async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key>;
+}
+
+/// Runs an admin command on the database, or with `admin_url` on that Tessera's admin API.
+pub(crate) async fn run(
+    data: &DataArgs,
+    admin_url: Option<&str>,
+    command: AdminCommand,
+) -> Result<()> {
+    match admin_url {
+        Some(url) => execute(&Http::connect(url)?, command).await,
+        None => execute(&Database::open(data, command.access()).await?, command).await,
+    }
+}
+
+async fn execute(ops: &impl Operations, command: AdminCommand) -> Result<()> {
+    match command {
+        AdminCommand::Plan(cmd) => plan(ops, cmd).await,
+        AdminCommand::Client(cmd) => client(ops, cmd).await,
+        AdminCommand::Keys(cmd) => keys(ops, cmd).await,
+    }
+}
+
+/// The longest grace period or activation delay: a year.
+const MAX_DELAY: i64 = 365 * 86_400;
+
+fn parse_method(s: &str) -> Result<AuthMethod, String> {
+    AuthMethod::parse(s).ok_or_else(|| {
+        format!("unknown method {s:?}: use client_secret_basic or client_secret_post")
+    })
+}
+
+/// Prints `value` as one line of JSON.
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
+/// Prints `value` as indented JSON.
+fn print_json_pretty(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
+    match cmd {
+        PlanCommand::Set {
+            name,
+            scopes,
+            token_ttl,
+            token_rate,
+            token_burst,
+            reuse_percent,
+            introspect_any,
+            json,
+        } => {
+            let token_rate = match token_rate.as_deref() {
+                None => Change::Keep,
+                Some("none") => Change::Clear,
+                Some(spec) => {
+                    let mut rate = RateLimit::parse(spec).ok_or_else(|| {
+                        anyhow::anyhow!("bad --token-rate {spec:?}: use COUNT/UNIT, e.g. 60/min")
+                    })?;
+                    if let Some(burst) = token_burst {
+                        rate.burst = burst;
+                    }
+                    Change::Set(rate)
+                }
+            };
+            let settings = PlanSettings {
+                token_ttl,
+                token_rate,
+                reuse_percent: match reuse_percent {
+                    None => Change::Keep,
+                    Some(0) => Change::Clear,
+                    Some(p) => Change::Set(p),
+                },
+                introspect_any,
+            };
+            let plan = ops.set_plan(&name, &scopes, &settings).await?;
+            if json {
+                print_json(&plan)?;
+            } else {
+                println!("{}", describe(&plan));
+            }
+        }
+        PlanCommand::List { json } => {
+            let plans = ops.list_plans().await?;
+            if json {
+                print_json_pretty(&plans)?;
+            } else {
+                for p in plans {
+                    println!("{}", describe(&p));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn describe(p: &Plan) -> String {
+    let rate = p.token_rate.map_or("no rate limit".to_owned(), |r| {
+        format!("at most {} token requests per client", RateLimit::from(r))
+    });
+    let reuse = p.reuse_percent.map_or(String::new(), |r| {
+        format!(", tokens reused while over {r}% of their life is left")
+    });
+    let introspect = if p.introspect_any {
+        ", may introspect any token"
+    } else {
+        ""
+    };
+    format!(
+        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}{introspect}",
+        p.name,
+        p.scopes.join(" "),
+        p.token_ttl
+    )
+}
+
+async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
+    match cmd {
+        ClientCommand::Create {
+            plan,
+            name,
+            auth_method,
+            count,
+            json,
+        } => {
+            let new = NewClient {
+                plan,
+                name,
+                token_endpoint_auth_method: auth_method.as_str(),
+            };
+            // Each client is printed (and flushed) as soon as it exists, so that a failure
+            // part way over HTTP loses no secret.
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut print = |created: ClientWithSecret| -> Result<()> {
+                if json {
+                    writeln!(out, "{}", serde_json::to_string(&created)?)?;
+                } else {
+                    writeln!(out, "client_id:     {}", created.client.client_id)?;
+                    writeln!(out, "client_secret: {}", created.client_secret.expose())?;
+                    writeln!(out, "plan:          {}", created.client.plan)?;
+                }
+                out.flush()?;
+                Ok(())
+            };
+            let outcome = ops.create_clients(&new, count, &mut print).await;
+            if outcome.is_ok() && !json {
+                writeln!(out, "the secret is shown once; only its hash is stored")?;
+            }
+            out.flush()?;
+            outcome?;
+        }
+        ClientCommand::List { json } => {
+            let clients = ops.list_clients().await?;
+            if json {
+                print_json_pretty(&clients)?;
+            } else {
+                println!("{:<26} {:<16} {:<8} NAME", "CLIENT_ID", "PLAN", "ENABLED");
+                for c in clients {
+                    println!(
+                        "{:<26} {:<16} {:<8} {}",
+                        c.client_id.as_str(),
+                        c.plan,
+                        c.enabled,
+                        c.name
+                    );
+                }
+            }
+        }
+        ClientCommand::Show { id, json } => {
+            let client = ops.show_client(&id).await?;
+            if json {
+                print_json(&client)?;
+            } else {
+                print_json_pretty(&client)?;
+            }
+        }
+        ClientCommand::Disable { id, json } => {
+            let patch = ClientPatch {
+                enabled: Some(false),
+                ..ClientPatch::default()
+            };
+            let client = ops.update_client(&id, &patch).await?;
+            if json {
+                print_json(&client)?;
+            } else {
+                println!("client {id} disabled");
+            }
+        }
+        ClientCommand::Enable { id, json } => {
+            let patch = ClientPatch {
+                enabled: Some(true),
+                ..ClientPatch::default()
+            };
+            let client = ops.update_client(&id, &patch).await?;
+            if json {
+                print_json(&client)?;
+            } else {
+                println!("client {id} enabled");
+            }
+        }
+        ClientCommand::SetPlan { id, plan, json } => {
+            let patch = ClientPatch {
+                plan: Some(plan),
+                ..ClientPatch::default()
+            };
+            let client = ops.update_client(&id, &patch).await?;
+            if json {
+                print_json(&client)?;
+            } else {
+                println!("client {id} is now on plan {}", client.plan);
+            }
+        }
+        ClientCommand::RotateSecret { id, grace, json } => {
+            let before = ops.show_client(&id).await?;
+            let cut_short = before
+                .previous_secret_valid_until
+                .is_some_and(|until| until > Clock::system().now());
+            let rotated = ops.rotate_secret(&id, grace).await?;
+            if cut_short {
+                eprintln!(
+                    "note: the secret replaced by the earlier rotation stops working now; \
+                     only one previous secret is kept"
+                );
+            }
+            if json {
+                print_json(&rotated)?;
+            } else {
+                println!("client_id:     {}", rotated.client.client_id);
+                println!("client_secret: {}", rotated.client_secret.expose());
+                match rotated.client.previous_secret_valid_until {
+                    Some(until) => println!(
+                        "the previous secret stays valid until {} ({grace} s)",
+                        rfc3339(until)
+                    ),
+                    None => println!("the previous secret no longer works"),
+                }
+            }
+        }
+        ClientCommand::Delete { id, json } => {
+            let deleted = ops.delete_client(&id).await?;
+            if json {
+                print_json(&deleted)?;
+            } else {
+                println!("client {id} deleted");
+            }
+        }
+        ClientCommand::Usage { id, json } => {
+            let days = ops.usage(&id).await?;
+            if json {
+                print_json_pretty(&days)?;
+            } else {
+                println!("{:<10} {:>10} {:>10}", "DAY", "ISSUED", "REFUSED");
+                for u in days {
+                    println!("{:<10} {:>10} {:>10}", u.day, u.issued, u.refused);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn keys(ops: &impl Operations, cmd: KeysCommand) -> Result<()> {
+    match cmd {
+        KeysCommand::List { json } => {
+            let keys = ops.list_keys().await?;
+            if json {
+                print_json_pretty(&keys)?;
+            } else {
+                println!("{:<44} {:<6} {:<8} ACTIVATES_AT", "KID", "ALG", "STATUS");
+                for k in &keys {
+                    println!(
+                        "{:<44} {:<6} {:<8} {}",
+                        k.kid,
+                        k.alg.as_str(),
+                        k.status.as_str(),
+                        rfc3339(k.activates_at)
+                    );
+                }
+            }
+        }
+        KeysCommand::Rotate {
+            activate_in,
+            alg,
+            json,
+        } => {
+            let key = ops.rotate_keys(alg, activate_in).await?;
+            if json {
+                print_json(&key)?;
+            } else {
+                println!(
+                    "key {} ({}) published now, signs from {} (in {activate_in} s)",
+                    key.kid,
+                    key.alg.as_str(),
+                    rfc3339(key.activates_at)
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! `tessera --admin-url URL`: the admin commands through a running server's admin API, with
+//! the same output as on the database, and the ways to authenticate.
+
+use super::*;
+
+/// A database in `d` with plan `admin` (scope `tessera-admin`) and one client on it,
+/// bootstrapped as docs/admin-api.md says; returns that client's credentials.
+fn bootstrap_admin(d: &Path) -> (String, String) {
+    ok(d, &["plan", "set", "admin", "--scopes", "tessera-admin"]);
+    create_client(d, "admin")
+}
+
+/// `args`, parsed as one JSON value.
+fn json_of(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> serde_json::Value {
+    let out = ok_with(dir, env, args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+/// Every plan, client and keys command sent through the admin API prints what the same
+/// command prints on the database, and its change is in force at the token endpoint at once.
+#[tokio::test]
+async fn admin_commands_through_the_api_match_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (admin_id, admin_secret) = bootstrap_admin(d);
+    // `serve` does not use --admin-url: one left in the environment changes nothing.
+    let server = Server::start_with(
+        d,
+        &[("TESSERA_ADMIN_URL", "http://127.0.0.1:9")],
+        &["serve", "--listen", "127.0.0.1:0"],
+    );
+    let base = server.base.as_str();
+    // The remote commands run in a folder of their own, which they leave empty: they open
+    // no database.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let r = elsewhere.path();
+    let env = [
+        ("TESSERA_ADMIN_URL", base),
+        ("TESSERA_CLIENT_ID", admin_id.as_str()),
+        ("TESSERA_CLIENT_SECRET", admin_secret.as_str()),
+    ];
+    let remote = |args: &[&str]| json_of(r, &env, args);
+    let local = |args: &[&str]| json_of(d, &[], args);
+
+    // plan set: created, then changed with the settings not named kept (PUT replaces, so
+    // the CLI reads the plan first).
+    let plan = remote(&[
+        "plan",
+        "set",
+        "pro",
+        "--scopes",
+        "news-api oms-api",
+        "--token-rate",
+        "60/min",
+        "--reuse-percent",
+        "40",
+        "--json",
+    ]);
+    assert_eq!(plan["scopes"], serde_json::json!(["news-api", "oms-api"]));
+    let plan = remote(&["plan", "set", "pro", "--scopes", "news-api", "--json"]);
+    assert_eq!(plan["scopes"], serde_json::json!(["news-api"]));
+    assert_eq!(plan["token_rate"]["count"], 60, "{plan}");
+    assert_eq!(plan["reuse_percent"], 40, "{plan}");
+    remote(&["plan", "set", "other", "--scopes", "oms-api", "--json"]);
+    let human = ok_with(r, &env, &["plan", "list"]);
+    assert!(
+        human.contains("plan pro: scopes \"news-api\", tokens live 3600 s"),
+        "{human}"
+    );
+
+    // client create --count: one request each, each client usable at once.
+    let out = ok_with(
+        r,
+        &env,
+        &[
+            "client", "create", "--plan", "pro", "--name", "app", "--count", "3", "--json",
+        ],
+    );
+    let created: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(created.len(), 3, "{out}");
+    for c in &created {
+        let (id, secret) = (
+            c["client_id"].as_str().unwrap(),
+            c["client_secret"].as_str().unwrap(),
+        );
+        assert_eq!(
+            answer(token(base, id, secret, "news-api").await).await.0,
+            200,
+            "{id}"
+        );
+    }
+    let id = created[0]["client_id"].as_str().unwrap();
+    let secret = created[0]["client_secret"].as_str().unwrap();
+
+    // The same objects as the database backend prints.
+    for args in [
+        &["plan", "list", "--json"][..],
+        &["client", "list", "--json"],
+        &["client", "show", id, "--json"],
+        &["client", "usage", id, "--json"],
+        &["keys", "list", "--json"],
+    ] {
+        assert_eq!(remote(args), local(args), "{args:?}");
+    }
+    assert_eq!(
+        ok_with(r, &env, &["client", "show", id]),
+        ok(d, &["client", "show", id])
+    );
+
+    // disable, enable, set-plan: in force at the token endpoint before the answer.
+    let disabled = remote(&["client", "disable", id, "--json"]);
+    assert_eq!(disabled["enabled"], false);
+    let (status, body) = answer(token(base, id, secret, "news-api").await).await;
+    assert_eq!((status, &body["error"]), (401, &"invalid_client".into()));
+    assert_eq!(
+        ok_with(r, &env, &["client", "enable", id]).trim(),
+        format!("client {id} enabled")
+    );
+    let moved = remote(&["client", "set-plan", id, "other", "--json"]);
+    assert_eq!(moved["plan"], "other");
+    let (status, body) = answer(token(base, id, secret, "oms-api").await).await;
+    assert_eq!((status, &body["scope"]), (200, &"oms-api".into()), "{body}");
+
+    // rotate-secret: the new secret works at once, the old one through the grace.
+    let rotated = remote(&["client", "rotate-secret", id, "--grace", "600", "--json"]);
+    let new_secret = rotated["client_secret"].as_str().unwrap();
+    assert!(
+        rotated["previous_secret_valid_until"].is_string(),
+        "{rotated}"
+    );
+    for s in [secret, new_secret] {
+        assert_eq!(answer(token(base, id, s, "oms-api").await).await.0, 200);
+    }
+
+    // keys rotate: published as next, in the list the database holds.
+    let key = remote(&["keys", "rotate", "--alg", "ES256", "--json"]);
+    assert_eq!(
+        (&key["alg"], &key["status"]),
+        (&"ES256".into(), &"next".into())
+    );
+    let keys = local(&["keys", "list", "--json"]);
+    assert_eq!(keys.as_array().unwrap().last().unwrap()["kid"], key["kid"]);
+
+    // delete prints the client it deleted; then it is unknown, with the API's detail.
+    let deleted = remote(&["client", "delete", id, "--json"]);
+    assert_eq!(deleted["client_id"], id);
+    let err = fails_with(r, &env, &["client", "show", id]);
+    assert!(
+        err.contains("no client") && err.contains("admin API: 404"),
+        "{err}"
+    );
+    let (status, _) = answer(token(base, id, new_secret, "oms-api").await).await;
+    assert_eq!(status, 401);
+
+    // Bad input is refused by the server with its detail, and nothing is written.
+    let err = fails_with(r, &env, &["plan", "set", "bad plan", "--scopes", "a"]);
+    assert!(
+        err.contains("plan name") && err.contains("admin API: 400"),
+        "{err}"
+    );
+    let err = fails_with(
+        r,
+        &env,
+        &["plan", "set", "x", "--scopes", "a", "--token-ttl", "0"],
+    );
+    assert!(
+        err.contains("TTL") && err.contains("field token_ttl"),
+        "{err}"
+    );
+    let err = fails_with(r, &env, &["client", "create", "--plan", "nope"]);
+    assert!(
+        err.contains("no client created") && err.contains("no plan named \"nope\""),
+        "{err}"
+    );
+    let names: Vec<_> = local(&["plan", "list", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["admin", "other", "pro"]);
+
+    let left: Vec<_> = std::fs::read_dir(r).unwrap().collect();
+    assert!(left.is_empty(), "the remote commands wrote {left:?}");
+}
+
+/// The token: `TESSERA_ADMIN_TOKEN` as it is, or fetched with client credentials for
+/// `tessera-admin`, falling back to `tessera-admin-read`; and each way it can fail.
+#[tokio::test]
+async fn admin_url_tokens_scopes_and_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (admin_id, admin_secret) = bootstrap_admin(d);
+    ok(
+        d,
+        &["plan", "set", "reader", "--scopes", "tessera-admin-read"],
+    );
+    let (reader_id, reader_secret) = create_client(d, "reader");
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (app_id, app_secret) = create_client(d, "pro");
+    let server = Server::start(d, &[]);
+    let base = server.base.as_str();
+    let r = tempfile::tempdir().unwrap();
+    let r = r.path();
+    let list = ["--admin-url", base, "plan", "list", "--json"];
+    let write = [
+        "--admin-url",
+        base,
+        "plan",
+        "set",
+        "x",
+        "--scopes",
+        "news-api",
+    ];
+
+    // TESSERA_ADMIN_TOKEN, used as it is.
+    let (status, body) = answer(token(base, &admin_id, &admin_secret, "tessera-admin").await).await;
+    assert_eq!(status, 200, "{body}");
+    let admin_token = body["access_token"].as_str().unwrap();
+    let with_token = [("TESSERA_ADMIN_TOKEN", admin_token)];
+    let plans = ok_with(r, &with_token, &list);
+    assert!(plans.contains("\"reader\""), "{plans}");
+    ok_with(r, &with_token, &write);
+    let err = fails_with(r, &[("TESSERA_ADMIN_TOKEN", "not-a-token")], &list);
+    assert!(err.contains("admin API: 401"), "{err}");
+
+    // A client whose plan grants only tessera-admin-read reads, and may not write.
+    let reader = [
+        ("TESSERA_CLIENT_ID", reader_id.as_str()),
+        ("TESSERA_CLIENT_SECRET", reader_secret.as_str()),
+    ];
+    assert!(ok_with(r, &reader, &list).contains("\"x\""));
+    let err = fails_with(r, &reader, &write);
+    assert!(err.contains("admin API: 403"), "{err}");
+
+    // A client with neither scope, a wrong secret, no credentials at all.
+    let app = [
+        ("TESSERA_CLIENT_ID", app_id.as_str()),
+        ("TESSERA_CLIENT_SECRET", app_secret.as_str()),
+    ];
+    let err = fails_with(r, &app, &list);
+    assert!(
+        err.contains("neither tessera-admin nor tessera-admin-read"),
+        "{err}"
+    );
+    let wrong = [
+        ("TESSERA_CLIENT_ID", admin_id.as_str()),
+        ("TESSERA_CLIENT_SECRET", "tcs_wrong"),
+    ];
+    let err = fails_with(r, &wrong, &list);
+    assert!(
+        err.contains("cannot get an admin token") && err.contains("invalid_client"),
+        "{err}"
+    );
+    let err = fails_with(r, &[], &list);
+    assert!(err.contains("TESSERA_ADMIN_TOKEN"), "{err}");
+
+    // Plain http only to loopback: the token must not travel in the clear (refused before
+    // any connection is made).
+    let err = fails_with(
+        r,
+        &with_token,
+        &["--admin-url", "http://admin.example", "plan", "list"],
+    );
+    assert!(err.contains("not https"), "{err}");
+    let err = fails_with(
+        r,
+        &with_token,
+        &["--admin-url", "not a url", "plan", "list"],
+    );
+    assert!(err.contains("--admin-url"), "{err}");
+    // Nothing listening: said as such, at once.
+    let err = fails_with(
+        r,
+        &with_token,
+        &["--admin-url", "http://127.0.0.1:9", "keys", "list"],
+    );
+    assert!(err.contains("cannot reach the admin API"), "{err}");
+
+    let left: Vec<_> = std::fs::read_dir(r).unwrap().collect();
+    assert!(left.is_empty(), "the remote commands wrote {left:?}");
+}
