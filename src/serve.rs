@@ -55,6 +55,9 @@ pub(crate) struct ServeArgs {
     /// answer, in seconds (default 300); past it the token endpoint answers 503.
     #[arg(long, env = "TESSERA_MAX_STALENESS")]
     max_staleness: Option<u64>,
+    /// Do not serve the operator console at /console/.
+    #[arg(long)]
+    no_console: bool,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -79,6 +82,7 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     config.redis_url = args.redis_url.clone();
     config.expected_instances = args.expected_instances;
     config.trusted_proxies = args.trusted_proxies.clone();
+    config.console = !args.no_console;
     if let Some(cap) = args.max_connections_per_address {
         config.max_connections_per_address = cap;
     }
@@ -121,6 +125,9 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
             }
         });
     }
+    if !args.no_console {
+        println!("  console:  {}/console/", issuer.trim_end_matches('/'));
+    }
     println!("  database: {}", tessera_server::redact_url(&data.database));
     if let Some(redis) = &args.redis_url {
         println!(
@@ -138,7 +145,7 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         ),
     }
     if args.demo {
-        demo(store.as_ref(), &secrets, &issuer).await?;
+        demo(store.as_ref(), &secrets, &issuer, !args.no_console).await?;
         state.sync().await?;
     }
     tessera_server::run(listener, state, tessera_server::shutdown_signal()).await?;
@@ -160,6 +167,7 @@ async fn demo(
     store: &dyn tessera_store::Store,
     secrets: &tessera_server::secrets::Secrets,
     issuer: &str,
+    console: bool,
 ) -> Result<()> {
     let clock = tessera_server::clock::Clock::system();
     let ops = tessera_server::admin::Admin::new(store, &clock);
@@ -206,6 +214,9 @@ async fn demo(
         admin_secret.expose(),
     );
     println!("  curl -s -H \"Authorization: Bearer $TOKEN\" {issuer}/admin/v1/clients");
+    if console {
+        println!("or sign in to the console at {issuer}/console/ with that client id and secret");
+    }
     println!();
     Ok(())
 }
