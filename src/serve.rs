@@ -76,6 +76,9 @@ pub(crate) struct ServeArgs {
     /// e.g. for a load balancer.
     #[arg(long, env = "TESSERA_LISTEN_HTTP")]
     listen_http: Option<SocketAddr>,
+    /// Do not serve the operator console at /console/.
+    #[arg(long)]
+    no_console: bool,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -121,6 +124,7 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     config.redis_url = args.redis_url.clone();
     config.expected_instances = args.expected_instances;
     config.trusted_proxies = args.trusted_proxies.clone();
+    config.console = !args.no_console;
     if let Some(cap) = args.max_connections_per_address {
         config.max_connections_per_address = cap;
     }
@@ -189,6 +193,9 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
             }
         });
     }
+    if !args.no_console {
+        println!("  console:  {}/console/", issuer.trim_end_matches('/'));
+    }
     println!("  database: {}", tessera_server::redact_url(&data.database));
     if let Some(redis) = &args.redis_url {
         println!(
@@ -210,7 +217,14 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
             .as_ref()
             .filter(|_| args.tls)
             .map(|t| t.files().cert.clone());
-        demo(store.as_ref(), &secrets, &issuer, cacert.as_deref()).await?;
+        demo(
+            store.as_ref(),
+            &secrets,
+            &issuer,
+            cacert.as_deref(),
+            !args.no_console,
+        )
+        .await?;
         state.sync().await?;
     }
     tessera_server::run(listener, state, tessera_server::shutdown_signal()).await?;
@@ -233,6 +247,7 @@ async fn demo(
     secrets: &tessera_server::secrets::Secrets,
     issuer: &str,
     cacert: Option<&Path>,
+    console: bool,
 ) -> Result<()> {
     let clock = tessera_server::clock::Clock::system();
     let ops = tessera_server::admin::Admin::new(store, &clock);
@@ -284,6 +299,9 @@ async fn demo(
         admin_secret.expose(),
     );
     println!("  {curl} -s -H \"Authorization: Bearer $TOKEN\" {issuer}/admin/v1/clients");
+    if console {
+        println!("or sign in to the console at {issuer}/console/ with that client id and secret");
+    }
     println!();
     Ok(())
 }

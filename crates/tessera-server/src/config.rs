@@ -48,6 +48,9 @@ pub struct Config {
     /// Whether `/metrics` is served beside the OAuth endpoints; off when it is served on a
     /// listener of its own ([`crate::run_metrics`]).
     pub metrics_on_main_listener: bool,
+    /// Whether the operator console is served at `/console/` (`routes/console`); off with
+    /// `tessera serve --no-console`.
+    pub console: bool,
     /// How often usage counts are written to the store and limiter state is pruned.
     pub housekeeping_interval: Duration,
     /// Redis for rate limits shared by every instance (`redis://…`); `None` counts in memory.
@@ -87,6 +90,7 @@ impl Config {
             max_requests_per_connection: 100_000,
             max_connection_age: Duration::from_secs(600),
             metrics_on_main_listener: true,
+            console: true,
             // Usage upserts one row per active client: every 30 s keeps that cheap with
             // 100,000 clients, and metering needs no finer grain.
             housekeeping_interval: Duration::from_secs(30),

@@ -20,6 +20,7 @@ use crate::registry::{ClientEntry, Registry};
 use crate::{audit, auth, AppState};
 
 pub mod admin;
+pub mod console;
 pub mod discovery;
 pub mod health;
 pub mod introspection;
@@ -40,6 +41,11 @@ pub fn router(state: AppState) -> Router {
         .merge(health::router())
         .merge(openapi::router())
         .nest("/admin/v1", admin::router())
+        .merge(if config.console {
+            console::router(&state)
+        } else {
+            Router::new()
+        })
         .merge(if config.metrics_on_main_listener {
             metrics::router()
         } else {

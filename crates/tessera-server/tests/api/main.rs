@@ -4,6 +4,7 @@
 mod admin;
 mod audit;
 mod cluster;
+mod console;
 mod discovery;
 mod inflight;
 mod limits;

@@ -1,0 +1,330 @@
+//! The console's only way to the data: the admin API (docs/admin-api.md) and the token
+//! endpoint, called in-process through the same routers that serve them over HTTP, with
+//! the session's bearer token. So the console can do nothing that the admin API would
+//! refuse its token, and every change it makes is checked, audited and answered as any
+//! other admin client's.
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use axum::Router;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use tower::ServiceExt;
+
+use crate::routes::admin::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
+use crate::routes::{admin, token};
+use crate::AppState;
+
+/// The token endpoint and the admin API, as a router of their own.
+#[derive(Clone)]
+pub(super) struct Api {
+    router: Router,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Api")
+    }
+}
+
+/// Why an API call gave no answer the console can show.
+#[derive(Debug)]
+pub(super) enum ApiError {
+    /// 401: the session's token is no longer accepted (expired, revoked, client disabled).
+    SignedOut,
+    /// Any other refusal: the problem document's status, title and detail (RFC 9457).
+    Problem {
+        status: StatusCode,
+        title: String,
+        detail: String,
+    },
+}
+
+impl ApiError {
+    fn internal(detail: impl std::fmt::Display) -> Self {
+        Self::Problem {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            title: "Unexpected answer".into(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// A successful answer: its status, `ETag` and body.
+#[derive(Debug)]
+pub(super) struct Answer {
+    pub(super) etag: Option<String>,
+    body: axum::body::Bytes,
+}
+
+impl Answer {
+    pub(super) fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        serde_json::from_slice(&self.body).map_err(ApiError::internal)
+    }
+}
+
+/// What a sign-in gave.
+#[derive(Debug)]
+pub(super) enum SignIn {
+    /// A token, whether it may write, and its lifetime in seconds.
+    Token {
+        token: String,
+        write: bool,
+        expires_in: u64,
+    },
+    /// Wrong id or secret, or a client disabled.
+    Refused,
+    /// The client is fine but its plan grants neither admin scope.
+    NotAdmin,
+    /// Too many failures from this address: retry after this many seconds.
+    Throttled(Option<u64>),
+    /// Anything else, said as it was.
+    Failed(String),
+}
+
+#[derive(Deserialize)]
+struct TokenAnswer {
+    access_token: String,
+    expires_in: u64,
+}
+
+#[derive(Deserialize)]
+struct OAuthRefusal {
+    error: String,
+    #[serde(default)]
+    error_description: String,
+}
+
+#[derive(Deserialize)]
+struct ProblemBody {
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    detail: String,
+}
+
+impl Api {
+    pub(super) fn new(state: &AppState) -> Self {
+        Self {
+            router: Router::new()
+                .merge(token::router())
+                .nest("/admin/v1", admin::router())
+                .with_state(state.clone()),
+        }
+    }
+
+    /// Asks the token endpoint for a `tessera-admin` token, then for a `tessera-admin-read`
+    /// one, as the browser's own request would: with its peer address and forwarding
+    /// headers, so that failures count against the browser's address in the same throttle
+    /// as any token request's.
+    pub(super) async fn sign_in(&self, from: &Parts, id: &str, secret: &str) -> SignIn {
+        for (scope, write) in [(ADMIN_SCOPE, true), (ADMIN_READ_SCOPE, false)] {
+            let credentials = format!(
+                "{}:{}",
+                tessera_proto::form::encode_component(id),
+                tessera_proto::form::encode_component(secret)
+            );
+            let mut request = Request::builder()
+                .method(Method::POST)
+                .uri("/connect/token")
+                .header(
+                    header::AUTHORIZATION,
+                    format!("Basic {}", STANDARD.encode(credentials)),
+                )
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(format!(
+                    "grant_type=client_credentials&scope={scope}"
+                )))
+                .expect("a valid request");
+            if let Some(peer) = from.extensions.get::<ConnectInfo<std::net::SocketAddr>>() {
+                request.extensions_mut().insert(*peer);
+            }
+            for value in from.headers.get_all("x-forwarded-for") {
+                request
+                    .headers_mut()
+                    .append("x-forwarded-for", value.clone());
+            }
+            let (status, headers, body) = match self.send(request).await {
+                Ok(answer) => answer,
+                Err(e) => return SignIn::Failed(e.to_string()),
+            };
+            if status == StatusCode::OK {
+                return match serde_json::from_slice::<TokenAnswer>(&body) {
+                    Ok(answer) => SignIn::Token {
+                        token: answer.access_token,
+                        write,
+                        expires_in: answer.expires_in,
+                    },
+                    Err(e) => SignIn::Failed(e.to_string()),
+                };
+            }
+            let refusal = serde_json::from_slice::<OAuthRefusal>(&body).ok();
+            match (status, refusal.as_ref().map(|r| r.error.as_str())) {
+                (StatusCode::BAD_REQUEST, Some("invalid_scope")) if write => continue,
+                (StatusCode::BAD_REQUEST, Some("invalid_scope")) => return SignIn::NotAdmin,
+                (StatusCode::UNAUTHORIZED, _) => return SignIn::Refused,
+                (StatusCode::TOO_MANY_REQUESTS, _) => {
+                    let retry = headers
+                        .get(header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok());
+                    return SignIn::Throttled(retry);
+                }
+                _ => {
+                    return SignIn::Failed(
+                        refusal
+                            .map(|r| r.error_description)
+                            .unwrap_or_else(|| status.to_string()),
+                    )
+                }
+            }
+        }
+        SignIn::NotAdmin
+    }
+
+    /// `GET path` with the session's token.
+    pub(super) async fn get(&self, token: &str, path: &str) -> Result<Answer, ApiError> {
+        self.call(token, Method::GET, path, None, &[]).await
+    }
+
+    /// A call with the session's token and, for writes, a JSON body and extra headers
+    /// (`If-Match`, `Idempotency-Key`).
+    pub(super) async fn call(
+        &self,
+        token: &str,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        extra: &[(&'static str, &str)],
+    ) -> Result<Answer, ApiError> {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("/admin/v1{path}"))
+            .header(header::AUTHORIZATION, format!("Bearer {token}"));
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        for (name, value) in extra {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                request = request.header(*name, value);
+            }
+        }
+        let request = request
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .map_err(ApiError::internal)?;
+        let (status, headers, body) = self.send(request).await.map_err(ApiError::internal)?;
+        if status.is_success() {
+            return Ok(Answer {
+                etag: headers
+                    .get(header::ETAG)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                body,
+            });
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(ApiError::SignedOut);
+        }
+        let problem = serde_json::from_slice::<ProblemBody>(&body).unwrap_or(ProblemBody {
+            title: status.to_string(),
+            detail: String::new(),
+        });
+        Err(ApiError::Problem {
+            status,
+            title: problem.title,
+            detail: problem.detail,
+        })
+    }
+
+    async fn send(
+        &self,
+        request: Request<Body>,
+    ) -> Result<(StatusCode, HeaderMap, axum::body::Bytes), axum::Error> {
+        let response = match self.router.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok((parts.status, parts.headers, body))
+    }
+}
+
+/// A plan, as `GET /admin/v1/plans` shows it.
+#[derive(Debug, Deserialize)]
+pub(super) struct Plan {
+    pub(super) name: String,
+    pub(super) scopes: Vec<String>,
+    pub(super) token_ttl: u32,
+    pub(super) token_rate: Option<Rate>,
+    pub(super) reuse_percent: Option<u8>,
+    pub(super) introspect_any: bool,
+    pub(super) clients: u64,
+    pub(super) updated_at: String,
+}
+
+/// A plan's rate.
+#[derive(Debug, Deserialize)]
+pub(super) struct Rate {
+    pub(super) count: u32,
+    pub(super) period_secs: u32,
+    pub(super) burst: u32,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Plans {
+    pub(super) plans: Vec<Plan>,
+}
+
+/// A client (and, after a creation or rotation, its secret).
+#[derive(Debug, Deserialize)]
+pub(super) struct Client {
+    pub(super) client_id: String,
+    pub(super) plan: String,
+    pub(super) name: String,
+    pub(super) enabled: bool,
+    pub(super) token_endpoint_auth_method: String,
+    pub(super) previous_secret_valid_until: Option<String>,
+    pub(super) created_at: String,
+    #[serde(default)]
+    pub(super) client_secret: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ClientPage {
+    pub(super) clients: Vec<Client>,
+    pub(super) next_cursor: Option<String>,
+}
+
+/// Usage per UTC day.
+#[derive(Debug, Deserialize)]
+pub(super) struct Usage {
+    pub(super) days: Vec<UsageDay>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct UsageDay {
+    pub(super) day: String,
+    pub(super) issued: u64,
+    pub(super) refused: u64,
+}
+
+/// A signing key.
+#[derive(Debug, Deserialize)]
+pub(super) struct Key {
+    pub(super) kid: String,
+    pub(super) alg: String,
+    pub(super) status: String,
+    pub(super) created_at: String,
+    pub(super) activates_at: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Keys {
+    pub(super) keys: Vec<Key>,
+}

@@ -1,0 +1,407 @@
+//! The operator console at `/console/` (issue 14): server-rendered pages for plans,
+//! clients, usage and keys, for the people who run Tessera.
+//!
+//! It is one more client of the admin API, with no door of its own: sign-in asks the token
+//! endpoint for a `tessera-admin` (else `tessera-admin-read`) token with the admin client's
+//! id and secret, and every page reads and writes through the admin API's router with that
+//! token (`api.rs`), in-process. What the API refuses the token, the console cannot do.
+//!
+//! - `session.rs`: the in-memory sessions the tokens are kept in, server-side; cookies.
+//! - `api.rs`: the calls, and the documented JSON answers as the console reads them.
+//! - `view.rs`: the page frame and shared pieces (times, the SVG usage chart).
+//! - `pages.rs`: overview, plans, clients, keys.
+//! - here: the routes, sign-in and sign-out, CSRF checks, the assets and the security
+//!   headers every answer carries.
+//!
+//! Every asset is compiled into the binary (`assets/`); nothing is fetched at run time.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use maud::{html, Markup};
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+use crate::AppState;
+
+mod api;
+mod pages;
+mod session;
+mod view;
+
+use api::{Api, ApiError, SignIn};
+use session::{Session, Sessions};
+
+/// The policy of every console answer: only this origin's script, style and forms; no
+/// inline script or style, no framing, no plugins.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; \
+     frame-ancestors 'none'; base-uri 'none'";
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+const ICON: &str = include_str!("assets/favicon.svg");
+
+/// What the console's handlers share.
+#[derive(Debug, Clone)]
+pub(crate) struct Console {
+    app: AppState,
+    api: Api,
+    sessions: Arc<Sessions>,
+    /// Whether cookies get `Secure`: the issuer (the console's public URL) is https.
+    secure: bool,
+}
+
+/// The console's routes, under `/console/`.
+pub(crate) fn router(state: &AppState) -> Router<AppState> {
+    let console = Console {
+        app: state.clone(),
+        api: Api::new(state),
+        sessions: Arc::default(),
+        secure: state.config().issuer.starts_with("https://"),
+    };
+    Router::new()
+        .route(
+            "/console",
+            get(|| async { Redirect::permanent("/console/") }),
+        )
+        .route("/console/", get(pages::overview))
+        .route("/console/sign-in", get(sign_in_form).post(sign_in))
+        .route("/console/sign-out", post(sign_out))
+        .route("/console/plans", get(pages::plans).post(pages::create_plan))
+        .route(
+            "/console/plans/{name}",
+            get(pages::plan).post(pages::update_plan),
+        )
+        .route(
+            "/console/clients",
+            get(pages::clients).post(pages::create_client),
+        )
+        .route("/console/clients/new", get(pages::new_client))
+        .route("/console/clients/{id}", get(pages::client))
+        .route("/console/clients/{id}/rotate", post(pages::rotate_secret))
+        .route("/console/clients/{id}/change", post(pages::change_client))
+        .route(
+            "/console/clients/{id}/delete",
+            get(pages::confirm_delete).post(pages::delete_client),
+        )
+        .route("/console/keys", get(pages::keys))
+        .route("/console/keys/rotate", post(pages::rotate_keys))
+        .route(
+            "/console/assets/console.css",
+            get(|| async { asset("text/css; charset=utf-8", CSS) }),
+        )
+        .route(
+            "/console/assets/console.js",
+            get(|| async { asset("text/javascript; charset=utf-8", JS) }),
+        )
+        .route(
+            "/console/assets/favicon.svg",
+            get(|| async { asset("image/svg+xml", ICON) }),
+        )
+        .layer(middleware::from_fn(security_headers))
+        .with_state(console)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Headers on every console answer: the CSP, no sniffing, no framing, no referrer, and
+/// pages (which may show a secret) never stored.
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    let set = |headers: &mut HeaderMap, name: HeaderName, value: &'static str| {
+        headers.insert(name, HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        header::CONTENT_SECURITY_POLICY,
+        CONTENT_SECURITY_POLICY,
+    );
+    set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set(headers, header::X_FRAME_OPTIONS, "DENY");
+    set(headers, header::REFERRER_POLICY, "no-referrer");
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        set(headers, header::CACHE_CONTROL, "no-store");
+    }
+    response
+}
+
+/// Why a console request ends other than with its page.
+#[derive(Debug)]
+enum Fail {
+    /// No live session, or its token was refused: to the sign-in page.
+    SignIn,
+    /// A form without this session's CSRF token.
+    Csrf(Option<Box<Session>>),
+    /// A refusal of the admin API, shown on a page of its own.
+    Api(Option<Box<Session>>, ApiError),
+    /// A request the console cannot read.
+    BadRequest(Option<Box<Session>>, String),
+}
+
+impl IntoResponse for Fail {
+    fn into_response(self) -> Response {
+        let (status, session, title, detail) = match self {
+            Fail::SignIn | Fail::Api(_, ApiError::SignedOut) => {
+                return Redirect::to("/console/sign-in").into_response()
+            }
+            Fail::Csrf(session) => (
+                StatusCode::FORBIDDEN,
+                session,
+                "Form expired".to_owned(),
+                "This form was not sent from this session's pages (or the session changed). \
+                 Go back, reload the page and try again."
+                    .to_owned(),
+            ),
+            Fail::Api(
+                session,
+                ApiError::Problem {
+                    status,
+                    title,
+                    detail,
+                },
+            ) => (status, session, title, detail),
+            Fail::BadRequest(session, detail) => (
+                StatusCode::BAD_REQUEST,
+                session,
+                "Bad request".to_owned(),
+                detail,
+            ),
+        };
+        (
+            status,
+            html_page(view::problem(session.as_deref(), &title, &detail)),
+        )
+            .into_response()
+    }
+}
+
+fn html_page(markup: Markup) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+}
+
+impl Console {
+    /// The request's live session, or the way to the sign-in page.
+    fn session(&self, headers: &HeaderMap) -> Result<Session, Fail> {
+        self.sessions
+            .get(headers, self.app.clock().now())
+            .ok_or(Fail::SignIn)
+    }
+
+    /// A form posted by `session`'s pages: its fields, once its CSRF token is checked.
+    fn form(&self, session: &Session, body: &Bytes) -> Result<Vec<(String, String)>, Fail> {
+        let pairs =
+            read_form(body).map_err(|e| Fail::BadRequest(Some(Box::new(session.clone())), e))?;
+        match field(&pairs, "csrf") {
+            Some(token) if session::same(token, &session.csrf) => Ok(pairs),
+            _ => Err(Fail::Csrf(Some(Box::new(session.clone())))),
+        }
+    }
+
+    /// Back to `to`, with a message on the page shown there.
+    fn redirect(&self, headers: &HeaderMap, to: &str, message: String) -> Response {
+        self.sessions.flash(headers, message, false);
+        Redirect::to(to).into_response()
+    }
+
+    /// Back to `to`, with what went wrong on the page shown there; a refused token signs
+    /// out.
+    fn refused(&self, headers: &HeaderMap, to: &str, error: ApiError) -> Response {
+        match error {
+            ApiError::SignedOut => Fail::SignIn.into_response(),
+            ApiError::Problem { title, detail, .. } => {
+                let message = if detail.is_empty() {
+                    title
+                } else {
+                    format!("{title}: {detail}")
+                };
+                self.sessions.flash(headers, message, true);
+                Redirect::to(to).into_response()
+            }
+        }
+    }
+}
+
+/// A form body's fields (`application/x-www-form-urlencoded`).
+fn read_form(body: &Bytes) -> Result<Vec<(String, String)>, String> {
+    let body = std::str::from_utf8(body).map_err(|_| "the form is not UTF-8".to_owned())?;
+    tessera_proto::form::parse(body).map_err(|e| e.to_string())
+}
+
+/// The first value of form field `name`.
+fn field<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// An HTML answer.
+fn respond(markup: Markup) -> Response {
+    html_page(markup).into_response()
+}
+
+async fn sign_in_form(State(console): State<Console>, headers: HeaderMap) -> Response {
+    if console.session(&headers).is_ok() {
+        return Redirect::to("/console/").into_response();
+    }
+    sign_in_page(&console, StatusCode::OK, None)
+}
+
+/// The sign-in form, with a fresh double-submit token in a cookie of its own.
+fn sign_in_page(console: &Console, status: StatusCode, error: Option<&str>) -> Response {
+    let token = session::random_token();
+    let body = html! {
+        div.narrow {
+            h1 { "Sign in to the Tessera console" }
+            p {
+                "Use the id and secret of an admin client: one on a plan with the scope "
+                code { "tessera-admin" } " (or " code { "tessera-admin-read" } " to look only). "
+                code { "tessera serve --demo" } " prints one."
+            }
+            @if let Some(error) = error {
+                p.flash.error role="alert" { (error) }
+            }
+            form method="post" action="/console/sign-in" {
+                input type="hidden" name="csrf" value=(token);
+                label for="client_id" { "Client id" }
+                input #client_id type="text" name="client_id" required autocomplete="username" spellcheck="false";
+                label for="client_secret" { "Client secret" }
+                input #client_secret type="password" name="client_secret" required autocomplete="current-password";
+                button type="submit" { "Sign in" }
+            }
+        }
+    };
+    let cookie = session::set_cookie(session::SIGN_IN_COOKIE, &token, 3600, console.secure);
+    (
+        status,
+        [(header::SET_COOKIE, cookie)],
+        html_page(view::page("Sign in", view::Section::None, None, body)),
+    )
+        .into_response()
+}
+
+async fn sign_in(State(console): State<Console>, request: Request<Body>) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 16 * 1024).await else {
+        return sign_in_page(
+            &console,
+            StatusCode::BAD_REQUEST,
+            Some("The form is too large."),
+        );
+    };
+    let pairs = match read_form(&body) {
+        Ok(pairs) => pairs,
+        Err(e) => return sign_in_page(&console, StatusCode::BAD_REQUEST, Some(&e)),
+    };
+    let posted = field(&pairs, "csrf").unwrap_or_default();
+    let expected = session::cookie(&parts.headers, session::SIGN_IN_COOKIE).unwrap_or_default();
+    if posted.is_empty() || !session::same(posted, expected) {
+        return sign_in_page(
+            &console,
+            StatusCode::FORBIDDEN,
+            Some("The form expired; please sign in again."),
+        );
+    }
+    let id = field(&pairs, "client_id").unwrap_or_default().trim();
+    let secret = Zeroizing::new(
+        field(&pairs, "client_secret")
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    );
+    sign_in_with(&console, &parts, id, &secret).await
+}
+
+async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) -> Response {
+    let refused = |status, message: &str| sign_in_page(console, status, Some(message));
+    match console.api.sign_in(parts, id, secret).await {
+        SignIn::Token {
+            token,
+            write,
+            expires_in,
+        } => {
+            let lifetime = expires_in.min(session::MAX_LIFETIME);
+            let now = console.app.clock().now();
+            let id = console.sessions.start(
+                Session {
+                    token: Zeroizing::new(token),
+                    csrf: session::random_token(),
+                    client_id: id.to_owned(),
+                    write,
+                    expires_at: now + lifetime as i64,
+                    flash: None,
+                },
+                now,
+            );
+            let mut response = Redirect::to("/console/").into_response();
+            let headers = response.headers_mut();
+            for cookie in [
+                session::set_cookie(session::COOKIE, &id, lifetime, console.secure),
+                session::set_cookie(session::SIGN_IN_COOKIE, "", 0, console.secure),
+            ] {
+                if let Ok(value) = HeaderValue::from_str(&cookie) {
+                    headers.append(header::SET_COOKIE, value);
+                }
+            }
+            response
+        }
+        SignIn::Refused => refused(
+            StatusCode::UNAUTHORIZED,
+            "Wrong client id or secret, or the client is disabled.",
+        ),
+        SignIn::NotAdmin => refused(
+            StatusCode::FORBIDDEN,
+            "This client's plan grants neither tessera-admin nor tessera-admin-read.",
+        ),
+        SignIn::Throttled(retry) => refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            &match retry {
+                Some(secs) => {
+                    format!("Too many failed sign-ins from this address. Try again in {secs} s.")
+                }
+                None => "Too many failed sign-ins from this address. Try again later.".into(),
+            },
+        ),
+        SignIn::Failed(why) => refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("Signing in failed: {why}"),
+        ),
+    }
+}
+
+async fn sign_out(State(console): State<Console>, headers: HeaderMap, body: Bytes) -> Response {
+    let session = match console.session(&headers) {
+        Ok(session) => session,
+        Err(fail) => return fail.into_response(),
+    };
+    if let Err(fail) = console.form(&session, &body) {
+        return fail.into_response();
+    }
+    console.sessions.end(&headers);
+    let mut response = Redirect::to("/console/sign-in").into_response();
+    if let Ok(value) =
+        HeaderValue::from_str(&session::set_cookie(session::COOKIE, "", 0, console.secure))
+    {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}

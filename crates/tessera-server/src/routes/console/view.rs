@@ -1,0 +1,198 @@
+//! The console's HTML: the page frame, and the pieces pages share (times, the usage chart,
+//! forms with their CSRF token). Server-rendered with maud, which escapes every value;
+//! no inline script or style anywhere, so the Content-Security-Policy needs no
+//! `unsafe-inline`.
+
+use maud::{html, Markup, DOCTYPE};
+
+use super::api::UsageDay;
+use super::session::Session;
+
+/// Which section a page belongs to, for the navigation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Section {
+    Overview,
+    Plans,
+    Clients,
+    Keys,
+    None,
+}
+
+/// A whole page: header, navigation, the session's message, and `body`.
+pub(super) fn page(
+    title: &str,
+    section: Section,
+    session: Option<&Session>,
+    body: Markup,
+) -> Markup {
+    let nav = [
+        (Section::Overview, "/console/", "Overview"),
+        (Section::Plans, "/console/plans", "Plans"),
+        (Section::Clients, "/console/clients", "Clients"),
+        (Section::Keys, "/console/keys", "Keys"),
+    ];
+    let body = maud::PreEscaped(body.into_string());
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Tessera console" }
+                link rel="icon" href="/console/assets/favicon.svg" type="image/svg+xml";
+                link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/console.js" defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header.top {
+                    span.brand { "Tessera" }
+                    @if let Some(session) = session {
+                        nav aria-label="Sections" {
+                            ul {
+                                @for (s, href, label) in nav {
+                                    li {
+                                        a href=(href) aria-current=[(s == section).then_some("page")] { (label) }
+                                    }
+                                }
+                            }
+                        }
+                        div.who {
+                            span { "Signed in as " code { (session.client_id) } }
+                            @if !session.write {
+                                " " span.badge { "read-only" }
+                            }
+                            form method="post" action="/console/sign-out" {
+                                (csrf(session))
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main id="main" {
+                    @if let Some((message, error)) = session.and_then(|s| s.flash.as_ref()) {
+                        @if *error {
+                            p.flash.error role="alert" { (message) }
+                        } @else {
+                            p.flash role="status" { (message) }
+                        }
+                    }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// The hidden CSRF field every form of a session carries.
+pub(super) fn csrf(session: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(session.csrf); }
+}
+
+/// An RFC 3339 UTC time; the script shows it in the viewer's zone, UTC on hover.
+pub(super) fn time(rfc3339: &str) -> Markup {
+    let shown = rfc3339.replacen('T', " ", 1).replace('Z', " UTC");
+    html! { time datetime=(rfc3339) title=(shown) { (shown) } }
+}
+
+/// A page that says what went wrong and where to go.
+pub(super) fn problem(session: Option<&Session>, title: &str, detail: &str) -> Markup {
+    page(
+        title,
+        Section::None,
+        session,
+        html! {
+            h1 { (title) }
+            p { (detail) }
+            p { a href="/console/" { "Back to the overview" } }
+        },
+    )
+}
+
+/// Tokens issued and refused per UTC day, `days` long and ending at `last` (inclusive),
+/// as an inline SVG bar chart (refused stacked on issued), with the numbers in a table
+/// for screen readers and for reading off exact values.
+pub(super) fn usage_chart(days: &[String], usage: &[UsageDay], caption: &str) -> Markup {
+    let counts: Vec<(u64, u64)> = days
+        .iter()
+        .map(|d| {
+            usage
+                .iter()
+                .find(|u| &u.day == d)
+                .map_or((0, 0), |u| (u.issued, u.refused))
+        })
+        .collect();
+    let total_issued: u64 = counts.iter().map(|c| c.0).sum();
+    let total_refused: u64 = counts.iter().map(|c| c.1).sum();
+    let max = counts.iter().map(|(i, r)| i + r).max().unwrap_or(0).max(1);
+    let (width, height, left, bottom) = (600.0, 160.0, 40.0, 20.0);
+    let plot_h = height - bottom - 10.0;
+    let slot = (width - left) / days.len().max(1) as f64;
+    let bar = (slot * 0.7).max(1.0);
+    let y = |v: u64| 10.0 + plot_h - plot_h * v as f64 / max as f64;
+    let label = format!(
+        "{caption}: {total_issued} tokens issued and {total_refused} requests refused in {} days",
+        days.len()
+    );
+    html! {
+        figure.chart {
+            svg viewBox={"0 0 " (width) " " (height)} role="img" aria-label=(label) {
+                line.axis x1=(left) y1=(10.0 + plot_h) x2=(width) y2=(10.0 + plot_h) {}
+                text.tick x=(left - 4.0) y=(14.0) text-anchor="end" { (max) }
+                text.tick x=(left - 4.0) y=(10.0 + plot_h) text-anchor="end" { "0" }
+                @for (i, (day, (issued, refused))) in days.iter().zip(&counts).enumerate() {
+                    @let x = left + slot * i as f64 + (slot - bar) / 2.0;
+                    g {
+                        title { (day) ": " (issued) " issued, " (refused) " refused" }
+                        rect.issued x=(x) y=(y(*issued)) width=(bar) height=(10.0 + plot_h - y(*issued)) {}
+                        rect.refused x=(x) y=(y(issued + refused)) width=(bar) height=(y(*issued) - y(issued + refused)) {}
+                    }
+                }
+                @if let (Some(first), Some(last)) = (days.first(), days.last()) {
+                    text.tick x=(left) y=(height - 4.0) { (first) }
+                    text.tick x=(width) y=(height - 4.0) text-anchor="end" { (last) }
+                }
+            }
+            figcaption {
+                (caption) ": "
+                span.key-issued { (total_issued) " issued" } ", "
+                span.key-refused { (total_refused) " refused" }
+                " (UTC days)."
+            }
+            details {
+                summary { "The numbers" }
+                div.table-wrap {
+                    table {
+                        thead { tr { th scope="col" { "Day (UTC)" } th scope="col" { "Issued" } th scope="col" { "Refused" } } }
+                        tbody {
+                            @for (day, (issued, refused)) in days.iter().zip(&counts).rev() {
+                                @if issued + refused > 0 {
+                                    tr { td { (day) } td { (issued) } td { (refused) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The last `n` UTC days up to the one of `now`, oldest first.
+pub(super) fn last_days(now: i64, n: i64) -> Vec<String> {
+    (0..n)
+        .rev()
+        .map(|back| tessera_proto::clock::utc_day(now - back * 86_400))
+        .collect()
+}
+
+/// A period in seconds, said for people.
+pub(super) fn period(secs: u32) -> String {
+    match secs {
+        1 => "second".into(),
+        60 => "minute".into(),
+        3600 => "hour".into(),
+        86_400 => "day".into(),
+        s => format!("{s} s"),
+    }
+}

@@ -1,0 +1,352 @@
+//! The operator console over plain HTTP, without a browser: its security headers and
+//! cookies, CSRF refusals, what a read-only admin sees and may do, sign-in throttling.
+//! `tests/browser` drives it in Chromium.
+
+use reqwest::header::{CONTENT_SECURITY_POLICY, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::{redirect, Response, StatusCode};
+use tessera_proto::{ClientId, ClientSecret};
+use tessera_store::{AuthMethod, RateLimit};
+use tessera_testkit::{spawn_app, spawn_with, TestApp};
+
+/// A browser without a browser: cookies kept by hand, redirects not followed.
+struct Visitor {
+    http: reqwest::Client,
+    base: String,
+    cookies: Vec<(String, String)>,
+}
+
+impl Visitor {
+    fn new(app: &TestApp) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .redirect(redirect::Policy::none())
+                .build()
+                .unwrap(),
+            base: app.base.clone(),
+            cookies: Vec::new(),
+        }
+    }
+
+    fn keep(&mut self, response: &Response) {
+        for value in response.headers().get_all(SET_COOKIE) {
+            let pair = value.to_str().unwrap().split(';').next().unwrap();
+            let (name, value) = pair.split_once('=').unwrap();
+            self.cookies.retain(|(n, _)| n != name);
+            if !value.is_empty() {
+                self.cookies.push((name.to_owned(), value.to_owned()));
+            }
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    async fn get(&mut self, path: &str) -> Response {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header(COOKIE, self.cookie_header())
+            .send()
+            .await
+            .unwrap();
+        self.keep(&response);
+        response
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Response {
+        let body = form
+            .iter()
+            .map(|(n, v)| format!("{n}={}", tessera_proto::form::encode_component(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(COOKIE, self.cookie_header())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        self.keep(&response);
+        response
+    }
+
+    async fn sign_in(&mut self, id: &str, secret: &str) -> Response {
+        let form = self.get("/console/sign-in").await.text().await.unwrap();
+        let csrf = hidden(&form, "csrf");
+        self.post(
+            "/console/sign-in",
+            &[
+                ("csrf", &csrf),
+                ("client_id", id),
+                ("client_secret", secret),
+            ],
+        )
+        .await
+    }
+
+    /// The CSRF token of this session's pages.
+    async fn csrf(&mut self) -> String {
+        let page = self.get("/console/plans").await.text().await.unwrap();
+        hidden(&page, "csrf")
+    }
+}
+
+/// The value of the hidden field `name` in `html`.
+fn hidden(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + marker.len();
+    html[start..].split('"').next().unwrap().to_owned()
+}
+
+/// An admin client on a plan with `scopes`.
+async fn admin(app: &TestApp, plan: &str, scopes: &str) -> (ClientId, ClientSecret) {
+    app.admin().set_plan(plan, scopes, None).await.unwrap();
+    app.client_on(plan, AuthMethod::ClientSecretBasic).await
+}
+
+fn location(response: &Response) -> &str {
+    response.headers()[LOCATION].to_str().unwrap()
+}
+
+fn set_cookie(response: &Response, name: &str) -> String {
+    response
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no cookie {name}"))
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_policy_without_inline_code_and_pages_are_not_stored() {
+    let app = spawn_app().await;
+    let mut visitor = Visitor::new(&app);
+    for path in [
+        "/console/sign-in",
+        "/console/assets/console.css",
+        "/console/assets/console.js",
+        "/console/",
+    ] {
+        let response = visitor.get(path).await;
+        let csp = response.headers()[CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap();
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert!(!csp.contains("unsafe-eval"), "{path}: {csp}");
+        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+    }
+    let page = visitor.get("/console/sign-in").await;
+    assert_eq!(page.headers()["cache-control"], "no-store");
+    let html = page.text().await.unwrap();
+    assert!(
+        !html.contains("<script>") && !html.contains("style="),
+        "{html}"
+    );
+    let unsigned = visitor.get("/console/clients").await;
+    assert_eq!(unsigned.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&unsigned), "/console/sign-in");
+}
+
+#[tokio::test]
+async fn session_cookies_are_http_only_strict_bounded_and_secure_under_https() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    let signed_in = visitor.sign_in(id.as_str(), secret.expose()).await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&signed_in), "/console/");
+    let cookie = set_cookie(&signed_in, "tessera_console");
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console/",
+        "Max-Age=3600",
+    ] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(!cookie.contains("Secure"), "plain http: {cookie}");
+    assert!(!cookie.contains(secret.expose()));
+    let overview = visitor.get("/console/").await;
+    assert_eq!(overview.status(), StatusCode::OK);
+    assert!(overview.text().await.unwrap().contains(id.as_str()));
+
+    let app = spawn_with(|s| s.config.issuer = "https://tessera.example".into()).await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    let form = visitor.get("/console/sign-in").await;
+    assert!(set_cookie(&form, "tessera_console_signin").contains("; Secure"));
+    let signed_in = visitor.sign_in(id.as_str(), secret.expose()).await;
+    assert!(set_cookie(&signed_in, "tessera_console").contains("; Secure"));
+}
+
+#[tokio::test]
+async fn forms_without_the_session_csrf_token_are_refused() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let csrf = visitor.csrf().await;
+    let plan = [("name", "partner"), ("scopes", "news-api")];
+    let missing = visitor.post("/console/plans", &plan).await;
+    assert_eq!(missing.status(), StatusCode::FORBIDDEN);
+    let wrong = visitor
+        .post("/console/plans", &[plan[0], plan[1], ("csrf", "forged")])
+        .await;
+    assert_eq!(wrong.status(), StatusCode::FORBIDDEN);
+    assert!(app
+        .store
+        .plans()
+        .await
+        .unwrap()
+        .iter()
+        .all(|p| p.name != "partner"));
+    let right = visitor
+        .post("/console/plans", &[plan[0], plan[1], ("csrf", &csrf)])
+        .await;
+    assert_eq!(right.status(), StatusCode::SEE_OTHER);
+    assert!(app
+        .store
+        .plans()
+        .await
+        .unwrap()
+        .iter()
+        .any(|p| p.name == "partner"));
+
+    // Sign-in has no session yet: its token is double-submitted in a cookie of its own.
+    let mut stranger = Visitor::new(&app);
+    let forged = stranger
+        .post(
+            "/console/sign-in",
+            &[
+                ("csrf", "x"),
+                ("client_id", id.as_str()),
+                ("client_secret", secret.expose()),
+            ],
+        )
+        .await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    assert!(forged
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .all(|c| !c.to_str().unwrap().starts_with("tessera_console=")));
+
+    // Signing out ends the session on the server, not only in the browser.
+    let old = visitor.cookies.clone();
+    let out = visitor.post("/console/sign-out", &[("csrf", &csrf)]).await;
+    assert_eq!(location(&out), "/console/sign-in");
+    visitor.cookies = old;
+    assert_eq!(
+        visitor.get("/console/").await.status(),
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_admin_sees_no_write_buttons_and_a_forged_write_is_refused() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "auditors", "tessera-admin-read").await;
+    let (target, _) = app.client().await;
+    let mut visitor = Visitor::new(&app);
+    let signed_in = visitor.sign_in(id.as_str(), secret.expose()).await;
+    assert_eq!(location(&signed_in), "/console/");
+    let client_page = format!("/console/clients/{target}");
+    let page = visitor.get(&client_page).await.text().await.unwrap();
+    assert!(page.contains("read-only"));
+    for write in ["Rotate secret", "Disable client", "Delete client", "Move"] {
+        assert!(!page.contains(write), "{write} shown to a read-only admin");
+    }
+    let plans = visitor.get("/console/plans").await.text().await.unwrap();
+    assert!(!plans.contains("Create a plan"));
+    let keys = visitor.get("/console/keys").await.text().await.unwrap();
+    assert!(!keys.contains("Rotate signing key"));
+
+    let csrf = visitor.csrf().await;
+    let forged = visitor
+        .post(
+            &format!("{client_page}/change"),
+            &[("csrf", &csrf), ("enabled", "false")],
+        )
+        .await;
+    assert_eq!(location(&forged), client_page);
+    let shown = visitor.get(&client_page).await.text().await.unwrap();
+    assert!(
+        shown.contains("tessera-admin"),
+        "the refusal is shown: {shown}"
+    );
+    let client = app.store.client(&target).await.unwrap().unwrap();
+    assert!(client.enabled, "the admin API refused the read-only token");
+}
+
+#[tokio::test]
+async fn failed_sign_ins_are_throttled_as_token_requests_are() {
+    let app = spawn_with(|s| {
+        s.config.auth_failures.per_source_and_client = RateLimit {
+            count: 2,
+            period_secs: 60,
+            burst: 2,
+        }
+    })
+    .await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let response = visitor.sign_in(id.as_str(), "tcs_wrong").await;
+        statuses.push(response.status());
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            assert!(response
+                .text()
+                .await
+                .unwrap()
+                .contains("Too many failed sign-ins"));
+        }
+    }
+    assert_eq!(statuses[0], StatusCode::UNAUTHORIZED);
+    assert_eq!(statuses[3], StatusCode::TOO_MANY_REQUESTS, "{statuses:?}");
+    // The token endpoint counts the same failures for this address and client.
+    let token = app
+        .token(
+            &id,
+            &ClientSecret::new("tcs_wrong"),
+            "grant_type=client_credentials&scope=tessera-admin",
+        )
+        .await;
+    assert_eq!(token.status(), 429);
+    // Correct credentials are never throttled.
+    let signed_in = visitor.sign_in(id.as_str(), secret.expose()).await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+
+    let (plain, plain_secret) = app.client().await;
+    let not_admin = Visitor::new(&app)
+        .sign_in(plain.as_str(), plain_secret.expose())
+        .await;
+    assert_eq!(not_admin.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn no_console_serves_nothing_under_console() {
+    let app = spawn_with(|s| s.config.console = false).await;
+    let mut visitor = Visitor::new(&app);
+    assert_eq!(
+        visitor.get("/console/").await.status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        visitor.get("/console/sign-in").await.status(),
+        StatusCode::NOT_FOUND
+    );
+}
