@@ -194,4 +194,19 @@ impl AppState {
             )
             .await
     }
+
+    /// Reads the store for a client id the registry does not know, coalesced with other
+    /// misses and at most once per sync interval ([`Live::refresh_for_unknown`]); says
+    /// whether to look again.
+    pub(crate) async fn refresh_for_unknown(&self) -> bool {
+        let inner = &self.inner;
+        inner
+            .live
+            .refresh_for_unknown(
+                inner.store.as_ref(),
+                &inner.secrets,
+                inner.config.sync_interval,
+            )
+            .await
+    }
 }

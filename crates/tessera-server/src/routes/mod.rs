@@ -19,7 +19,7 @@ use crate::auth::AuthFailure;
 use crate::error::OAuthError;
 use crate::limits::canonical;
 use crate::registry::Registry;
-use crate::{audit, auth, AppState};
+use crate::{audit, auth, secrets, AppState};
 
 pub mod discovery;
 pub mod health;
@@ -204,7 +204,18 @@ pub(crate) async fn authenticate_client(
     };
     let clients = state.live().clients();
     let now = state.clock().now();
-    let result = auth::authenticate(registry, clients, state.secrets(), &presented, now);
+    let mut result = auth::authenticate(registry, clients, state.secrets(), &presented, now);
+    // An id of the generated shape may name a client created a moment ago by the CLI or
+    // another instance: the store is read (coalesced and bounded) before it is refused.
+    // Client ids are not secret (RFC 6749 section 2.2), so that this answer may take longer
+    // than a wrong secret's tells nothing that must be kept.
+    if matches!(result, Err(AuthFailure::Unknown))
+        && secrets::is_generated_client_id(presented.client_id.as_str())
+        && state.refresh_for_unknown().await
+    {
+        let registry = state.registry();
+        result = auth::authenticate(&registry, clients, state.secrets(), &presented, now);
+    }
     // An id that names no client is the caller's to choose (a secret, swapped with the id):
     // it is logged as a digest only.
     let presented_id = if matches!(result, Err(AuthFailure::Unknown)) {

@@ -82,6 +82,102 @@ async fn spawn_without_poll() -> TestApp {
 }
 
 #[tokio::test]
+async fn a_client_created_elsewhere_gets_a_token_at_once() {
+    let app = spawn_without_poll().await;
+    // Created in the store as the CLI or another instance would, and not synced.
+    let (client, secret) = app
+        .admin()
+        .create_client(
+            &app.secrets,
+            "pro",
+            "new",
+            tessera_store::AuthMethod::ClientSecretBasic,
+        )
+        .await
+        .unwrap();
+    assert_eq!(app.token(&client.id, &secret, NEWS).await.status(), 200);
+    assert_eq!(
+        registry_counter(
+            &app,
+            "tessera_registry_syncs_total{trigger=\"unknown_client\"}"
+        )
+        .await,
+        1
+    );
+    // Known now: the next request reads nothing.
+    assert_eq!(app.token(&client.id, &secret, NEWS).await.status(), 200);
+    assert_eq!(app.state.live().counts().unknown_client_syncs, 1);
+}
+
+#[tokio::test]
+async fn a_flood_of_unknown_ids_reads_the_store_a_bounded_number_of_times() {
+    let app = spawn_without_poll().await;
+    let secret = tessera_proto::ClientSecret::new("x");
+    // `count` requests at once, each with an unknown id of the generated shape.
+    let flood = |count: usize| {
+        let tasks: Vec<_> = (0..count)
+            .map(|_| {
+                let (http, url) = (app.http.clone(), app.url("/connect/token"));
+                let authorization = basic(&tessera_server::secrets::new_client_id(), &secret);
+                tokio::spawn(async move {
+                    let response = http
+                        .post(url)
+                        .header("authorization", authorization)
+                        .header("content-type", "application/x-www-form-urlencoded")
+                        .body(NEWS)
+                        .send()
+                        .await
+                        .unwrap();
+                    response.status().as_u16()
+                })
+            })
+            .collect();
+        async move {
+            let mut statuses = Vec::new();
+            for task in tasks {
+                statuses.push(task.await.unwrap());
+            }
+            statuses
+        }
+    };
+    // Concurrent and one after another: the brute-force throttle answers 429 past its cap,
+    // after the lookup.
+    let statuses = flood(50).await;
+    assert!(
+        statuses.iter().all(|s| [401, 429].contains(s)),
+        "{statuses:?}"
+    );
+    for _ in 0..20 {
+        let id = tessera_server::secrets::new_client_id();
+        let status = app.token(&id, &secret, NEWS).await.status();
+        assert!([401, 429].contains(&status.as_u16()));
+    }
+    // One read: the misses that came with the first waited for its read; those after it
+    // were refused without one.
+    let counts = app.state.live().counts();
+    assert_eq!(counts.unknown_client_syncs, 1, "{counts:?}");
+    assert!(counts.unknown_client_skipped >= 20, "{counts:?}");
+    // A sync interval later, an unknown id may read the store again, once.
+    app.clock.advance(SLOW_POLL);
+    let statuses = flood(20).await;
+    assert!(statuses.iter().all(|s| [401, 429].contains(s)));
+    assert_eq!(app.state.live().counts().unknown_client_syncs, 2);
+    assert_eq!(
+        registry_counter(
+            &app,
+            "tessera_registry_syncs_total{trigger=\"unknown_client\"}"
+        )
+        .await,
+        2
+    );
+    // An id that Tessera could not have generated never reads the store.
+    app.clock.advance(SLOW_POLL);
+    let odd = tessera_proto::ClientId::parse("not-a-tessera-id").unwrap();
+    assert_eq!(app.token(&odd, &secret, NEWS).await.status(), 401);
+    assert_eq!(app.state.live().counts().unknown_client_syncs, 2);
+}
+
+#[tokio::test]
 async fn a_plan_change_is_one_row_and_reaches_every_client_of_the_plan() {
     let app = spawn_without_poll().await;
     let clients = [app.client().await, app.client().await];
