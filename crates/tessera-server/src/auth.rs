@@ -4,12 +4,14 @@
 //! client using a method it is not registered for all get the same `invalid_client`. An
 //! unknown client is checked against a dummy hash so that it takes as long as a wrong secret.
 
+use std::sync::Arc;
+
 use axum::http::{header, HeaderMap};
 use tessera_proto::client::BasicError;
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
-use tessera_store::{AuthMethod, Timestamp};
+use tessera_store::{AuthMethod, Plan, Timestamp};
 
-use crate::registry::{ClientEntry, Registry};
+use crate::registry::{Clients, Registry};
 use crate::secrets::Secrets;
 
 /// The credentials a request presents, and how.
@@ -100,32 +102,40 @@ pub fn presented(
 /// A dummy hash to check unknown clients against, so that they cost the same.
 const DUMMY_HASH: [u8; 32] = [0; 32];
 
-/// Checks presented credentials against the registry at time `now`.
-pub fn authenticate<'r>(
-    registry: &'r Registry,
+/// Checks presented credentials against the clients at time `now`, and gives the client's
+/// plan from `registry`.
+pub fn authenticate(
+    registry: &Registry,
+    clients: &Clients,
     secrets: &Secrets,
     presented: &Presented,
     now: Timestamp,
-) -> Result<&'r ClientEntry, AuthFailure> {
-    let Some(client) = registry.clients.get(presented.client_id.as_str()) else {
+) -> Result<Arc<Plan>, AuthFailure> {
+    let checked = clients.with(presented.client_id.as_str(), |client| {
+        let current = secrets.verify_secret(&presented.secret, &client.secret_hash);
+        let previous = client
+            .previous_secret
+            .as_ref()
+            .is_some_and(|(hash, until)| {
+                now < *until && secrets.verify_secret(&presented.secret, hash)
+            });
+        if !(current || previous) {
+            return Err(AuthFailure::WrongSecret);
+        }
+        if client.auth_method != presented.method {
+            return Err(AuthFailure::WrongMethod(client.auth_method));
+        }
+        if !client.enabled {
+            return Err(AuthFailure::Disabled);
+        }
+        // A client whose plan this snapshot does not have yet is not known yet.
+        registry
+            .plan(client.plan)
+            .cloned()
+            .ok_or(AuthFailure::Unknown)
+    });
+    checked.unwrap_or_else(|| {
         let _ = secrets.verify_secret(&presented.secret, &DUMMY_HASH);
-        return Err(AuthFailure::Unknown);
-    };
-    let current = secrets.verify_secret(&presented.secret, &client.secret_hash);
-    let previous = client
-        .previous_secret
-        .as_ref()
-        .is_some_and(|(hash, until)| {
-            now < *until && secrets.verify_secret(&presented.secret, hash)
-        });
-    if !(current || previous) {
-        return Err(AuthFailure::WrongSecret);
-    }
-    if client.auth_method != presented.method {
-        return Err(AuthFailure::WrongMethod(client.auth_method));
-    }
-    if !client.enabled {
-        return Err(AuthFailure::Disabled);
-    }
-    Ok(client)
+        Err(AuthFailure::Unknown)
+    })
 }

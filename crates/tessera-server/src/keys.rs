@@ -20,7 +20,7 @@ use tessera_proto::{jws, AccessTokenClaims, Algorithm, Jwk};
 use tessera_store::{SigningKey, Store, Timestamp, MAX_TOKEN_TTL};
 use thiserror::Error;
 
-use crate::registry::{LoadError, Registry};
+use crate::registry::LoadError;
 use crate::secrets::{Secrets, SecretsError};
 
 /// Why a stored key could not be used.
@@ -93,6 +93,18 @@ pub fn generate(
         private_sealed: secrets.seal(&jwk.kid, pkcs8.as_ref()),
         created_at: now,
         activates_at,
+    }
+}
+
+/// Opens a stored key, or logs why it would not open: such a key is left out, not allowed
+/// to stop every other change from loading.
+pub fn load_or_log(secrets: &Secrets, record: &SigningKey) -> Option<Arc<LoadedKey>> {
+    match load(secrets, record) {
+        Ok(key) => Some(Arc::new(key)),
+        Err(error) => {
+            tracing::error!(%error, "signing key left out");
+            None
+        }
     }
 }
 
@@ -214,7 +226,7 @@ impl LoadedKey {
 const MAX_TOKEN_LEN: usize = 8 * 1024;
 
 /// The loaded keys, oldest activation first.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct KeyRing {
     keys: Vec<Arc<LoadedKey>>,
 }
@@ -224,6 +236,14 @@ impl KeyRing {
     pub fn new(mut keys: Vec<Arc<LoadedKey>>) -> Self {
         keys.sort_by_key(|k| (k.activates_at, k.created_at));
         Self { keys }
+    }
+
+    /// This ring with key `kid` replaced by `key`, or removed when `key` is `None`.
+    pub fn replace(&self, kid: &str, key: Option<Arc<LoadedKey>>) -> Self {
+        let mut keys: Vec<Arc<LoadedKey>> =
+            self.keys.iter().filter(|k| k.kid != kid).cloned().collect();
+        keys.extend(key);
+        Self::new(keys)
     }
 
     /// The key that signs now: the newest one whose activation has come.
@@ -265,39 +285,43 @@ impl KeyRing {
     }
 }
 
-/// Loads the registry, generating a signing key of algorithm `alg` on a server's first
-/// start only. A server configured for another algorithm than the active key's does not
-/// replace it unannounced (rotation publishes first): it warns.
+/// Makes sure the store has a signing key, generating one of algorithm `alg` on a server's
+/// first start only. A server configured for another algorithm than the active key's does
+/// not replace it unannounced (rotation publishes first): it warns.
 pub async fn bootstrap(
     store: &dyn Store,
     secrets: &Secrets,
     alg: Algorithm,
     now: Timestamp,
-) -> Result<Registry, LoadError> {
-    let registry = Registry::load(store, secrets).await?;
-    match registry.keys.signing_key(now) {
-        Some(key) => {
-            if key.alg != alg {
-                tracing::warn!(
-                    active = %key.alg,
-                    configured = %alg,
-                    "the active signing key uses another algorithm than configured; \
-                     run `tessera keys rotate --alg {alg}` to change it",
-                );
-            }
-            Ok(registry)
+) -> Result<(), LoadError> {
+    let records = store.keys().await?;
+    let ring = KeyRing::new(
+        records
+            .iter()
+            .filter_map(|record| load_or_log(secrets, record))
+            .collect(),
+    );
+    match ring.signing_key(now) {
+        Some(key) if key.alg != alg => {
+            tracing::warn!(
+                active = %key.alg,
+                configured = %alg,
+                "the active signing key uses another algorithm than configured; \
+                 run `tessera keys rotate --alg {alg}` to change it",
+            );
         }
+        Some(_) => {}
         // The store's keys, not the ring: a key that would not open is no reason for
         // another.
-        None if store.keys().await?.is_empty() => {
+        None if records.is_empty() => {
             let key = generate(secrets, alg, now, now);
             store.insert_key(&key).await?;
             tracing::info!(kid = %key.kid, alg = %key.alg, "generated a signing key");
-            Registry::load(store, secrets).await
         }
         // Only keys that are not active yet: wait for the first one (readiness says so).
-        None => Ok(registry),
+        None => {}
     }
+    Ok(())
 }
 
 #[cfg(test)]

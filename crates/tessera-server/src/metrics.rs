@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use tessera_proto::ErrorCode;
 
 use crate::limits::redis::Health;
+use crate::registry::SyncCounts;
 
 /// The content type of what [`Metrics::render`] writes.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -50,8 +51,14 @@ struct LimitLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
-    /// `error` or `timeout`.
+    /// `error` or `timeout`; `plan`, `client` or `key`.
     kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TriggerLabel {
+    /// `poll` or `unknown_client`.
+    trigger: &'static str,
 }
 
 /// The server's metrics.
@@ -185,6 +192,54 @@ impl Metrics {
             "Whether the last poll of the store succeeded (1) or failed (0)",
             i64::from(gauges.store_up),
         );
+        let counts = gauges.registry;
+        gauge(
+            "tessera_registry_clients",
+            "Clients in the registry held in memory",
+            i64::try_from(counts.clients).unwrap_or(i64::MAX),
+        );
+        let syncs = Family::<TriggerLabel, Counter>::default();
+        for (trigger, count) in [
+            ("poll", counts.polls),
+            ("unknown_client", counts.unknown_client_syncs),
+        ] {
+            syncs.get_or_create(&TriggerLabel { trigger }).inc_by(count);
+        }
+        registry.register(
+            "tessera_registry_syncs",
+            "Reads of the store's change log: by the periodic poll, or for a client id the \
+             registry did not know",
+            syncs,
+        );
+        let skipped: Counter = Counter::default();
+        skipped.inc_by(counts.unknown_client_skipped);
+        registry.register(
+            "tessera_registry_unknown_client_skipped",
+            "Unknown client ids refused without reading the store, because a read for one \
+             had just run",
+            skipped,
+        );
+        let applied = Family::<KindLabel, Counter>::default();
+        for (kind, count) in [
+            ("plan", counts.plan_changes),
+            ("client", counts.client_changes),
+            ("key", counts.key_changes),
+        ] {
+            applied.get_or_create(&KindLabel { kind }).inc_by(count);
+        }
+        registry.register(
+            "tessera_registry_changes_applied",
+            "Changed plans, clients and keys applied to the registry in memory, one row each",
+            applied,
+        );
+        let reloads: Counter = Counter::default();
+        reloads.inc_by(counts.reloads);
+        registry.register(
+            "tessera_registry_reloads",
+            "Full reads of the registry: at start, the periodic safety net, and after falling \
+             behind the change log",
+            reloads,
+        );
         if let Some(redis) = gauges.redis {
             let up: Gauge = Gauge::default();
             up.set(i64::from(redis.up));
@@ -224,6 +279,8 @@ pub struct Gauges {
     pub store_up: bool,
     /// The Redis limiter's state; `None` when rate limits are counted in memory only.
     pub redis: Option<Health>,
+    /// What the registry's syncs did.
+    pub registry: SyncCounts,
 }
 
 fn plan_label(plan: &str) -> &str {
@@ -253,9 +310,20 @@ mod tests {
             errors: 2,
             timeouts: 1,
         };
+        let registry = SyncCounts {
+            polls: 7,
+            unknown_client_syncs: 2,
+            unknown_client_skipped: 3,
+            plan_changes: 1,
+            client_changes: 4,
+            key_changes: 0,
+            reloads: 1,
+            clients: 9,
+        };
         let text = m.render(&Gauges {
             key_age_secs: Some(5),
             redis: Some(redis),
+            registry,
             ..Gauges::default()
         });
         for line in [
@@ -282,6 +350,17 @@ mod tests {
             "# TYPE tessera_redis_errors_total counter",
             "tessera_redis_errors_total{kind=\"error\"} 2",
             "tessera_redis_errors_total{kind=\"timeout\"} 1",
+            "# TYPE tessera_registry_clients gauge",
+            "tessera_registry_clients 9",
+            "# TYPE tessera_registry_syncs_total counter",
+            "tessera_registry_syncs_total{trigger=\"poll\"} 7",
+            "tessera_registry_syncs_total{trigger=\"unknown_client\"} 2",
+            "tessera_registry_unknown_client_skipped_total 3",
+            "tessera_registry_changes_applied_total{kind=\"plan\"} 1",
+            "tessera_registry_changes_applied_total{kind=\"client\"} 4",
+            "tessera_registry_changes_applied_total{kind=\"key\"} 0",
+            "# TYPE tessera_registry_reloads_total counter",
+            "tessera_registry_reloads_total 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
         }

@@ -1,13 +1,27 @@
 //! The registry held in memory: plans, clients and signing keys, so that issuing a token
-//! touches no database. A background task polls the store's revision counter and reloads the
-//! whole registry when another process (the CLI, another instance) changed it.
+//! touches no database.
+//!
+//! Clients are many (a million and more): they live in [`Clients`], a map in shards that a
+//! change updates in place, one entry at a time, never copied whole. Plans and keys are few:
+//! they form a snapshot, [`Registry`], swapped whole when one of them changes. A client names
+//! its plan by [`PlanSlot`], looked up in the snapshot at each request, so that a plan change
+//! reaches every client of the plan at once without touching any of them.
+//!
+//! [`Live`] keeps both fresh. Every sync interval it reads the store's change log
+//! ([`Store::changes_since`]) after the last change it applied and applies each changed row:
+//! one disabled client costs one row, whatever the number of clients. An unknown client id of
+//! the generated shape triggers such a read at once ([`Live::refresh_for_unknown`]), so that
+//! a client created a moment ago elsewhere is served. A full reload runs only as a safety net
+//! ([`Live::reload`]), in pages of clients replaced in place, so that it never holds a second
+//! copy of the registry.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tessera_store::{AuthMethod, Plan, Store, StoreError, Timestamp};
+use tessera_store::{AuthMethod, Changes, Client, Plan, Store, StoreError, Timestamp};
 use thiserror::Error;
 
 use crate::clock::Clock;
@@ -25,24 +39,49 @@ pub enum LoadError {
     Limiter(String),
 }
 
+/// Changes read from the store per query: a burst of changes (a bulk import) is applied in
+/// rounds of this many, never held all at once.
+const CHANGES_PAGE: u32 = 10_000;
+
+/// Clients read per query in a full reload, and so the most a reload holds besides the
+/// registry itself.
+const RELOAD_PAGE: u32 = 10_000;
+
+/// How long the store keeps a change for instances that have not read it yet. An instance
+/// that falls further behind (cut off from the store for longer) reads everything again.
+pub const CHANGE_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Shards of the client map: a change locks one shard for an instant, and a shard that grows
+/// reallocates only its own share of the clients.
+const SHARDS: usize = 64;
+
+/// Where a client's plan sits in the [`Registry`]: a plan name's slot stays the same while
+/// the process runs, whatever becomes of the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanSlot(u32);
+
 /// A client as the token endpoint needs it. `Debug` leaves the hashes out.
 pub struct ClientEntry {
-    /// Its plan, shared with the other clients of the plan.
-    pub plan: Arc<Plan>,
     /// HMAC of the current secret.
     pub secret_hash: Vec<u8>,
     /// HMAC of the previous secret and when it stops working.
     pub previous_secret: Option<(Vec<u8>, Timestamp)>,
+    /// Its plan, in the registry snapshot.
+    pub plan: PlanSlot,
     /// How it must authenticate.
     pub auth_method: AuthMethod,
     /// Whether it may get tokens.
     pub enabled: bool,
+    /// The mark of the last full reload that read it, or that a change wrote: the reload
+    /// removes what it did not mark (deleted without a change it read). One byte where the
+    /// layout has padding, so it costs nothing.
+    mark: u8,
 }
 
 impl std::fmt::Debug for ClientEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientEntry")
-            .field("plan", &self.plan.name)
+            .field("plan", &self.plan)
             .field("secret_hash", &"[redacted]")
             .field(
                 "previous_secret_until",
@@ -54,83 +93,137 @@ impl std::fmt::Debug for ClientEntry {
     }
 }
 
-/// A consistent snapshot of the registry.
-#[derive(Debug, Default)]
+/// One shard of the clients: a map by id.
+type Shard = RwLock<HashMap<Box<str>, ClientEntry>>;
+
+/// The clients by id, in shards each behind its own lock: readers of one shard never wait
+/// for each other, and a change holds one shard's lock only while it writes one entry.
+pub struct Clients {
+    shards: Box<[Shard]>,
+    /// Picks the shard; keyed per process like the maps themselves.
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients").field("len", &self.len()).finish()
+    }
+}
+
+impl Default for Clients {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            hasher: Default::default(),
+        }
+    }
+}
+
+impl Clients {
+    fn shard(&self, id: &str) -> &Shard {
+        let hash = self.hasher.hash_one(id);
+        &self.shards[(hash % SHARDS as u64) as usize]
+    }
+
+    /// Calls `read` with the client `id`, under its shard's read lock; `None` if unknown.
+    /// `read` must be quick: it holds up changes to the shard (never the other readers).
+    pub fn with<R>(&self, id: &str, read: impl FnOnce(&ClientEntry) -> R) -> Option<R> {
+        let shard = self.shard(id).read().unwrap_or_else(|p| p.into_inner());
+        shard.get(id).map(read)
+    }
+
+    /// How many clients there are.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn put(&self, id: &str, entry: ClientEntry) {
+        let mut shard = self.shard(id).write().unwrap_or_else(|p| p.into_inner());
+        match shard.get_mut(id) {
+            Some(existing) => *existing = entry,
+            None => {
+                shard.insert(id.into(), entry);
+            }
+        }
+    }
+
+    fn remove(&self, id: &str) {
+        self.shard(id)
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    /// Removes every client not marked `mark`; returns how many.
+    fn sweep(&self, mark: u8) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut shard = shard.write().unwrap_or_else(|p| p.into_inner());
+                let before = shard.len();
+                shard.retain(|_, entry| entry.mark == mark);
+                before - shard.len()
+            })
+            .sum()
+    }
+}
+
+/// The plans and signing keys: a snapshot, replaced whole when one of them changes.
+#[derive(Debug, Default, Clone)]
 pub struct Registry {
-    /// The store revision this snapshot reflects.
-    pub revision: i64,
-    /// Clients by identifier.
-    pub clients: HashMap<String, ClientEntry>,
-    /// Plans by name.
-    pub plans: Vec<Arc<Plan>>,
+    /// Plans by slot; `None` for a name whose plan is gone (or not read yet).
+    plans: Vec<Option<Arc<Plan>>>,
+    /// Each plan name's slot. Names are only added: a slot is never given to another name.
+    slots: HashMap<String, PlanSlot>,
     /// The signing keys.
     pub keys: KeyRing,
 }
 
 impl Registry {
-    /// Reads everything from the store.
-    pub async fn load(store: &dyn Store, secrets: &Secrets) -> Result<Self, LoadError> {
-        // Read the revision first: a change racing with the reads below bumps it again, so
-        // the next poll reloads.
-        let revision = store.revision().await?;
-        let plans: HashMap<String, Arc<Plan>> = store
-            .plans()
-            .await?
-            .into_iter()
-            .map(|p| (p.name.clone(), Arc::new(p)))
-            .collect();
-        let clients = store
-            .clients()
-            .await?
-            .into_iter()
-            .filter_map(|c| {
-                let plan = plans.get(&c.plan)?.clone();
-                let entry = ClientEntry {
-                    plan,
-                    secret_hash: c.secret_hash,
-                    previous_secret: c.previous_secret,
-                    auth_method: c.auth_method,
-                    enabled: c.enabled,
-                };
-                Some((c.id.as_str().to_owned(), entry))
-            })
-            .collect();
-        // A key that will not open is left out and logged, not allowed to stop every other
-        // change from loading.
-        let keys = store
-            .keys()
-            .await?
-            .iter()
-            .filter_map(|k| match keys::load(secrets, k) {
-                Ok(key) => Some(Arc::new(key)),
-                Err(error) => {
-                    tracing::error!(%error, "signing key left out");
-                    None
-                }
-            })
-            .collect();
-        let mut plans: Vec<_> = plans.into_values().collect();
-        plans.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Self {
-            revision,
-            clients,
-            plans,
-            keys: KeyRing::new(keys),
-        })
+    /// The plan in `slot`, if it exists.
+    pub fn plan(&self, slot: PlanSlot) -> Option<&Arc<Plan>> {
+        self.plans.get(slot.0 as usize)?.as_ref()
+    }
+
+    /// Every plan.
+    pub fn plans(&self) -> impl Iterator<Item = &Arc<Plan>> {
+        self.plans.iter().flatten()
+    }
+
+    /// The slot of plan `name`, given one if it has none yet.
+    fn slot(&mut self, name: &str) -> PlanSlot {
+        if let Some(slot) = self.slots.get(name) {
+            return *slot;
+        }
+        let slot = PlanSlot(u32::try_from(self.plans.len()).expect("fewer than 2^32 plans"));
+        self.plans.push(None);
+        self.slots.insert(name.to_owned(), slot);
+        slot
+    }
+
+    fn set_plan(&mut self, name: &str, plan: Option<Plan>) {
+        let slot = self.slot(name);
+        self.plans[slot.0 as usize] = plan.map(Arc::new);
     }
 
     /// Whether some plan grants the scope `name`.
     pub fn knows_scope(&self, name: &str) -> bool {
-        self.plans
-            .iter()
+        self.plans()
             .any(|p| p.scopes.iter().any(|s| s.as_str() == name))
     }
 
     /// Every scope some plan grants.
     pub fn scopes_supported(&self) -> Vec<String> {
         let mut all: Vec<String> = self
-            .plans
-            .iter()
+            .plans()
             .flat_map(|p| p.scopes.iter().map(|s| s.to_string()))
             .collect();
         all.sort();
@@ -139,44 +232,144 @@ impl Registry {
     }
 }
 
-/// The live registry: a snapshot swapped whole when the store changes, and the revoked
-/// tokens, read incrementally.
+/// What started a sync, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// The periodic poll (or a caller that wants the store read now).
+    Poll,
+    /// A token request with a client id the registry did not know.
+    UnknownClient,
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// Changed rows applied.
+    pub changes: usize,
+    /// Whether the store had pruned changes this instance had not read, so that it read
+    /// everything again instead.
+    pub reloaded: bool,
+}
+
+/// Counts of what the registry's syncs did since start, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncCounts {
+    /// Syncs by the periodic poll.
+    pub polls: u64,
+    /// Syncs for an unknown client id.
+    pub unknown_client_syncs: u64,
+    /// Unknown client ids refused without a sync, because one had just run.
+    pub unknown_client_skipped: u64,
+    /// Changed plans applied.
+    pub plan_changes: u64,
+    /// Changed clients applied.
+    pub client_changes: u64,
+    /// Changed keys applied.
+    pub key_changes: u64,
+    /// Full reloads: the first load, the safety net, and after falling behind the log.
+    pub reloads: u64,
+    /// Clients held now.
+    pub clients: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    polls: AtomicU64,
+    unknown_client_syncs: AtomicU64,
+    unknown_client_skipped: AtomicU64,
+    plan_changes: AtomicU64,
+    client_changes: AtomicU64,
+    key_changes: AtomicU64,
+    reloads: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, by: usize) {
+    counter.fetch_add(by as u64, Ordering::Relaxed);
+}
+
+/// The live registry: the plan and key snapshot, the clients, and the revoked tokens, each
+/// kept fresh from the store's change logs.
 #[derive(Debug)]
 pub struct Live {
     current: RwLock<Arc<Registry>>,
+    clients: Clients,
+    /// The number of the last change applied.
+    applied: AtomicI64,
+    /// The mark of the current (or last) full reload; see [`ClientEntry::mark`].
+    mark: AtomicU8,
     /// When the last poll of the store succeeded, for readiness.
     last_sync: AtomicI64,
     /// Whether the last poll succeeded.
-    store_up: std::sync::atomic::AtomicBool,
+    store_up: AtomicBool,
     /// Revoked `jti`s and their `exp`, until then.
     revoked: RwLock<HashMap<String, Timestamp>>,
     /// The highest revocation sequence number read.
     revoked_seq: AtomicI64,
-    /// One sync at a time, so that a slow load never replaces a newer snapshot.
+    /// One writer at a time: a sync, or one page of a full reload.
     syncing: tokio::sync::Mutex<()>,
+    /// Syncs begun, numbered from 1.
+    begun: AtomicU64,
+    /// The number of the last sync that finished: one numbered above what a caller saw
+    /// begun had begun after it, and so read every change committed before it asked.
+    finished: AtomicU64,
+    /// When (on the clock's monotonic reading) the last sync for an unknown client began;
+    /// held while it runs, so that concurrent misses wait for that one sync.
+    unknown_refresh: tokio::sync::Mutex<Option<Duration>>,
+    /// The latest change number, sampled at each housekeeping round: what to prune once it
+    /// is older than [`CHANGE_RETENTION`].
+    change_samples: Mutex<VecDeque<(Timestamp, i64)>>,
+    counters: Counters,
     clock: Clock,
 }
 
 impl Live {
-    /// Starts from `registry`, reading the time from `clock`.
-    pub fn new(registry: Registry, clock: Clock) -> Self {
-        Self {
-            current: RwLock::new(Arc::new(registry)),
+    /// Reads everything from the store, reading the time from `clock`.
+    pub async fn load(
+        store: &dyn Store,
+        secrets: &Secrets,
+        clock: Clock,
+    ) -> Result<Self, LoadError> {
+        let live = Self {
+            current: RwLock::default(),
+            clients: Clients::default(),
+            applied: AtomicI64::new(0),
+            mark: AtomicU8::new(0),
             last_sync: AtomicI64::new(clock.now()),
-            store_up: std::sync::atomic::AtomicBool::new(true),
-            clock,
+            store_up: AtomicBool::new(true),
             revoked: RwLock::default(),
             revoked_seq: AtomicI64::new(0),
             syncing: tokio::sync::Mutex::new(()),
-        }
+            begun: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            unknown_refresh: tokio::sync::Mutex::new(None),
+            change_samples: Mutex::default(),
+            counters: Counters::default(),
+            clock,
+        };
+        live.read_everything(store, secrets, true).await?;
+        // Revoked tokens are refused from the first request on, not from the first poll.
+        live.reload_revocations(store).await?;
+        Ok(live)
     }
 
-    /// The current snapshot.
+    /// The current plan and key snapshot.
     pub fn get(&self) -> Arc<Registry> {
         self.current
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
+    }
+
+    fn swap(&self, registry: Registry) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(registry);
+    }
+
+    /// The clients.
+    pub fn clients(&self) -> &Clients {
+        &self.clients
     }
 
     /// When the store was last reached.
@@ -192,6 +385,22 @@ impl Live {
     /// Whether the last poll of the store succeeded.
     pub fn store_up(&self) -> bool {
         self.store_up.load(Ordering::Relaxed)
+    }
+
+    /// What the syncs did since start.
+    pub fn counts(&self) -> SyncCounts {
+        let c = &self.counters;
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        SyncCounts {
+            polls: read(&c.polls),
+            unknown_client_syncs: read(&c.unknown_client_syncs),
+            unknown_client_skipped: read(&c.unknown_client_skipped),
+            plan_changes: read(&c.plan_changes),
+            client_changes: read(&c.client_changes),
+            key_changes: read(&c.key_changes),
+            reloads: read(&c.reloads),
+            clients: self.clients.len() as u64,
+        }
     }
 
     /// Whether the token with this `jti` was revoked.
@@ -210,36 +419,250 @@ impl Live {
             .insert(jti.to_owned(), exp);
     }
 
-    /// Polls the store once: swaps in a new snapshot if the registry changed, and reads the
-    /// revocations made since the last poll.
-    pub async fn sync(&self, store: &dyn Store, secrets: &Secrets) -> Result<bool, LoadError> {
-        let outcome = self.poll(store, secrets).await;
+    /// Reads the store once: applies the registry changes made since the last sync, and
+    /// reads the revocations made since.
+    pub async fn sync(
+        &self,
+        store: &dyn Store,
+        secrets: &Secrets,
+        trigger: Trigger,
+    ) -> Result<Synced, LoadError> {
+        let outcome = self.poll(store, secrets, trigger).await;
         self.store_up.store(outcome.is_ok(), Ordering::Relaxed);
         outcome
     }
 
-    async fn poll(&self, store: &dyn Store, secrets: &Secrets) -> Result<bool, LoadError> {
-        let _one_at_a_time = self.syncing.lock().await;
-        let revision = store.revision().await?;
-        let changed = revision != self.get().revision;
-        if changed {
-            let fresh = Registry::load(store, secrets).await?;
-            *self
-                .current
-                .write()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(fresh);
+    async fn poll(
+        &self,
+        store: &dyn Store,
+        secrets: &Secrets,
+        trigger: Trigger,
+    ) -> Result<Synced, LoadError> {
+        let guard = self.syncing.lock().await;
+        let number = self.begun.fetch_add(1, Ordering::Relaxed) + 1;
+        bump(
+            match trigger {
+                Trigger::Poll => &self.counters.polls,
+                Trigger::UnknownClient => &self.counters.unknown_client_syncs,
+            },
+            1,
+        );
+        let mut synced = Synced::default();
+        loop {
+            let after = self.applied.load(Ordering::Relaxed);
+            let Some(changes) = store.changes_since(after, CHANGES_PAGE).await? else {
+                synced.reloaded = true;
+                break;
+            };
+            let more = changes.more;
+            synced.changes += self.apply(changes, secrets);
+            if !more {
+                break;
+            }
+        }
+        drop(guard);
+        if synced.reloaded {
+            tracing::warn!(
+                "changes this instance had not read were pruned from the store; reading \
+                 the whole registry again"
+            );
+            self.read_everything(store, secrets, true).await?;
         }
         let after = self.revoked_seq.load(Ordering::Relaxed);
         let fresh = store.revoked_since(after, self.clock.now()).await?;
         if let Some((last, _)) = fresh.last() {
-            self.revoked_seq.store(*last, Ordering::Relaxed);
+            self.revoked_seq.fetch_max(*last, Ordering::Relaxed);
             let mut revoked = self.revoked.write().unwrap_or_else(|p| p.into_inner());
             for (_, r) in fresh {
                 revoked.insert(r.jti, r.exp);
             }
         }
         self.last_sync.store(self.clock.now(), Ordering::Relaxed);
-        Ok(changed)
+        self.finished.fetch_max(number, Ordering::Relaxed);
+        Ok(synced)
+    }
+
+    /// Applies one page of changes; the caller holds `syncing`. Returns the rows applied.
+    fn apply(&self, changes: Changes, secrets: &Secrets) -> usize {
+        let applied = changes.len();
+        let c = &self.counters;
+        bump(&c.plan_changes, changes.plans.len());
+        bump(&c.client_changes, changes.clients.len());
+        bump(&c.key_changes, changes.keys.len());
+        let current = self.get();
+        // Plans and keys first: a client may name a plan created in the same page.
+        let new_plans = changes
+            .clients
+            .iter()
+            .filter_map(|(_, c)| c.as_ref())
+            .any(|c| !current.slots.contains_key(&c.plan));
+        if !changes.plans.is_empty() || !changes.keys.is_empty() || new_plans {
+            let mut next = (*current).clone();
+            for (name, plan) in changes.plans {
+                next.set_plan(&name, plan);
+            }
+            for (kid, key) in changes.keys {
+                let key = key.and_then(|record| keys::load_or_log(secrets, &record));
+                next.keys = next.keys.replace(&kid, key);
+            }
+            for client in changes.clients.iter().filter_map(|(_, c)| c.as_ref()) {
+                next.slot(&client.plan);
+            }
+            self.swap(next);
+        }
+        let registry = self.get();
+        let mark = self.mark.load(Ordering::Relaxed);
+        for (id, client) in changes.clients {
+            match client {
+                Some(client) => self.put_client(&registry, client, mark),
+                None => self.clients.remove(id.as_str()),
+            }
+        }
+        self.applied.fetch_max(changes.through, Ordering::Relaxed);
+        applied
+    }
+
+    fn put_client(&self, registry: &Registry, client: Client, mark: u8) {
+        let Some(plan) = registry.slots.get(&client.plan).copied() else {
+            // Every plan a client names was given a slot before its clients are written.
+            tracing::error!(client = %client.id, plan = %client.plan, "client of a plan without a slot");
+            return;
+        };
+        let entry = ClientEntry {
+            secret_hash: client.secret_hash,
+            previous_secret: client.previous_secret,
+            plan,
+            auth_method: client.auth_method,
+            enabled: client.enabled,
+            mark,
+        };
+        self.clients.put(client.id.as_str(), entry);
+    }
+
+    /// Reads every plan, client and key again, as a safety net against a change the log
+    /// would have missed (a row changed by hand in the database, without the triggers).
+    ///
+    /// Peak memory stays near one registry: clients are read in pages of 10,000 in id order
+    /// and written over their entries in place, each marked; at the end, the entries no
+    /// page marked (deleted) are removed. Changes go on being
+    /// applied between pages (each page holds the sync lock only while it is written), so
+    /// a reload never delays a change by more than one page.
+    pub async fn reload(&self, store: &dyn Store, secrets: &Secrets) -> Result<(), LoadError> {
+        self.read_everything(store, secrets, false).await
+    }
+
+    /// A full reload; `restart_log`: go on reading the change log from the latest change
+    /// now, rather than from the last change applied (at start, or after falling behind a
+    /// prune).
+    async fn read_everything(
+        &self,
+        store: &dyn Store,
+        secrets: &Secrets,
+        restart_log: bool,
+    ) -> Result<(), LoadError> {
+        let mark = {
+            let _one_at_a_time = self.syncing.lock().await;
+            // The latest change before anything is read: every later one is applied as a
+            // change, over what the pages read.
+            let latest = store.latest_change().await?;
+            let plans = store.plans().await?;
+            let records = store.keys().await?;
+            let mut next = (*self.get()).clone();
+            for slot in &mut next.plans {
+                *slot = None;
+            }
+            for plan in plans {
+                next.set_plan(&plan.name.clone(), Some(plan));
+            }
+            next.keys = KeyRing::new(
+                records
+                    .iter()
+                    .filter_map(|record| keys::load_or_log(secrets, record))
+                    .collect(),
+            );
+            self.swap(next);
+            if restart_log {
+                self.applied.store(latest, Ordering::Relaxed);
+            }
+            let mark = self.mark.load(Ordering::Relaxed).wrapping_add(1);
+            self.mark.store(mark, Ordering::Relaxed);
+            mark
+        };
+        let mut after: Option<String> = None;
+        loop {
+            let _one_at_a_time = self.syncing.lock().await;
+            let page = store
+                .clients_page(None, after.as_deref(), RELOAD_PAGE)
+                .await?;
+            let full = page.len() >= RELOAD_PAGE as usize;
+            if let Some(last) = page.last() {
+                after = Some(last.id.as_str().to_owned());
+            }
+            let mut registry = self.get();
+            if page.iter().any(|c| !registry.slots.contains_key(&c.plan)) {
+                let mut next = (*registry).clone();
+                for client in &page {
+                    next.slot(&client.plan);
+                }
+                self.swap(next);
+                registry = self.get();
+            }
+            // The mark is read again: a sync between pages may not change it, but a second
+            // reload may have begun.
+            let current_mark = self.mark.load(Ordering::Relaxed);
+            for client in page {
+                self.put_client(&registry, client, current_mark);
+            }
+            if !full {
+                break;
+            }
+        }
+        let _one_at_a_time = self.syncing.lock().await;
+        if self.mark.load(Ordering::Relaxed) == mark {
+            let removed = self.clients.sweep(mark);
+            if removed > 0 {
+                tracing::warn!(
+                    removed,
+                    "the full reload removed clients no change had removed"
+                );
+            }
+        }
+        bump(&self.counters.reloads, 1);
+        Ok(())
+    }
+
+    /// For a client id the registry does not know: makes sure a sync that began after this
+    /// call has finished, so that a client created a moment ago (by the CLI, another
+    /// instance) is known, and says whether one did (look again) or not (refuse).
+    ///
+    /// Coalesced: misses that arrive together wait for one sync. Bounded: at most one such
+    /// sync per `interval` on the clock; a miss after it that the sync could not have seen
+    /// is refused without reading the store, so that a flood of unknown ids costs at most
+    /// as many reads as the periodic poll.
+    pub async fn refresh_for_unknown(
+        &self,
+        store: &dyn Store,
+        secrets: &Secrets,
+        interval: Duration,
+    ) -> bool {
+        let asked = self.begun.load(Ordering::Relaxed);
+        let mut last = self.unknown_refresh.lock().await;
+        if self.finished.load(Ordering::Relaxed) > asked {
+            return true;
+        }
+        let now = self.clock.elapsed();
+        if last.is_some_and(|at| now < at + interval) {
+            bump(&self.counters.unknown_client_skipped, 1);
+            return false;
+        }
+        *last = Some(now);
+        match self.sync(store, secrets, Trigger::UnknownClient).await {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::warn!(%error, "reading the store for an unknown client failed");
+                false
+            }
+        }
     }
 
     /// Reads every live revocation again and forgets expired ones. Run now and then: a
@@ -259,32 +682,98 @@ impl Live {
         Ok(())
     }
 
-    /// Polls every `interval` until the task is dropped. Failures are logged, and the last
-    /// good snapshot stays in use.
-    pub async fn sync_forever(&self, store: &dyn Store, secrets: &Secrets, interval: Duration) {
-        // The first poll one interval from now: the server was prepared from a fresh load.
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let was_up = self.store_up();
-            match self.sync(store, secrets).await {
-                Ok(changed) => {
-                    if !was_up {
-                        tracing::info!("the store answers again; the registry is fresh");
-                    }
-                    if changed {
-                        tracing::info!(revision = self.get().revision, "registry reloaded");
-                    }
-                }
-                // Once per outage, not once per poll.
-                Err(error) if was_up => tracing::error!(
-                    %error,
-                    "the store does not answer; serving the last good registry until it is \
-                     older than the staleness bound"
-                ),
-                Err(_) => {}
+    /// Prunes the store's change log of changes older than [`CHANGE_RETENTION`], by this
+    /// instance's clock: samples the latest change number at each call, and prunes through
+    /// the newest sample that old.
+    pub async fn prune_changes(&self, store: &dyn Store) -> Result<(), LoadError> {
+        let now = self.clock.now();
+        let latest = store.latest_change().await?;
+        let retention = i64::try_from(CHANGE_RETENTION.as_secs()).unwrap_or(i64::MAX);
+        let through = {
+            let mut samples = self
+                .change_samples
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // One sample a second at most, so that the samples stay few however often
+            // housekeeping runs.
+            if samples.back().is_none_or(|(at, _)| *at < now) {
+                samples.push_back((now, latest));
             }
+            let mut through = None;
+            while samples.front().is_some_and(|(at, _)| now - at >= retention) {
+                through = samples.pop_front().map(|(_, seq)| seq);
+            }
+            through
+        };
+        if let Some(through) = through.filter(|seq| *seq > 0) {
+            store.prune_changes(through).await?;
         }
+        Ok(())
+    }
+
+    /// Polls every `interval`, and reads everything again every `reload_interval`, until
+    /// the task is dropped. Failures are logged, and the last good registry stays in use.
+    pub async fn sync_forever(
+        &self,
+        store: &dyn Store,
+        secrets: &Secrets,
+        interval: Duration,
+        reload_interval: Duration,
+    ) {
+        // Each first one interval from now: the server was prepared from a fresh load.
+        let ticks = |every: Duration| {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        };
+        let poll = async {
+            let mut tick = ticks(interval);
+            loop {
+                tick.tick().await;
+                let was_up = self.store_up();
+                match self.sync(store, secrets, Trigger::Poll).await {
+                    Ok(synced) => {
+                        if !was_up {
+                            tracing::info!("the store answers again; the registry is fresh");
+                        }
+                        if synced.changes > 0 {
+                            tracing::info!(changes = synced.changes, "registry changes applied");
+                        }
+                    }
+                    // Once per outage, not once per poll.
+                    Err(error) if was_up => tracing::error!(
+                        %error,
+                        "the store does not answer; serving the last good registry until it \
+                         is older than the staleness bound"
+                    ),
+                    Err(_) => {}
+                }
+            }
+        };
+        // The safety net runs beside the poll, so that changes go on being applied during
+        // a reload.
+        let reload = async {
+            let mut tick = ticks(reload_interval);
+            loop {
+                tick.tick().await;
+                if let Err(error) = self.reload(store, secrets).await {
+                    tracing::warn!(%error, "the periodic full reload of the registry failed");
+                }
+            }
+        };
+        tokio::join!(poll, reload);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory per client matters at a million clients: the reload mark rides in padding,
+    /// and the plan is a slot, not a pointer.
+    #[test]
+    fn a_client_entry_stays_within_64_bytes() {
+        assert!(std::mem::size_of::<ClientEntry>() <= 64);
+        assert_eq!(std::mem::size_of::<Box<str>>(), 16);
     }
 }

@@ -365,6 +365,16 @@ pub fn new_client_id() -> ClientId {
     ClientId::parse(&format!("tc_{}", random_token(16))).expect("non-empty id")
 }
 
+/// Whether `id` has the shape [`new_client_id`] gives: `tc_` and 22 base64url characters.
+pub fn is_generated_client_id(id: &str) -> bool {
+    id.strip_prefix("tc_").is_some_and(|rest| {
+        rest.len() == 22
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
 /// A new client secret: `tcs_` and 256 random bits, all URL-safe characters.
 pub fn new_client_secret() -> ClientSecret {
     ClientSecret::new(format!("tcs_{}", random_token(32)))
@@ -399,6 +409,24 @@ mod tests {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         assert_ne!(new_client_id(), new_client_id());
+    }
+
+    #[test]
+    fn generated_ids_have_the_generated_shape_and_others_do_not() {
+        for _ in 0..100 {
+            assert!(is_generated_client_id(new_client_id().as_str()));
+        }
+        let id = new_client_id();
+        let id = id.as_str();
+        for other in [
+            "tc_nobody",
+            &id[1..],
+            &format!("{id}A"),
+            &format!("xx_{}", &id[3..]),
+            &format!("{}%", &id[..id.len() - 1]),
+        ] {
+            assert!(!is_generated_client_id(other), "{other}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::keys;
 use crate::limits::redis::RedisLimiter;
 use crate::limits::{self, AuthThrottle, Limiter, LocalLimiter};
 use crate::metrics::Metrics;
-use crate::registry::{Live, LoadError, Registry};
+use crate::registry::{Live, LoadError, Registry, Synced, Trigger};
 use crate::reuse::ReuseCache;
 use crate::routes::admin::AdminGuard;
 use crate::secrets::Secrets;
@@ -50,8 +50,7 @@ impl AppState {
         secrets: Arc<Secrets>,
     ) -> Result<Self, LoadError> {
         let clock = config.clock.clone();
-        let registry =
-            keys::bootstrap(store.as_ref(), &secrets, config.signing_alg, clock.now()).await?;
+        keys::bootstrap(store.as_ref(), &secrets, config.signing_alg, clock.now()).await?;
         let max_in_flight = config.max_in_flight;
         let redis = match &config.redis_url {
             Some(url) => Some(Arc::new(
@@ -65,9 +64,7 @@ impl AppState {
             Some(redis) => redis.clone(),
             None => Arc::new(LocalLimiter::new(clock.clone())),
         };
-        let live = Live::new(registry, clock.clone());
-        // Revoked tokens are refused from the first request on, not from the first poll.
-        live.reload_revocations(store.as_ref()).await?;
+        let live = Live::load(store.as_ref(), &secrets, clock.clone()).await?;
         Ok(Self {
             inner: Arc::new(Inner {
                 throttle: AuthThrottle::new(limiter.clone(), config.auth_failures),
@@ -108,12 +105,13 @@ impl AppState {
         age > self.inner.config.max_staleness.as_secs()
     }
 
-    /// The current registry snapshot.
+    /// The current snapshot of plans and keys.
     pub fn registry(&self) -> Arc<Registry> {
         self.inner.live.get()
     }
 
-    pub(crate) fn live(&self) -> &Live {
+    /// The registry kept fresh from the store: the snapshot, the clients, what syncs did.
+    pub fn live(&self) -> &Live {
         &self.inner.live
     }
 
@@ -186,6 +184,9 @@ impl AppState {
         if let Err(error) = self.inner.live.reload_revocations(self.store()).await {
             tracing::warn!(%error, "reading revocations failed");
         }
+        if let Err(error) = self.inner.live.prune_changes(self.store()).await {
+            tracing::warn!(%error, "pruning the registry's change log failed");
+        }
     }
 
     /// Polls the store every `sync_interval` until the task is dropped.
@@ -197,15 +198,35 @@ impl AppState {
                 inner.store.as_ref(),
                 &inner.secrets,
                 inner.config.sync_interval,
+                inner.config.full_reload_interval,
             )
             .await;
     }
 
     /// Polls the store once; tests use it to avoid waiting for the background sync.
-    pub async fn sync(&self) -> Result<bool, LoadError> {
+    pub async fn sync(&self) -> Result<Synced, LoadError> {
         self.inner
             .live
-            .sync(self.inner.store.as_ref(), &self.inner.secrets)
+            .sync(
+                self.inner.store.as_ref(),
+                &self.inner.secrets,
+                Trigger::Poll,
+            )
+            .await
+    }
+
+    /// Reads the store for a client id the registry does not know, coalesced with other
+    /// misses and at most once per sync interval ([`Live::refresh_for_unknown`]); says
+    /// whether to look again.
+    pub(crate) async fn refresh_for_unknown(&self) -> bool {
+        let inner = &self.inner;
+        inner
+            .live
+            .refresh_for_unknown(
+                inner.store.as_ref(),
+                &inner.secrets,
+                inner.config.sync_interval,
+            )
             .await
     }
 }

@@ -3,8 +3,8 @@
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
 use crate::{
-    AuthMethod, Client, IdempotentAnswer, Plan, PlanRemoval, RateLimit, Revoked, SigningKey, Store,
-    StoreError, Usage,
+    AuthMethod, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, RateLimit, Revoked,
+    SigningKey, Store, StoreError, Usage,
 };
 
 /// The contract's fixed present: stores keep times, they never read a clock.
@@ -350,6 +350,124 @@ async fn postgres_keeps_the_admin_contract() {
     admin_contract(crate::open(&schema.url).await.unwrap().as_ref()).await;
 }
 
+/// The changes after `after`, read to the end in pages of `limit`, merged: each id with its
+/// last state.
+async fn read_changes(store: &dyn Store, mut after: i64, limit: u32) -> Option<Changes> {
+    let mut all = Changes::default();
+    loop {
+        let page = store.changes_since(after, limit).await.unwrap()?;
+        assert!(page.through >= after);
+        after = page.through;
+        all.plans.extend(page.plans);
+        all.clients.extend(page.clients);
+        all.keys.extend(page.keys);
+        if !page.more {
+            all.through = after;
+            return Some(all);
+        }
+    }
+}
+
+/// Every write path of plans, clients and keys leaves a change that a reader gets back as
+/// the row's current state or its tombstone, from the number it had read.
+pub(crate) async fn change_log(store: &dyn Store) {
+    assert_eq!(store.latest_change().await.unwrap(), 0);
+    let empty = store.changes_since(0, 100).await.unwrap().unwrap();
+    assert_eq!((empty.through, empty.more, empty.len()), (0, false, 0));
+
+    let basic = plan("basic", "news-api");
+    store.put_plan(&basic).await.unwrap();
+    let mut c1 = client("c1", "basic");
+    store
+        .insert_clients(&[c1.clone(), client("c2", "basic"), client("c3", "basic")])
+        .await
+        .unwrap();
+    let key = SigningKey {
+        kid: "k1".into(),
+        alg: Algorithm::EdDSA,
+        public_jwk: "{}".into(),
+        private_sealed: vec![9; 48],
+        created_at: 10,
+        activates_at: 10,
+    };
+    store.insert_key(&key).await.unwrap();
+    let first = read_changes(store, 0, 100).await.unwrap();
+    assert_eq!(first.plans, vec![("basic".to_owned(), Some(basic.clone()))]);
+    let mut ids: Vec<&str> = first.clients.iter().map(|(id, _)| id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["c1", "c2", "c3"]);
+    assert!(first
+        .clients
+        .iter()
+        .all(|(id, c)| c.as_ref().unwrap().id == *id));
+    assert_eq!(first.keys, vec![("k1".to_owned(), Some(key.clone()))]);
+    assert_eq!(store.latest_change().await.unwrap(), first.through);
+    // Read in pages of one change, the same.
+    let paged = read_changes(store, 0, 1).await.unwrap();
+    assert_eq!(paged.len(), first.len());
+    assert_eq!(paged.through, first.through);
+
+    // A failed batch leaves no change behind.
+    let seen = first.through;
+    assert!(store
+        .insert_clients(&[client("c4", "basic"), client("c5", "nope")])
+        .await
+        .is_err());
+    assert!(!store
+        .update_client(&client("ghost", "basic"))
+        .await
+        .unwrap());
+    assert!(!store
+        .delete_client(&ClientId::parse("ghost").unwrap())
+        .await
+        .unwrap());
+    assert!(!store.delete_key("ghost").await.unwrap());
+    let nothing = store.changes_since(seen, 100).await.unwrap().unwrap();
+    assert_eq!((nothing.through, nothing.len()), (seen, 0));
+
+    // Updates and deletes: the current row, or a tombstone; each id once.
+    c1.enabled = false;
+    store.update_client(&c1).await.unwrap();
+    c1.label = "relabelled".into();
+    store.update_client(&c1).await.unwrap();
+    let c2 = ClientId::parse("c2").unwrap();
+    assert!(store.delete_client(&c2).await.unwrap());
+    let mut pro = plan("pro", "oms-api");
+    store.put_plan(&pro).await.unwrap();
+    pro.token_ttl = 60;
+    store.put_plan(&pro).await.unwrap();
+    assert!(store.delete_key("k1").await.unwrap());
+    let second = read_changes(store, seen, 100).await.unwrap();
+    assert!(second.through > seen);
+    let mut clients = second.clients.clone();
+    clients.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(clients, vec![(c1.id.clone(), Some(c1.clone())), (c2, None)]);
+    assert_eq!(second.plans, vec![("pro".to_owned(), Some(pro))]);
+    assert_eq!(second.keys, vec![("k1".to_owned(), None)]);
+
+    // Pruned changes are gone, and a reader that had not read them is told so.
+    store.prune_changes(seen).await.unwrap();
+    assert_eq!(store.changes_since(0, 100).await.unwrap(), None);
+    assert_eq!(store.changes_since(seen - 1, 100).await.unwrap(), None);
+    let after_prune = read_changes(store, seen, 100).await.unwrap();
+    assert_eq!(after_prune.len(), second.len());
+    store.prune_changes(second.through).await.unwrap();
+    // Numbers are not reused after a prune, and the latest stays where it was.
+    assert_eq!(store.latest_change().await.unwrap(), second.through);
+    store.update_client(&c1).await.unwrap();
+    let third = read_changes(store, second.through, 100).await.unwrap();
+    assert!(third.through > second.through);
+    assert_eq!(third.clients, vec![(c1.id.clone(), Some(c1))]);
+
+    // A page of clients in id order.
+    let page = store.clients_page(None, None, 1).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].id.as_str(), "c1");
+    let rest = store.clients_page(None, Some("c1"), 10).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].id.as_str(), "c3");
+}
+
 #[tokio::test]
 async fn sqlite_keeps_the_contract() {
     let dir = tempfile::tempdir().unwrap();
@@ -370,6 +488,78 @@ async fn postgres_keeps_the_contract() {
     drop(store);
     let again = crate::open(&schema.url).await.unwrap();
     assert_eq!(again.plans().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn sqlite_keeps_the_change_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    change_log(crate::open(&url).await.unwrap().as_ref()).await;
+}
+
+#[tokio::test]
+async fn postgres_keeps_the_change_log() {
+    let schema = crate::testing::scratch_postgres().await;
+    change_log(crate::open(&schema.url).await.unwrap().as_ref()).await;
+}
+
+/// Clients written concurrently, read incrementally as a polling instance reads them while
+/// others write: every one is read, none is skipped.
+async fn concurrent_changes_are_all_read(store: std::sync::Arc<dyn Store>) {
+    store.put_plan(&plan("basic", "news-api")).await.unwrap();
+    let writers: Vec<_> = (0..40)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let batch = [
+                    client(&format!("w{i}a"), "basic"),
+                    client(&format!("w{i}b"), "basic"),
+                ];
+                store.insert_clients(&batch).await.unwrap();
+            })
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut last = 0;
+    let mut read = |changes: Changes, last: &mut i64| {
+        assert!(changes.through >= *last, "read in sequence order");
+        *last = changes.through;
+        for (id, _) in changes.clients {
+            seen.insert(id);
+        }
+    };
+    while writers.iter().any(|w| !w.is_finished()) {
+        read(
+            store.changes_since(last, 7).await.unwrap().unwrap(),
+            &mut last,
+        );
+        tokio::task::yield_now().await;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    loop {
+        let changes = store.changes_since(last, 7).await.unwrap().unwrap();
+        let more = changes.more;
+        read(changes, &mut last);
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 80, "an incremental reader missed a change");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_changes_written_concurrently_are_all_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    concurrent_changes_are_all_read(crate::open(&url).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_changes_written_concurrently_are_all_read() {
+    let schema = crate::testing::scratch_postgres().await;
+    concurrent_changes_are_all_read(crate::open(&schema.url).await.unwrap()).await;
 }
 
 /// Concurrent revocations read incrementally, as a polling instance reads them while

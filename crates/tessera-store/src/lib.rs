@@ -16,7 +16,7 @@
 //! - [`open`] and [`open_existing`]: the one place where a database URL picks a backend.
 //!
 //! The token hot path never calls the store: the server holds the registry in memory and
-//! polls [`Store::revision`] to notice changes made by other processes.
+//! polls [`Store::changes_since`] to apply the changes made by other processes, row by row.
 
 use std::sync::Arc;
 
@@ -283,6 +283,35 @@ impl std::fmt::Debug for IdempotentAnswer {
     }
 }
 
+/// What changed in the registry after a sequence number ([`Store::changes_since`]): each
+/// changed row as it is now, or `None` where it was deleted (a tombstone). A row changed
+/// several times appears once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The sequence number read through: the `after` of the next call.
+    pub through: i64,
+    /// Whether more changes follow `through`: the call returned as many as its limit.
+    pub more: bool,
+    /// Changed plans, by name.
+    pub plans: Vec<(String, Option<Plan>)>,
+    /// Changed clients, by id.
+    pub clients: Vec<(ClientId, Option<Client>)>,
+    /// Changed signing keys, by kid.
+    pub keys: Vec<(String, Option<SigningKey>)>,
+}
+
+impl Changes {
+    /// How many rows changed.
+    pub fn len(&self) -> usize {
+        self.plans.len() + self.clients.len() + self.keys.len()
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The registry's storage. One implementation serves every backend (`sql.rs`); see [`open`].
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
@@ -311,7 +340,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// One client.
     async fn client(&self, id: &ClientId) -> Result<Option<Client>>;
     /// Up to `limit` clients with an id above `after`, by id (a stable order to page
-    /// through while clients come and go), only those on `plan` if given.
+    /// through while clients come and go), only those on `plan` if given: a page, read
+    /// without holding every client at once.
     async fn clients_page(
         &self,
         plan: Option<&str>,
@@ -341,6 +371,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn keys(&self) -> Result<Vec<SigningKey>>;
     /// Removes a key that is no longer published.
     async fn delete_key(&self, kid: &str) -> Result<bool>;
+
+    /// The number of the latest change to a plan, client or key (0 before the first): where
+    /// a reader that has just read everything starts reading [`changes`](Store::changes_since).
+    async fn latest_change(&self) -> Result<i64>;
+    /// The plans, clients and keys changed after change number `after`, as they are now,
+    /// reading at most `limit` changes. Every change is numbered in the transaction that
+    /// makes it, and numbers commit in order, so a reader that passes each answer's
+    /// [`through`](Changes::through) as its next `after` misses none. `Ok(None)` when
+    /// changes after `after` were pruned since ([`prune_changes`](Store::prune_changes)):
+    /// the reader must read everything again.
+    async fn changes_since(&self, after: i64, limit: u32) -> Result<Option<Changes>>;
+    /// Forgets the changes numbered up to `through`; a reader that had not read them gets
+    /// `None` from [`changes_since`](Store::changes_since).
+    async fn prune_changes(&self, through: i64) -> Result<()>;
 
     /// Remembers a revoked token (RFC 7009); revoking twice is harmless. Revocations do not
     /// bump the [`revision`](Store::revision): servers read them incrementally with

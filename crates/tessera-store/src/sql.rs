@@ -19,7 +19,7 @@ use sqlx::{
 use tessera_proto::ClientId;
 
 use crate::{
-    rows, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey, Store,
+    rows, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey, Store,
     StoreError, Timestamp, Usage,
 };
 
@@ -105,9 +105,9 @@ where
     for<'n> &'n str: ColumnIndex<DB::Row>,
     // The SQL types of the schemas, bound and read.
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Decode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Option<i64>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
@@ -198,18 +198,34 @@ where
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Client>> {
-        sqlx::query(
-            "SELECT * FROM clients WHERE ($1 IS NULL OR plan = $1) AND ($2 IS NULL OR id > $2) \
-             ORDER BY id LIMIT $3",
-        )
-        .bind(plan)
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::client)
-        .collect()
+        // One statement per filter, each a plain range over an index: a reload pages
+        // through every client this way, and `$1 IS NULL OR …` would scan them all.
+        let limit = i64::from(limit);
+        let query = match (plan, after) {
+            (None, None) => sqlx::query("SELECT * FROM clients ORDER BY id LIMIT $1").bind(limit),
+            (None, Some(after)) => {
+                sqlx::query("SELECT * FROM clients WHERE id > $1 ORDER BY id LIMIT $2")
+                    .bind(after)
+                    .bind(limit)
+            }
+            (Some(plan), None) => {
+                sqlx::query("SELECT * FROM clients WHERE plan = $1 ORDER BY id LIMIT $2")
+                    .bind(plan)
+                    .bind(limit)
+            }
+            (Some(plan), Some(after)) => sqlx::query(
+                "SELECT * FROM clients WHERE plan = $1 AND id > $2 ORDER BY id LIMIT $3",
+            )
+            .bind(plan)
+            .bind(after)
+            .bind(limit),
+        };
+        query
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::client)
+            .collect()
     }
 
     async fn insert_clients_once(
@@ -386,6 +402,101 @@ where
             .fetch_optional(&self.pool)
             .await?;
         Ok(gone.is_some())
+    }
+
+    async fn latest_change(&self) -> Result<i64> {
+        let row = sqlx::query(
+            "SELECT (SELECT MAX(seq) FROM changes) AS latest, \
+             (SELECT through FROM changes_pruned WHERE id = 1) AS pruned",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let latest: Option<i64> = rows::get(&row, "latest")?;
+        let pruned: Option<i64> = rows::get(&row, "pruned")?;
+        Ok(latest.unwrap_or(0).max(pruned.unwrap_or(0)))
+    }
+
+    async fn changes_since(&self, after: i64, limit: u32) -> Result<Option<Changes>> {
+        // The page's last number first: every change up to it has committed (they commit in
+        // number order), so the reads below, each of the rows as they are by then, see a
+        // state at least as new as every change they report.
+        let page = sqlx::query(
+            "SELECT MAX(seq) AS through, COUNT(*) AS n FROM \
+             (SELECT seq FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2) AS page",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_one(&self.pool)
+        .await?;
+        let through: Option<i64> = rows::get(&page, "through")?;
+        let read: i64 = rows::get(&page, "n")?;
+        let mut changes = Changes {
+            through: through.unwrap_or(after),
+            more: read >= i64::from(limit),
+            ..Changes::default()
+        };
+        if let Some(through) = through {
+            // One row per changed id, joined with its current row: NULL columns where it
+            // was deleted.
+            let changed = |table: &str, key: &str, kind: &str| {
+                format!(
+                    "SELECT ch.change_id, {table}.* FROM \
+                     (SELECT DISTINCT id AS change_id FROM changes \
+                      WHERE kind = '{kind}' AND seq > $1 AND seq <= $2) AS ch \
+                     LEFT JOIN {table} ON {table}.{key} = ch.change_id"
+                )
+            };
+            let read = |sql: String| {
+                let pool = &self.pool;
+                async move {
+                    sqlx::query(&sql)
+                        .bind(after)
+                        .bind(through)
+                        .fetch_all(pool)
+                        .await
+                }
+            };
+            for row in read(changed("plans", "name", "plan")).await? {
+                let name: String = rows::get(&row, "change_id")?;
+                let present: Option<String> = rows::get(&row, "name")?;
+                let plan = present.map(|_| rows::plan(&row)).transpose()?;
+                changes.plans.push((name, plan));
+            }
+            for row in read(changed("clients", "id", "client")).await? {
+                let id: String = rows::get(&row, "change_id")?;
+                let id = ClientId::parse(&id).ok_or_else(|| rows::corrupt("changes.id", &id))?;
+                let present: Option<String> = rows::get(&row, "id")?;
+                let client = present.map(|_| rows::client(&row)).transpose()?;
+                changes.clients.push((id, client));
+            }
+            for row in read(changed("signing_keys", "kid", "key")).await? {
+                let kid: String = rows::get(&row, "change_id")?;
+                let present: Option<String> = rows::get(&row, "kid")?;
+                let key = present.map(|_| rows::key(&row)).transpose()?;
+                changes.keys.push((kid, key));
+            }
+        }
+        // Read after the changes: a prune that removed some of them before they were read
+        // has committed by now, and shows here.
+        let row = sqlx::query("SELECT through FROM changes_pruned WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        let pruned: i64 = rows::get(&row, "through")?;
+        Ok((pruned <= after).then_some(changes))
+    }
+
+    async fn prune_changes(&self, through: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE changes_pruned SET through = $1 WHERE id = 1 AND through < $1")
+            .bind(through)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM changes WHERE seq <= $1")
+            .bind(through)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn revoke(&self, revoked: &Revoked) -> Result<()> {

@@ -12,6 +12,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::json;
 use tessera_proto::{AccessTokenClaims, ClientId, ClientSecret};
+use tessera_store::Plan;
 
 use crate::error::{OAuthError, NO_STORE};
 use crate::registry::Registry;
@@ -51,12 +52,7 @@ async fn answer(
     };
     // RFC 7662 section 4: a client learns of its own tokens; of others' only when its plan
     // grants it (an API checking the tokens it receives). To anyone else they are inactive.
-    let may_see = claims.client_id == request.caller
-        || request
-            .registry
-            .clients
-            .get(request.caller.as_str())
-            .is_some_and(|caller| caller.plan.introspect_any);
+    let may_see = claims.client_id == request.caller || request.plan.introspect_any;
     if !may_see {
         return Ok(json!({ "active": false }));
     }
@@ -82,6 +78,8 @@ pub(crate) struct TokenRequestOfClient {
     pub registry: Arc<Registry>,
     /// The authenticated caller's client id.
     pub caller: String,
+    /// The caller's plan.
+    pub plan: Arc<Plan>,
     /// The `token` parameter.
     pub token: String,
 }
@@ -116,11 +114,12 @@ impl TokenRequestOfClient {
             secret.as_ref(),
         )
         .await;
-        authenticated.client?;
+        let plan = authenticated.plan?;
         let caller = authenticated.presented_id;
         Ok(Self {
             registry,
             caller,
+            plan,
             token,
         })
     }
@@ -140,9 +139,10 @@ pub(crate) fn active_claims(
         && claims.exp > now
         && claims.nbf.is_none_or(|nbf| nbf <= now)
         && !state.live().is_revoked(&claims.jti)
-        && registry
-            .clients
-            .get(&claims.client_id)
-            .is_some_and(|client| client.enabled);
+        && state
+            .live()
+            .clients()
+            .with(&claims.client_id, |client| client.enabled)
+            .unwrap_or(false);
     valid.then_some(claims)
 }

@@ -28,6 +28,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             registry_age_secs: state.live().age(),
             store_up: state.live().store_up(),
             redis: state.redis().map(|redis| redis.health()),
+            registry: state.live().counts(),
         }),
     )
 }

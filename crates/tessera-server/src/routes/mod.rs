@@ -2,6 +2,7 @@
 //! pieces the OAuth endpoints share: form bodies and client authentication.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -10,14 +11,15 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Router;
 use tessera_proto::{form, ClientId, ClientSecret};
+use tessera_store::Plan;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::auth::AuthFailure;
 use crate::error::OAuthError;
 use crate::limits::canonical;
-use crate::registry::{ClientEntry, Registry};
-use crate::{audit, auth, AppState};
+use crate::registry::Registry;
+use crate::{audit, auth, secrets, AppState};
 
 pub mod admin;
 pub mod console;
@@ -189,21 +191,21 @@ pub(crate) fn single<'a>(
 /// source address: wrong credentials count against the address, a request without any (a
 /// client waiting for the challenge) does not. Also the id presented, whatever the outcome,
 /// for the audit trail.
-pub(crate) struct Caller<'r> {
+pub(crate) struct Caller {
     /// The client id presented; empty when none could be read.
     pub presented_id: String,
-    /// The client, or the answer to give.
-    pub client: Result<&'r ClientEntry, OAuthError>,
+    /// The client's plan, or the answer to give.
+    pub plan: Result<Arc<Plan>, OAuthError>,
 }
 
-pub(crate) async fn authenticate_client<'r>(
+pub(crate) async fn authenticate_client(
     state: &AppState,
-    registry: &'r Registry,
+    registry: &Registry,
     headers: &HeaderMap,
     ip: Option<IpAddr>,
     body_id: Option<&ClientId>,
     body_secret: Option<&ClientSecret>,
-) -> Caller<'r> {
+) -> Caller {
     let throttle = state.throttle();
     let realm = &state.config().realm;
     let presented = match auth::presented(headers, body_id, body_secret) {
@@ -211,11 +213,24 @@ pub(crate) async fn authenticate_client<'r>(
         Err(error) => {
             return Caller {
                 presented_id: String::new(),
-                client: Err(OAuthError::credentials(error, realm)),
+                plan: Err(OAuthError::credentials(error, realm)),
             }
         }
     };
-    let result = auth::authenticate(registry, state.secrets(), &presented, state.clock().now());
+    let clients = state.live().clients();
+    let now = state.clock().now();
+    let mut result = auth::authenticate(registry, clients, state.secrets(), &presented, now);
+    // An id of the generated shape may name a client created a moment ago by the CLI or
+    // another instance: the store is read (coalesced and bounded) before it is refused.
+    // Client ids are not secret (RFC 6749 section 2.2), so that this answer may take longer
+    // than a wrong secret's tells nothing that must be kept.
+    if matches!(result, Err(AuthFailure::Unknown))
+        && secrets::is_generated_client_id(presented.client_id.as_str())
+        && state.refresh_for_unknown().await
+    {
+        let registry = state.registry();
+        result = auth::authenticate(&registry, clients, state.secrets(), &presented, now);
+    }
     // An id that names no client is the caller's to choose (a secret, swapped with the id):
     // it is logged as a digest only.
     let presented_id = if matches!(result, Err(AuthFailure::Unknown)) {
@@ -224,17 +239,17 @@ pub(crate) async fn authenticate_client<'r>(
         presented.client_id.as_str().to_owned()
     };
     // Only failures are counted, after the check: correct credentials are never throttled.
-    if let Err(failure) = result {
-        let known = (failure != AuthFailure::Unknown).then_some(presented.client_id.as_str());
+    if let Err(failure) = &result {
+        let known = (*failure != AuthFailure::Unknown).then_some(presented.client_id.as_str());
         if let Some(retry) = throttle.failed(ip, known).await {
             return Caller {
                 presented_id,
-                client: Err(OAuthError::throttled(throttle.rate(), retry)),
+                plan: Err(OAuthError::throttled(throttle.rate(), retry)),
             };
         }
     }
     Caller {
         presented_id,
-        client: result.map_err(|failure| OAuthError::client_refused(failure, realm)),
+        plan: result.map_err(|failure| OAuthError::client_refused(failure, realm)),
     }
 }

@@ -45,6 +45,7 @@ async fn run(
     let TokenRequestOfClient {
         registry,
         caller,
+        plan,
         token,
     } = TokenRequestOfClient::read(state, parts, body).await?;
     // RFC 7009 2.2: an invalid, expired or unknown token is answered with 200 all the same.
@@ -79,13 +80,9 @@ async fn run(
     }
     state.reuse().forget_jti(&claims.jti);
     state.live().add_revoked(&revoked.jti, revoked.exp);
-    let plan = registry
-        .clients
-        .get(caller.as_str())
-        .map_or("", |client| client.plan.name.as_str());
     let subject = Subject {
         client_id: &caller,
-        plan,
+        plan: &plan.name,
         scope: &claims.scope,
         source: client_ip(state, parts),
     };

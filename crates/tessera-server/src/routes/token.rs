@@ -193,8 +193,7 @@ impl Attempt {
         )
         .await;
         self.client_id = caller.presented_id;
-        let client = caller.client?;
-        let plan = client.plan.clone();
+        let plan = caller.plan?;
         self.plan = Some(plan.clone());
 
         // Rate limits apply to every token request of an identified client.

@@ -93,19 +93,21 @@ pub(crate) async fn authorize(
         .verify(token)
         .await
         .map_err(|e| invalid(&e.to_string()))?;
-    let registry = state.registry();
     if state.is_revoked(&claims.jti) {
         return Err(invalid("the token was revoked"));
     }
-    let client = registry
-        .clients
-        .get(&claims.client_id)
-        .filter(|c| c.enabled)
+    let registry = state.registry();
+    let plan = state
+        .live()
+        .clients()
+        .with(&claims.client_id, |c| c.enabled.then_some(c.plan))
+        .flatten()
+        .and_then(|slot| registry.plan(slot).cloned())
         .ok_or_else(|| invalid("the token's client is disabled or gone"))?;
     // A scope counts only while both the token and the client's plan carry it.
     let holds = |scope: &str| {
         claims.scope.split(' ').any(|s| s == scope)
-            && client.plan.scopes.iter().any(|s| s.as_str() == scope)
+            && plan.scopes.iter().any(|s| s.as_str() == scope)
     };
     let allowed = holds(ADMIN_SCOPE) || (!write && holds(ADMIN_READ_SCOPE));
     if !allowed {
