@@ -9,6 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::Required;
 use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 use crate::error::problem::Problem;
@@ -35,6 +36,7 @@ async fn document() -> impl IntoResponse {
     info(title = "Tessera", description = "OAuth 2.0 Client Credentials token service and its admin API"),
     paths(
         token, introspect, revoke, jwks, metadata, openid_configuration, healthz, readyz, metrics,
+        openapi,
         admin::plans::list_plans, admin::plans::get_plan, admin::plans::put_plan,
         admin::plans::delete_plan, admin::plans::plan_usage,
         admin::clients::list_clients, admin::clients::create_client, admin::clients::get_client,
@@ -44,7 +46,7 @@ async fn document() -> impl IntoResponse {
     ),
     components(schemas(Problem, OAuthError, TokenForm, TokenAnswer, IntrospectionForm,
         Introspection, RevocationForm, Jwks, Metadata)),
-    modifiers(&Security),
+    modifiers(&Security, &OptionalBodies),
     tags((name = "oauth", description = "RFC 6749 and the endpoints around it"),
          (name = "plans"), (name = "clients"), (name = "keys"),
          (name = "operations", description = "Health and metrics"))
@@ -76,6 +78,30 @@ impl Modify for Security {
                     .build(),
             ),
         );
+    }
+}
+
+/// The request bodies that may be left out, an empty body taking the defaults. utoipa
+/// marks a body optional only when its type is an `Option`, which also makes a JSON `null`
+/// valid; the server reads no `null`, so the flag is set here instead.
+struct OptionalBodies;
+
+impl Modify for OptionalBodies {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for path in [
+            "/admin/v1/clients/{id}/rotate-secret",
+            "/admin/v1/keys/rotate",
+        ] {
+            let body = openapi
+                .paths
+                .paths
+                .get_mut(path)
+                .and_then(|item| item.post.as_mut())
+                .and_then(|operation| operation.request_body.as_mut());
+            if let Some(body) = body {
+                body.required = Some(Required::False);
+            }
+        }
     }
 }
 
@@ -116,6 +142,9 @@ pub(crate) enum WriteErrors {
     /// `If-Match` names an older version.
     #[response(status = 412, content_type = "application/problem+json")]
     PreconditionFailed(Problem),
+    /// The request was sent too slowly (the server's request timeout, 10 s by default).
+    #[response(status = 408)]
+    Timeout,
     /// Body over 64 KiB.
     #[response(status = 413, content_type = "application/problem+json")]
     TooLarge(Problem),
@@ -142,6 +171,7 @@ struct OAuthError {
 #[allow(dead_code)]
 struct TokenForm {
     /// `client_credentials`.
+    #[schema(pattern = "^client_credentials$")]
     grant_type: String,
     /// Space-separated scopes, each naming one API.
     scope: Option<String>,
@@ -166,6 +196,7 @@ struct TokenAnswer {
 #[derive(ToSchema)]
 #[allow(dead_code)]
 struct IntrospectionForm {
+    #[schema(min_length = 1)]
     token: String,
     token_type_hint: Option<String>,
 }
@@ -190,6 +221,7 @@ struct Introspection {
 #[derive(ToSchema)]
 #[allow(dead_code)]
 struct RevocationForm {
+    #[schema(min_length = 1)]
     token: String,
     token_type_hint: Option<String>,
 }
@@ -279,6 +311,12 @@ fn metadata() {}
 #[allow(dead_code)]
 fn openid_configuration() {}
 
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
+#[allow(dead_code)]
+fn openapi() {}
+
 /// Liveness.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "The process answers", body = String, content_type = "text/plain")))]
@@ -294,6 +332,6 @@ fn readyz() {}
 
 /// Prometheus metrics (on this listener unless `--metrics-listen` moves them).
 #[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "OpenMetrics text", body = String, content_type = "application/openmetrics-text")))]
+    responses((status = 200, description = "The Prometheus text format, version 0.0.4", body = String, content_type = "text/plain")))]
 #[allow(dead_code)]
 fn metrics() {}

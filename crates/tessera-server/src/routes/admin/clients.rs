@@ -94,9 +94,11 @@ pub(crate) struct ClientInput {
     plan: String,
     /// A label for people (default empty), at most 256 characters.
     #[serde(default)]
+    #[schema(max_length = 256)]
     name: String,
     /// `client_secret_basic` (default) or `client_secret_post`.
     #[serde(default)]
+    #[schema(pattern = "^(client_secret_basic|client_secret_post)$")]
     token_endpoint_auth_method: Option<String>,
 }
 
@@ -104,6 +106,8 @@ pub(crate) struct ClientInput {
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClientPatch {
+    /// A label for people, at most 256 characters.
+    #[schema(max_length = 256)]
     name: Option<String>,
     plan: Option<String>,
     enabled: Option<bool>,
@@ -114,6 +118,7 @@ pub(crate) struct ClientPatch {
 #[serde(deny_unknown_fields)]
 pub(crate) struct Rotation {
     /// Seconds the previous secret keeps working, 0 to 31536000 (default 86400).
+    #[schema(minimum = 0, maximum = 31_536_000)]
     grace_secs: Option<i64>,
 }
 
@@ -167,7 +172,8 @@ async fn load(state: &AppState, id: &str) -> Result<Client, Problem> {
 #[utoipa::path(get, path = "/admin/v1/clients", tag = "clients",
     params(("plan" = Option<String>, Query, description = "Only the clients of this plan"),
            ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
-           ("limit" = Option<u32>, Query, description = "Clients per page, 1 to 1000 (default 100)")),
+           ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000,
+            description = "Clients per page, 1 to 1000 (default 100)")),
     responses((status = 200, description = "A page of clients", body = ClientPage), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn list_clients(
@@ -527,8 +533,8 @@ pub(crate) async fn rotate_secret(
 /// Token requests of one client per UTC day.
 #[utoipa::path(get, path = "/admin/v1/clients/{id}/usage", tag = "clients",
     params(("id" = String, Path, description = "Client id"),
-           ("from" = Option<String>, Query, description = "First day, YYYY-MM-DD"),
-           ("to" = Option<String>, Query, description = "Last day, YYYY-MM-DD")),
+           ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD"),
+           ("to" = Option<String>, Query, format = Date, description = "Last day, YYYY-MM-DD")),
     responses(
         (status = 200, description = "Issued and refused per day", body = UsageView),
         (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),

@@ -55,8 +55,10 @@ pub(crate) struct KeyList {
 pub(crate) struct KeyRotation {
     /// Seconds between publication and first signature, 0 to 31536000 (default 600), so
     /// that verifiers learn the key before they meet it.
+    #[schema(minimum = 0, maximum = 31_536_000)]
     activate_in_secs: Option<i64>,
     /// `EdDSA` or `ES256` (default: the server's signing algorithm).
+    #[schema(pattern = "^(EdDSA|ES256)$")]
     alg: Option<String>,
 }
 

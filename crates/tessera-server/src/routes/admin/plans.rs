@@ -70,16 +70,19 @@ pub(crate) struct PlanList {
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PlanInput {
-    /// The scopes granted, each naming one API.
+    /// The scopes granted, each naming one API: 1 to 128 of `a-z A-Z 0-9 . _ : / -`.
+    #[schema(min_items = 1)]
     scopes: Vec<String>,
     /// Token lifetime in seconds, 1 to 86400 (default 3600).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 86_400)]
     token_ttl: Option<u32>,
     /// Token requests per client; absent or null: no limit.
     #[serde(default)]
     token_rate: Option<RateInput>,
     /// 1 to 99; absent or null: no reuse.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 99)]
     reuse_percent: Option<u8>,
     /// Default false.
     #[serde(default)]
@@ -90,9 +93,12 @@ pub(crate) struct PlanInput {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RateInput {
+    #[schema(minimum = 1)]
     count: u32,
+    #[schema(minimum = 1)]
     period_secs: u32,
     #[serde(default)]
+    #[schema(minimum = 1)]
     burst: Option<u32>,
 }
 
@@ -159,7 +165,7 @@ pub(crate) async fn list_plans(State(state): State<AppState>, headers: HeaderMap
 
 /// Show one plan.
 #[utoipa::path(get, path = "/admin/v1/plans/{name}", tag = "plans",
-    params(("name" = String, Path, description = "Plan name")),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$", description = "Plan name")),
     responses(
         (status = 200, description = "The plan", body = PlanView,
          headers(("ETag" = String, description = "Its version, for If-Match"))),
@@ -186,7 +192,7 @@ pub(crate) async fn get_plan(
 /// Create a plan or replace one. A change applies to each of its clients' next token
 /// request.
 #[utoipa::path(put, path = "/admin/v1/plans/{name}", tag = "plans",
-    params(("name" = String, Path, description = "Plan name"),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$", description = "Plan name"),
            ("If-Match" = Option<String>, Header, description = "The ETag read: replace only that version")),
     request_body = PlanInput,
     responses(
@@ -258,7 +264,7 @@ pub(crate) async fn put_plan(
 
 /// Delete a plan no client is on.
 #[utoipa::path(delete, path = "/admin/v1/plans/{name}", tag = "plans",
-    params(("name" = String, Path, description = "Plan name"),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$", description = "Plan name"),
            ("If-Match" = Option<String>, Header, description = "The ETag read: delete only that version")),
     responses(
         (status = 204, description = "Deleted"),
@@ -299,9 +305,9 @@ pub(crate) async fn delete_plan(
 
 /// Token requests of the plan's clients per UTC day.
 #[utoipa::path(get, path = "/admin/v1/plans/{name}/usage", tag = "plans",
-    params(("name" = String, Path, description = "Plan name"),
-           ("from" = Option<String>, Query, description = "First day, YYYY-MM-DD"),
-           ("to" = Option<String>, Query, description = "Last day, YYYY-MM-DD")),
+    params(("name" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$", description = "Plan name"),
+           ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD"),
+           ("to" = Option<String>, Query, format = Date, description = "Last day, YYYY-MM-DD")),
     responses(
         (status = 200, description = "Issued and refused per day", body = UsageView),
         (status = 404, description = "No such plan", body = Problem, content_type = "application/problem+json"),
