@@ -139,6 +139,25 @@ impl Operations for Database<'_> {
         let secrets = self.secrets().await?;
         let method = AuthMethod::parse(new.token_endpoint_auth_method)
             .expect("the command line parsed the method");
+        if let Some(certificate) = new.certificate() {
+            for _ in 0..count {
+                let c = self
+                    .admin()
+                    .create_certificate_client(
+                        &secrets,
+                        &new.plan,
+                        &new.name,
+                        method,
+                        certificate.clone(),
+                    )
+                    .await?;
+                on_created(ClientWithSecret {
+                    client: client(c),
+                    client_secret: None,
+                })?;
+            }
+            return Ok(());
+        }
         let created = self
             .admin()
             .create_clients(&secrets, &new.plan, &new.name, method, count as usize)
@@ -146,7 +165,7 @@ impl Operations for Database<'_> {
         for (c, secret) in created {
             on_created(ClientWithSecret {
                 client: client(c),
-                client_secret: secret,
+                client_secret: Some(secret),
             })?;
         }
         Ok(())
@@ -186,7 +205,7 @@ impl Operations for Database<'_> {
         let (c, secret) = self.admin().rotate_secret(&secrets, id, grace_secs).await?;
         Ok(ClientWithSecret {
             client: client(c),
-            client_secret: secret,
+            client_secret: Some(secret),
         })
     }
 

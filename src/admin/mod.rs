@@ -79,9 +79,23 @@ pub(crate) enum ClientCommand {
         /// A label for people.
         #[arg(long, default_value = "")]
         name: String,
-        /// client_secret_basic (default) or client_secret_post.
+        /// client_secret_basic (default), client_secret_post, or with a certificate
+        /// (RFC 8705): tls_client_auth (with --tls-subject-dn, --tls-san-dns or
+        /// --tls-san-uri) or self_signed_tls_client_auth (with --jwks-file).
         #[arg(long, default_value = "client_secret_basic", value_parser = parse_method)]
         auth_method: AuthMethod,
+        /// tls_client_auth: the subject DN its certificate must carry (RFC 4514).
+        #[arg(long, group = "certificate")]
+        tls_subject_dn: Option<String>,
+        /// tls_client_auth: a DNS name its certificate must carry as a SAN.
+        #[arg(long, group = "certificate")]
+        tls_san_dns: Option<String>,
+        /// tls_client_auth: a URI its certificate must carry as a SAN (a SPIFFE ID).
+        #[arg(long, group = "certificate")]
+        tls_san_uri: Option<String>,
+        /// self_signed_tls_client_auth: a JWK Set file with the certificate's public key.
+        #[arg(long, group = "certificate")]
+        jwks_file: Option<std::path::PathBuf>,
         /// How many clients to create: in one transaction, or over --admin-url one request
         /// each.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -260,7 +274,10 @@ const MAX_DELAY: i64 = 365 * 86_400;
 
 fn parse_method(s: &str) -> Result<AuthMethod, String> {
     AuthMethod::parse(s).ok_or_else(|| {
-        format!("unknown method {s:?}: use client_secret_basic or client_secret_post")
+        format!(
+            "unknown method {s:?}: use client_secret_basic, client_secret_post, \
+             tls_client_auth or self_signed_tls_client_auth"
+        )
     })
 }
 
@@ -358,13 +375,31 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
             plan,
             name,
             auth_method,
+            tls_subject_dn,
+            tls_san_dns,
+            tls_san_uri,
+            jwks_file,
             count,
             json,
         } => {
+            let jwks = match jwks_file {
+                Some(path) => Some(
+                    serde_json::from_slice(&anyhow::Context::with_context(
+                        std::fs::read(&path),
+                        || format!("cannot read {}", path.display()),
+                    )?)
+                    .map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))?,
+                ),
+                None => None,
+            };
             let new = NewClient {
                 plan,
                 name,
                 token_endpoint_auth_method: auth_method.as_str(),
+                tls_client_auth_subject_dn: tls_subject_dn,
+                tls_client_auth_san_dns: tls_san_dns,
+                tls_client_auth_san_uri: tls_san_uri,
+                jwks,
             };
             // Each client is printed (and flushed) as soon as it exists, so that a failure
             // part way over HTTP loses no secret.
@@ -374,7 +409,9 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                     writeln!(out, "{}", serde_json::to_string(&created)?)?;
                 } else {
                     writeln!(out, "client_id:     {}", created.client.client_id)?;
-                    writeln!(out, "client_secret: {}", created.client_secret.expose())?;
+                    if let Some(secret) = &created.client_secret {
+                        writeln!(out, "client_secret: {}", secret.expose())?;
+                    }
                     writeln!(out, "plan:          {}", created.client.plan)?;
                 }
                 out.flush()?;
@@ -464,7 +501,9 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                 print_json(&rotated)?;
             } else {
                 println!("client_id:     {}", rotated.client.client_id);
-                println!("client_secret: {}", rotated.client_secret.expose());
+                if let Some(secret) = &rotated.client_secret {
+                    println!("client_secret: {}", secret.expose());
+                }
                 match rotated.client.previous_secret_valid_until {
                     Some(until) => println!(
                         "the previous secret stays valid until {} ({grace} s)",

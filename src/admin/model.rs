@@ -76,7 +76,9 @@ pub(crate) struct Client {
 pub(crate) struct ClientWithSecret {
     #[serde(flatten)]
     pub(crate) client: Client,
-    pub(crate) client_secret: ClientSecret,
+    /// None for a client that authenticates with a certificate (RFC 8705).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client_secret: Option<ClientSecret>,
 }
 
 /// A client to register: `ClientInput` of the admin API.
@@ -85,6 +87,27 @@ pub(crate) struct NewClient {
     pub(crate) plan: String,
     pub(crate) name: String,
     pub(crate) token_endpoint_auth_method: &'static str,
+    /// RFC 8705 section 2.1.2, for `tls_client_auth`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_client_auth_subject_dn: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_client_auth_san_dns: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tls_client_auth_san_uri: Option<String>,
+    /// For `self_signed_tls_client_auth`: a JWK Set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) jwks: Option<serde_json::Value>,
+}
+
+impl NewClient {
+    /// What a certificate client's certificate must match, if one was given.
+    pub(crate) fn certificate(&self) -> Option<tessera_store::CertificateMatch> {
+        use tessera_store::CertificateMatch as M;
+        (self.tls_client_auth_subject_dn.clone().map(M::SubjectDn))
+            .or_else(|| self.tls_client_auth_san_dns.clone().map(M::SanDns))
+            .or_else(|| self.tls_client_auth_san_uri.clone().map(M::SanUri))
+            .or_else(|| self.jwks.as_ref().map(|j| M::Jwks(j.to_string())))
+    }
 }
 
 /// A change to a client; `None` leaves a field as it is: `ClientPatch` of the admin API.

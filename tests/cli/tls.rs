@@ -256,3 +256,254 @@ async fn the_demo_serves_https_with_a_certificate_it_prints() {
         .unwrap();
     assert_eq!(ready.status(), 200);
 }
+
+/// A CA, and certificates it (or no one) signs.
+struct Pki {
+    ca: rcgen::Certificate,
+    ca_key: rcgen::KeyPair,
+}
+
+impl Pki {
+    fn new(name: &str) -> Self {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let ca = params.self_signed(&ca_key).unwrap();
+        Self { ca, ca_key }
+    }
+
+    /// A client certificate for `uri` (a SAN) with subject CN=billing, O=Acme; expired
+    /// when `expired`; self-signed when `self.` is not to sign. PEM of certificate and key.
+    fn client(&self, uri: &str, expired: bool, self_signed: bool) -> (String, String, Vec<u8>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "billing");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "Acme");
+        params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().unwrap())];
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        let cert = if self_signed {
+            params.self_signed(&key).unwrap()
+        } else {
+            params.signed_by(&key, &self.ca, &self.ca_key).unwrap()
+        };
+        (
+            cert.pem(),
+            key.serialize_pem(),
+            key.public_key_raw().to_vec(),
+        )
+    }
+}
+
+/// A client presenting `cert` (trusting `server`).
+fn presenting(server: &str, (cert, key): (&str, &str)) -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(server.as_bytes()).unwrap())
+        .identity(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+async fn mtls_token(http: &reqwest::Client, base: &str, id: &str) -> (u16, serde_json::Value) {
+    let answer = http
+        .post(format!("{base}/connect/token"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "news-api"),
+            ("client_id", id),
+        ])
+        .send()
+        .await
+        .unwrap();
+    (answer.status().as_u16(), answer.json().await.unwrap())
+}
+
+fn claims(token: &serde_json::Value) -> serde_json::Value {
+    use base64::Engine;
+    let payload = token["access_token"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .nth(1)
+        .unwrap();
+    serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn thumbprint(pem: &str) -> String {
+    use base64::Engine;
+    let der = rustls_pem_der(pem);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &der);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+}
+
+fn rustls_pem_der(pem: &str) -> Vec<u8> {
+    use base64::Engine;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn clients_authenticate_with_certificates_and_get_bound_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = Pki::new("Acme Clients CA");
+    std::fs::write(d.join("clients-ca.pem"), pki.ca.pem()).unwrap();
+    let server_pair = certificate();
+    let (cert_path, key_path) = write_pair(d, &server_pair);
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let uri = "spiffe://example.org/ns/prod/sa/billing";
+    let created = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "tls_client_auth",
+            "--tls-san-uri",
+            uri,
+            "--json",
+        ],
+    );
+    let created: serde_json::Value = serde_json::from_str(created.trim()).unwrap();
+    assert!(
+        created.get("client_secret").is_none(),
+        "no secret: {created}"
+    );
+    let id = created["client_id"].as_str().unwrap().to_owned();
+    let by_dn = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "tls_client_auth",
+            "--tls-subject-dn",
+            "CN=billing, O=Acme",
+            "--json",
+        ],
+    );
+    let by_dn: serde_json::Value = serde_json::from_str(by_dn.trim()).unwrap();
+    let by_dn = by_dn["client_id"].as_str().unwrap().to_owned();
+    // Self-signed: the key registered as a JWK.
+    let (own_cert, own_key, own_public) = pki.client(uri, false, true);
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let jwks = serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256",
+        "x": b64(&own_public[1..33]), "y": b64(&own_public[33..65])}]});
+    std::fs::write(d.join("jwks.json"), jwks.to_string()).unwrap();
+    let own = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "self_signed_tls_client_auth",
+            "--jwks-file",
+            "jwks.json",
+            "--json",
+        ],
+    );
+    let own: serde_json::Value = serde_json::from_str(own.trim()).unwrap();
+    let own = own["client_id"].as_str().unwrap().to_owned();
+
+    let ca = d.join("clients-ca.pem");
+    let server = start_tls(
+        d,
+        &cert_path,
+        &key_path,
+        &["--client-ca", ca.to_str().unwrap()],
+    );
+    let base = server.base.as_str();
+    let metadata: serde_json::Value = trusting(&server_pair.0)
+        .get(format!("{base}/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(metadata["tls_client_certificate_bound_access_tokens"], true);
+    assert!(metadata["token_endpoint_auth_methods_supported"]
+        .to_string()
+        .contains("tls_client_auth"));
+
+    // The right certificate: a token bound to it (cnf x5t#S256), by SAN URI and by DN.
+    let (cert, key, _) = pki.client(uri, false, false);
+    let good = presenting(&server_pair.0, (&cert, &key));
+    for client in [&id, &by_dn] {
+        let (status, body) = mtls_token(&good, base, client).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(claims(&body)["cnf"]["x5t#S256"], thumbprint(&cert));
+    }
+    let (status, body) = mtls_token(
+        &presenting(&server_pair.0, (&own_cert, &own_key)),
+        base,
+        &own,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(claims(&body)["cnf"]["x5t#S256"], thumbprint(&own_cert));
+
+    // Refused with invalid_client: another CA, an expired certificate, another SAN, no
+    // certificate, another client's id, a self-signed one for the CA method.
+    let other_ca = Pki::new("Evil CA");
+    let (evil, evil_key, _) = other_ca.client(uri, false, false);
+    let (old, old_key, _) = pki.client(uri, true, false);
+    let (elsewhere, elsewhere_key, _) =
+        pki.client("spiffe://example.org/ns/prod/sa/other", false, false);
+    for (what, http, client) in [
+        (
+            "another CA",
+            presenting(&server_pair.0, (&evil, &evil_key)),
+            &id,
+        ),
+        ("expired", presenting(&server_pair.0, (&old, &old_key)), &id),
+        (
+            "another SAN",
+            presenting(&server_pair.0, (&elsewhere, &elsewhere_key)),
+            &id,
+        ),
+        ("no certificate", trusting(&server_pair.0), &id),
+        (
+            "self-signed for the CA method",
+            presenting(&server_pair.0, (&own_cert, &own_key)),
+            &id,
+        ),
+        (
+            "a CA certificate for the self-signed method",
+            presenting(&server_pair.0, (&cert, &key)),
+            &own,
+        ),
+    ] {
+        let (status, body) = mtls_token(&http, base, client).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (401, Some("invalid_client")),
+            "{what}: {body}"
+        );
+    }
+}

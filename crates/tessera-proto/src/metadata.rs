@@ -27,4 +27,7 @@ pub struct AuthorizationServerMetadata {
     /// The revocation endpoint (RFC 7009), when served.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revocation_endpoint: Option<String>,
+    /// RFC 8705 section 3.3: the server binds tokens to client certificates.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls_client_certificate_bound_access_tokens: bool,
 }

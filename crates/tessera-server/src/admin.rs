@@ -3,7 +3,9 @@
 
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
-use tessera_store::{AuthMethod, Client, Plan, RateLimit, SigningKey, Store, StoreError};
+use tessera_store::{
+    AuthMethod, CertificateMatch, Client, Plan, RateLimit, SigningKey, Store, StoreError,
+};
 use thiserror::Error;
 
 use crate::clock::Clock;
@@ -33,6 +35,10 @@ pub enum AdminError {
     /// No such client.
     #[error("no client with id {0:?}")]
     UnknownClient(String),
+    /// A certificate method without what the certificate must match, or with the wrong
+    /// kind of it (RFC 8705 section 2), or a secret method with one.
+    #[error("{0}")]
+    BadCertificate(&'static str),
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -226,11 +232,68 @@ impl<'a> Admin<'a> {
             secret_hash: secrets.hash_secret(&secret),
             previous_secret: None,
             auth_method,
+            certificate: None,
             enabled: true,
             created_at: now,
             updated_at: now,
         };
         (client, secret)
+    }
+
+    /// Registers a client that authenticates with a certificate (RFC 8705): `tls_client_auth`
+    /// with a subject DN or SAN to match, or `self_signed_tls_client_auth` with a JWK Set. It
+    /// has no secret (the one stored is random and never shown, so no secret matches).
+    pub async fn create_certificate_client(
+        &self,
+        secrets: &Secrets,
+        plan: &str,
+        label: &str,
+        auth_method: AuthMethod,
+        certificate: CertificateMatch,
+    ) -> Result<Client, AdminError> {
+        let client = self.new_certificate_client(secrets, plan, label, auth_method, certificate)?;
+        self.store.insert_client(&client).await?;
+        Ok(client)
+    }
+
+    /// [`create_certificate_client`](Self::create_certificate_client) without storing it.
+    pub fn new_certificate_client(
+        &self,
+        secrets: &Secrets,
+        plan: &str,
+        label: &str,
+        auth_method: AuthMethod,
+        certificate: CertificateMatch,
+    ) -> Result<Client, AdminError> {
+        let fits = match (&certificate, auth_method) {
+            (CertificateMatch::Jwks(jwks), AuthMethod::SelfSignedTlsClientAuth) => {
+                let keys = serde_json::from_str::<serde_json::Value>(jwks)
+                    .ok()
+                    .and_then(|v| v["keys"].as_array().map(|k| !k.is_empty()));
+                if keys != Some(true) {
+                    return Err(AdminError::BadCertificate(
+                        "jwks must be a JWK Set with at least one key",
+                    ));
+                }
+                true
+            }
+            (CertificateMatch::Jwks(_), _) | (_, AuthMethod::SelfSignedTlsClientAuth) => false,
+            (CertificateMatch::SubjectDn(v), AuthMethod::TlsClientAuth)
+            | (CertificateMatch::SanDns(v), AuthMethod::TlsClientAuth)
+            | (CertificateMatch::SanUri(v), AuthMethod::TlsClientAuth) => {
+                !v.trim().is_empty() && v.len() <= 1024
+            }
+            _ => false,
+        };
+        if !fits {
+            return Err(AdminError::BadCertificate(
+                "tls_client_auth needs one of a subject DN, a DNS SAN or a URI SAN; \
+                 self_signed_tls_client_auth needs a JWK Set",
+            ));
+        }
+        let (mut client, _never_shown) = self.new_client(secrets, plan, label, auth_method);
+        client.certificate = Some(certificate);
+        Ok(client)
     }
 
     /// Loads a client or says it is unknown.

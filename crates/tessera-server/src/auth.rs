@@ -11,6 +11,10 @@ use tessera_proto::client::BasicError;
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tessera_store::{AuthMethod, Plan, Timestamp};
 
+use rustls::pki_types::UnixTime;
+use rustls::server::danger::ClientCertVerifier;
+
+use crate::mtls::{self, PeerCertificate};
 use crate::registry::{Clients, Registry};
 use crate::secrets::Secrets;
 
@@ -19,8 +23,31 @@ use crate::secrets::Secrets;
 pub struct Presented {
     /// Who the caller claims to be.
     pub client_id: ClientId,
-    secret: ClientSecret,
-    method: AuthMethod,
+    proof: Proof,
+}
+
+/// What proves the caller is the client.
+#[derive(Debug)]
+enum Proof {
+    /// A secret, by Basic or in the body.
+    Secret {
+        secret: ClientSecret,
+        method: AuthMethod,
+    },
+    /// The client certificate of the TLS connection (RFC 8705 section 2), with `client_id`
+    /// in the body.
+    Certificate(PeerCertificate),
+}
+
+impl Presented {
+    /// The certificate the client authenticated with, when it did so (RFC 8705): what its
+    /// token is bound to.
+    pub fn certificate(&self) -> Option<&PeerCertificate> {
+        match &self.proof {
+            Proof::Certificate(certificate) => Some(certificate),
+            Proof::Secret { .. } => None,
+        }
+    }
 }
 
 /// Why a request's credentials could not even be read (RFC 6749 2.3 and 3.2).
@@ -57,11 +84,13 @@ pub enum AuthFailure {
 }
 
 /// Finds the credentials in the `Authorization` header or the body (`client_id` and
-/// `client_secret` form parameters), never both.
+/// `client_secret` form parameters), never both; or, with only a `client_id` in the body,
+/// the connection's client certificate (RFC 8705 section 2).
 pub fn presented(
     headers: &HeaderMap,
     body_id: Option<&ClientId>,
     body_secret: Option<&ClientSecret>,
+    certificate: Option<&PeerCertificate>,
 ) -> Result<Presented, CredentialsError> {
     let mut authorization = headers.get_all(header::AUTHORIZATION).iter();
     let first = authorization.next();
@@ -69,11 +98,17 @@ pub fn presented(
         return Err(CredentialsError::RepeatedHeader);
     }
     let Some(value) = first else {
-        return match (body_id, body_secret) {
-            (Some(id), Some(secret)) => Ok(Presented {
+        return match (body_id, body_secret, certificate) {
+            (Some(id), Some(secret), _) => Ok(Presented {
                 client_id: id.clone(),
-                secret: secret.clone(),
-                method: AuthMethod::ClientSecretPost,
+                proof: Proof::Secret {
+                    secret: secret.clone(),
+                    method: AuthMethod::ClientSecretPost,
+                },
+            }),
+            (Some(id), None, Some(certificate)) => Ok(Presented {
+                client_id: id.clone(),
+                proof: Proof::Certificate(certificate.clone()),
             }),
             _ => Err(CredentialsError::Missing),
         };
@@ -94,8 +129,10 @@ pub fn presented(
     }
     Ok(Presented {
         client_id: basic.client_id,
-        secret: basic.client_secret,
-        method: AuthMethod::ClientSecretBasic,
+        proof: Proof::Secret {
+            secret: basic.client_secret,
+            method: AuthMethod::ClientSecretBasic,
+        },
     })
 }
 
@@ -110,20 +147,45 @@ pub fn authenticate(
     secrets: &Secrets,
     presented: &Presented,
     now: Timestamp,
+    client_ca: Option<&dyn ClientCertVerifier>,
 ) -> Result<Arc<Plan>, AuthFailure> {
     let checked = clients.with(presented.client_id.as_str(), |client| {
-        let current = secrets.verify_secret(&presented.secret, &client.secret_hash);
-        let previous = client
-            .previous_secret
-            .as_ref()
-            .is_some_and(|(hash, until)| {
-                now < *until && secrets.verify_secret(&presented.secret, hash)
-            });
-        if !(current || previous) {
-            return Err(AuthFailure::WrongSecret);
-        }
-        if client.auth_method != presented.method {
-            return Err(AuthFailure::WrongMethod(client.auth_method));
+        match &presented.proof {
+            Proof::Secret { secret, method } => {
+                let current = secrets.verify_secret(secret, &client.secret_hash);
+                let previous = client
+                    .previous_secret
+                    .as_ref()
+                    .is_some_and(|(hash, until)| {
+                        now < *until && secrets.verify_secret(secret, hash)
+                    });
+                if !(current || previous) {
+                    return Err(AuthFailure::WrongSecret);
+                }
+                if client.auth_method != *method {
+                    return Err(AuthFailure::WrongMethod(client.auth_method));
+                }
+            }
+            Proof::Certificate(certificate) => {
+                if !client.auth_method.is_mtls() {
+                    return Err(AuthFailure::WrongMethod(client.auth_method));
+                }
+                let when = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+                    u64::try_from(now).unwrap_or(0),
+                ));
+                let matches = mtls::decode_match(&client.secret_hash).is_some_and(|expected| {
+                    mtls::authenticates(
+                        client_ca,
+                        &certificate.0,
+                        client.auth_method,
+                        &expected,
+                        when,
+                    )
+                });
+                if !matches {
+                    return Err(AuthFailure::WrongSecret);
+                }
+            }
         }
         if !client.enabled {
             return Err(AuthFailure::Disabled);
@@ -135,7 +197,9 @@ pub fn authenticate(
             .ok_or(AuthFailure::Unknown)
     });
     checked.unwrap_or_else(|| {
-        let _ = secrets.verify_secret(&presented.secret, &DUMMY_HASH);
+        if let Proof::Secret { secret, .. } = &presented.proof {
+            let _ = secrets.verify_secret(secret, &DUMMY_HASH);
+        }
         Err(AuthFailure::Unknown)
     })
 }

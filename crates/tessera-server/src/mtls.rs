@@ -24,6 +24,8 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 use x509_parser::public_key::PublicKey;
 
+use tessera_store::{AuthMethod, CertificateMatch};
+
 /// The certificate chain a client presented on its connection (or a trusted proxy passed
 /// on), end entity first; in the request's extensions.
 #[derive(Debug, Clone)]
@@ -46,22 +48,59 @@ pub fn thumbprint(cert: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert))
 }
 
-/// What a `tls_client_auth` client's certificate must name (RFC 8705 section 2.1.2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TlsName {
-    /// `tls_client_auth_subject_dn`, RFC 4514 form.
-    SubjectDn(String),
-    /// `tls_client_auth_san_dns`.
-    SanDns(String),
-    /// `tls_client_auth_san_uri`, e.g. `spiffe://example.org/ns/prod/sa/billing`.
-    SanUri(String),
+/// A [`CertificateMatch`] as bytes, for the registry entry: a kind byte and the text.
+pub fn encode_match(certificate: &CertificateMatch) -> Vec<u8> {
+    let (kind, text) = match certificate {
+        CertificateMatch::SubjectDn(v) => (b'd', v),
+        CertificateMatch::SanDns(v) => (b'n', v),
+        CertificateMatch::SanUri(v) => (b'u', v),
+        CertificateMatch::Jwks(v) => (b'j', v),
+    };
+    let mut bytes = Vec::with_capacity(1 + text.len());
+    bytes.push(kind);
+    bytes.extend_from_slice(text.as_bytes());
+    bytes
+}
+
+/// [`encode_match`] read back.
+pub fn decode_match(bytes: &[u8]) -> Option<CertificateMatch> {
+    let (kind, text) = bytes.split_first()?;
+    let text = std::str::from_utf8(text).ok()?.to_owned();
+    Some(match kind {
+        b'd' => CertificateMatch::SubjectDn(text),
+        b'n' => CertificateMatch::SanDns(text),
+        b'u' => CertificateMatch::SanUri(text),
+        b'j' => CertificateMatch::Jwks(text),
+        _ => return None,
+    })
+}
+
+/// Whether `chain` authenticates a client registered with `method` and `expected`: for
+/// `tls_client_auth`, the chain leads to the client CA (`ca`), is valid at `now` and names
+/// what was registered; for `self_signed_tls_client_auth`, its key is a registered one.
+pub fn authenticates(
+    ca: Option<&dyn ClientCertVerifier>,
+    chain: &[CertificateDer<'static>],
+    method: AuthMethod,
+    expected: &CertificateMatch,
+    now: UnixTime,
+) -> bool {
+    match (method, expected) {
+        (AuthMethod::SelfSignedTlsClientAuth, CertificateMatch::Jwks(jwks)) => {
+            serde_json::from_str(jwks).is_ok_and(|jwks| key_matches(chain, &jwks))
+        }
+        (AuthMethod::TlsClientAuth, expected) => {
+            ca.is_some_and(|ca| names_match(ca, chain, expected, now))
+        }
+        _ => false,
+    }
 }
 
 /// Checks the chain against the client CA and the name; `now` decides validity.
-pub fn names_match(
+fn names_match(
     ca: &dyn ClientCertVerifier,
     chain: &[CertificateDer<'static>],
-    expected: &TlsName,
+    expected: &CertificateMatch,
     now: UnixTime,
 ) -> bool {
     let Some((end_entity, intermediates)) = chain.split_first() else {
@@ -77,12 +116,13 @@ pub fn names_match(
         return false;
     };
     match expected {
-        TlsName::SubjectDn(dn) => same_dn(&cert.subject().to_string(), dn),
-        TlsName::SanDns(name) => sans(&cert)
+        CertificateMatch::SubjectDn(dn) => same_dn(&cert.subject().to_string(), dn),
+        CertificateMatch::SanDns(name) => sans(&cert)
             .any(|san| matches!(san, GeneralName::DNSName(d) if d.eq_ignore_ascii_case(name))),
-        TlsName::SanUri(uri) => {
+        CertificateMatch::SanUri(uri) => {
             sans(&cert).any(|san| matches!(san, GeneralName::URI(u) if *u == uri.as_str()))
         }
+        CertificateMatch::Jwks(_) => false,
     }
 }
 
@@ -118,7 +158,7 @@ fn same_dn(a: &str, b: &str) -> bool {
 
 /// RFC 8705 section 2.2: whether the certificate's public key is one of `jwks` (a JWK Set
 /// as JSON: OKP Ed25519, EC P-256 or RSA keys).
-pub fn key_matches(chain: &[CertificateDer<'static>], jwks: &serde_json::Value) -> bool {
+fn key_matches(chain: &[CertificateDer<'static>], jwks: &serde_json::Value) -> bool {
     let Some(end_entity) = chain.first() else {
         return false;
     };

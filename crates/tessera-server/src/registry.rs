@@ -62,7 +62,9 @@ pub struct PlanSlot(u32);
 
 /// A client as the token endpoint needs it. `Debug` leaves the hashes out.
 pub struct ClientEntry {
-    /// HMAC of the current secret.
+    /// HMAC of the current secret; for a certificate method (RFC 8705), what the
+    /// certificate must match instead, encoded by [`crate::mtls::encode_match`] (one field
+    /// for both keeps an entry at 64 bytes).
     pub secret_hash: Vec<u8>,
     /// HMAC of the previous secret and when it stops working.
     pub previous_secret: Option<(Vec<u8>, Timestamp)>,
@@ -528,8 +530,14 @@ impl Live {
             tracing::error!(client = %client.id, plan = %client.plan, "client of a plan without a slot");
             return;
         };
+        let secret_hash = match &client.certificate {
+            Some(certificate) if client.auth_method.is_mtls() => {
+                crate::mtls::encode_match(certificate)
+            }
+            _ => client.secret_hash,
+        };
         let entry = ClientEntry {
-            secret_hash: client.secret_hash,
+            secret_hash,
             previous_secret: client.previous_secret,
             plan,
             auth_method: client.auth_method,

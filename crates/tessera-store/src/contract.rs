@@ -3,8 +3,8 @@
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
 use crate::{
-    AuthMethod, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, RateLimit, Revoked,
-    SigningKey, Store, StoreError, Usage,
+    AuthMethod, CertificateMatch, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, RateLimit,
+    Revoked, SigningKey, Store, StoreError, Usage,
 };
 
 /// The contract's fixed present: stores keep times, they never read a clock.
@@ -33,6 +33,7 @@ fn client(id: &str, plan: &str) -> Client {
         secret_hash: vec![1; 32],
         previous_secret: None,
         auth_method: AuthMethod::ClientSecretBasic,
+        certificate: None,
         enabled: true,
         created_at: now(),
         updated_at: now(),
@@ -251,6 +252,18 @@ async fn admin_contract(store: &dyn Store) {
         store.clients_per_plan().await.unwrap(),
         [("a".to_owned(), 3), ("b".to_owned(), 2)]
     );
+
+    // A client that authenticates with a certificate keeps what it must match.
+    let mut mtls = client("m1", "b");
+    mtls.auth_method = AuthMethod::TlsClientAuth;
+    mtls.certificate = Some(CertificateMatch::SanUri("spiffe://example.org/a".into()));
+    store.insert_client(&mtls).await.unwrap();
+    assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
+    mtls.auth_method = AuthMethod::SelfSignedTlsClientAuth;
+    mtls.certificate = Some(CertificateMatch::Jwks("{\"keys\":[]}".into()));
+    assert!(store.update_client(&mtls).await.unwrap());
+    assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
+    assert!(store.delete_client(&mtls.id).await.unwrap());
 
     // A plan in use stays; an unused one goes.
     assert_eq!(store.delete_plan("a").await.unwrap(), PlanRemoval::InUse);

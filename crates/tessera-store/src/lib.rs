@@ -172,6 +172,10 @@ pub enum AuthMethod {
     ClientSecretBasic,
     /// `client_id` and `client_secret` in the form body.
     ClientSecretPost,
+    /// A client certificate from the configured CA naming the client (RFC 8705 2.1).
+    TlsClientAuth,
+    /// A self-signed client certificate whose key the client registered (RFC 8705 2.2).
+    SelfSignedTlsClientAuth,
 }
 
 impl AuthMethod {
@@ -180,6 +184,8 @@ impl AuthMethod {
         match self {
             Self::ClientSecretBasic => "client_secret_basic",
             Self::ClientSecretPost => "client_secret_post",
+            Self::TlsClientAuth => "tls_client_auth",
+            Self::SelfSignedTlsClientAuth => "self_signed_tls_client_auth",
         }
     }
 
@@ -188,9 +194,30 @@ impl AuthMethod {
         match name {
             "client_secret_basic" => Some(Self::ClientSecretBasic),
             "client_secret_post" => Some(Self::ClientSecretPost),
+            "tls_client_auth" => Some(Self::TlsClientAuth),
+            "self_signed_tls_client_auth" => Some(Self::SelfSignedTlsClientAuth),
             _ => None,
         }
     }
+
+    /// Whether the client proves itself with a certificate rather than a secret.
+    pub fn is_mtls(self) -> bool {
+        matches!(self, Self::TlsClientAuth | Self::SelfSignedTlsClientAuth)
+    }
+}
+
+/// What a certificate-authenticated client's certificate must match (RFC 8705 section 2;
+/// the names of its client metadata, section 2.1.2 and RFC 7591).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertificateMatch {
+    /// `tls_client_auth_subject_dn`: the subject DN, RFC 4514 form.
+    SubjectDn(String),
+    /// `tls_client_auth_san_dns`: a DNS name in the subject alternative names.
+    SanDns(String),
+    /// `tls_client_auth_san_uri`: a URI there, e.g. a SPIFFE ID.
+    SanUri(String),
+    /// `jwks`: for a self-signed certificate, the public keys it may carry (a JWK Set).
+    Jwks(String),
 }
 
 /// A registered client. The secret itself is never stored, only its keyed hash.
@@ -208,6 +235,8 @@ pub struct Client {
     pub previous_secret: Option<(Vec<u8>, Timestamp)>,
     /// How the client authenticates.
     pub auth_method: AuthMethod,
+    /// What its certificate must match, for the certificate methods.
+    pub certificate: Option<CertificateMatch>,
     /// A disabled client gets `invalid_client`.
     pub enabled: bool,
     /// When the client was created.

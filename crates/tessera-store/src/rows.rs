@@ -6,7 +6,9 @@ use std::str::FromStr;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
-use crate::{AuthMethod, Client, Plan, RateLimit, Revoked, SigningKey, StoreError, Usage};
+use crate::{
+    AuthMethod, CertificateMatch, Client, Plan, RateLimit, Revoked, SigningKey, StoreError, Usage,
+};
 
 /// Reads column `name` as `T`.
 pub(crate) fn get<'r, R, T>(row: &'r R, name: &str) -> Result<T, StoreError>
@@ -75,6 +77,7 @@ where
     Option<i64>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     Vec<u8>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     Option<Vec<u8>>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     bool: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
     let id: String = get(row, "id")?;
@@ -89,10 +92,46 @@ where
         previous_secret: previous_hash.zip(previous_until),
         auth_method: AuthMethod::parse(&method)
             .ok_or_else(|| corrupt("clients.auth_method", &method))?,
+        certificate: certificate(row)?,
         enabled: get(row, "enabled")?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })
+}
+
+/// The one of `tls_subject_dn`, `tls_san_dns`, `tls_san_uri` and `jwks` that is set.
+fn certificate<R>(row: &R) -> Result<Option<CertificateMatch>, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    Option<String>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    type Make = fn(String) -> CertificateMatch;
+    let columns: [(&str, Make); 4] = [
+        ("tls_subject_dn", CertificateMatch::SubjectDn),
+        ("tls_san_dns", CertificateMatch::SanDns),
+        ("tls_san_uri", CertificateMatch::SanUri),
+        ("jwks", CertificateMatch::Jwks),
+    ];
+    for (column, make) in columns {
+        if let Some(value) = get::<R, Option<String>>(row, column)? {
+            return Ok(Some(make(value)));
+        }
+    }
+    Ok(None)
+}
+
+/// The four certificate columns of a client, in the order of [`certificate`].
+pub(crate) fn certificate_columns(client: &Client) -> [Option<&str>; 4] {
+    let mut columns = [None; 4];
+    match &client.certificate {
+        Some(CertificateMatch::SubjectDn(v)) => columns[0] = Some(v.as_str()),
+        Some(CertificateMatch::SanDns(v)) => columns[1] = Some(v.as_str()),
+        Some(CertificateMatch::SanUri(v)) => columns[2] = Some(v.as_str()),
+        Some(CertificateMatch::Jwks(v)) => columns[3] = Some(v.as_str()),
+        None => {}
+    }
+    columns
 }
 
 pub(crate) fn key<R>(row: &R) -> Result<SigningKey, StoreError>

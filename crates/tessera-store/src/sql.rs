@@ -113,6 +113,8 @@ where
     for<'q> bool: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
     for<'q> Vec<u8>: Decode<'q, DB> + Type<DB>,
     for<'q> Option<Vec<u8>>: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<String>: Decode<'q, DB> + Type<DB>,
 {
     async fn revision(&self) -> Result<i64> {
         let row = sqlx::query("SELECT value FROM revision WHERE id = 1")
@@ -258,10 +260,12 @@ where
         }
         for client in clients {
             let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
+            let [dn, dns, uri, jwks] = rows::certificate_columns(client);
             sqlx::query(
                 "INSERT INTO clients (id, plan, label, secret_hash, previous_secret_hash, \
-                 previous_secret_expires_at, auth_method, enabled, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                 previous_secret_expires_at, auth_method, enabled, created_at, updated_at, \
+                 tls_subject_dn, tls_san_dns, tls_san_uri, jwks) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             )
             .bind(client.id.as_str())
             .bind(client.plan.as_str())
@@ -273,6 +277,10 @@ where
             .bind(client.enabled)
             .bind(client.created_at)
             .bind(client.updated_at)
+            .bind(dn)
+            .bind(dns)
+            .bind(uri)
+            .bind(jwks)
             .execute(&mut *tx)
             .await
             .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
@@ -342,10 +350,12 @@ where
 
     async fn update_client(&self, client: &Client) -> Result<bool> {
         let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
+        let [dn, dns, uri, jwks] = rows::certificate_columns(client);
         let changed = sqlx::query(
             "UPDATE clients SET plan = $2, label = $3, secret_hash = $4, \
              previous_secret_hash = $5, previous_secret_expires_at = $6, auth_method = $7, \
-             enabled = $8, updated_at = $9 WHERE id = $1 RETURNING id",
+             enabled = $8, updated_at = $9, tls_subject_dn = $10, tls_san_dns = $11, \
+             tls_san_uri = $12, jwks = $13 WHERE id = $1 RETURNING id",
         )
         .bind(client.id.as_str())
         .bind(client.plan.as_str())
@@ -356,6 +366,10 @@ where
         .bind(client.auth_method.as_str())
         .bind(client.enabled)
         .bind(client.updated_at)
+        .bind(dn)
+        .bind(dns)
+        .bind(uri)
+        .bind(jwks)
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;

@@ -226,6 +226,9 @@ impl From<AdminError> for Problem {
             AdminError::BadRate => Problem::invalid_field("token_rate", detail),
             AdminError::BadReuse => Problem::invalid_field("reuse_percent", detail),
             AdminError::UnknownClient(_) => Problem::not_found(detail),
+            AdminError::BadCertificate(_) => {
+                Problem::invalid_field("token_endpoint_auth_method", detail)
+            }
             AdminError::Store(StoreError::UnknownPlan(plan)) => {
                 Problem::invalid_field("plan", format!("no plan named {plan:?}"))
             }

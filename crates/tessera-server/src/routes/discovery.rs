@@ -42,14 +42,32 @@ async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMeta
         token_endpoint: format!("{issuer}/connect/token"),
         jwks_uri: format!("{issuer}/.well-known/jwks.json"),
         grant_types_supported: vec!["client_credentials".into()],
-        token_endpoint_auth_methods_supported: vec![
-            "client_secret_basic".into(),
-            "client_secret_post".into(),
-        ],
+        token_endpoint_auth_methods_supported: auth_methods(&state),
         scopes_supported: state.registry().scopes_supported(),
         response_types_supported: vec![],
         introspection_endpoint: Some(format!("{issuer}/connect/introspect")),
         revocation_endpoint: Some(format!("{issuer}/connect/revocation")),
+        tls_client_certificate_bound_access_tokens: mtls_on(&state),
         issuer: state.config().issuer.clone(),
     })
+}
+
+/// Whether the handshake asks for client certificates (`serve --client-ca`).
+fn mtls_on(state: &AppState) -> bool {
+    state
+        .config()
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.client_ca().is_some())
+}
+
+/// The client authentication methods (RFC 8414 section 2), with those of RFC 8705 when
+/// client certificates are asked for.
+fn auth_methods(state: &AppState) -> Vec<String> {
+    let mut methods = vec!["client_secret_basic".into(), "client_secret_post".into()];
+    if mtls_on(state) {
+        methods.push("tls_client_auth".into());
+        methods.push("self_signed_tls_client_auth".into());
+    }
+    methods
 }

@@ -112,6 +112,7 @@ impl TokenRequestOfClient {
             client_ip(state, parts),
             id.as_ref(),
             secret.as_ref(),
+            parts.extensions.get::<crate::mtls::PeerCertificate>(),
         )
         .await;
         let plan = authenticated.plan?;

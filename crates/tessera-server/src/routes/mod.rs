@@ -196,6 +196,9 @@ pub(crate) struct Caller {
     pub presented_id: String,
     /// The client's plan, or the answer to give.
     pub plan: Result<Arc<Plan>, OAuthError>,
+    /// `x5t#S256` of the certificate the client authenticated with (RFC 8705), if it did:
+    /// its tokens are bound to it.
+    pub bound_to: Option<String>,
 }
 
 pub(crate) async fn authenticate_client(
@@ -205,21 +208,32 @@ pub(crate) async fn authenticate_client(
     ip: Option<IpAddr>,
     body_id: Option<&ClientId>,
     body_secret: Option<&ClientSecret>,
+    certificate: Option<&crate::mtls::PeerCertificate>,
 ) -> Caller {
     let throttle = state.throttle();
     let realm = &state.config().realm;
-    let presented = match auth::presented(headers, body_id, body_secret) {
+    let presented = match auth::presented(headers, body_id, body_secret, certificate) {
         Ok(presented) => presented,
         Err(error) => {
             return Caller {
                 presented_id: String::new(),
                 plan: Err(OAuthError::credentials(error, realm)),
+                bound_to: None,
             }
         }
     };
+    let client_ca = state.config().tls.as_ref().and_then(|tls| tls.client_ca());
+    let client_ca = client_ca.as_deref();
     let clients = state.live().clients();
     let now = state.clock().now();
-    let mut result = auth::authenticate(registry, clients, state.secrets(), &presented, now);
+    let mut result = auth::authenticate(
+        registry,
+        clients,
+        state.secrets(),
+        &presented,
+        now,
+        client_ca,
+    );
     // An id of the generated shape may name a client created a moment ago by the CLI or
     // another instance: the store is read (coalesced and bounded) before it is refused.
     // Client ids are not secret (RFC 6749 section 2.2), so that this answer may take longer
@@ -229,7 +243,14 @@ pub(crate) async fn authenticate_client(
         && state.refresh_for_unknown().await
     {
         let registry = state.registry();
-        result = auth::authenticate(&registry, clients, state.secrets(), &presented, now);
+        result = auth::authenticate(
+            &registry,
+            clients,
+            state.secrets(),
+            &presented,
+            now,
+            client_ca,
+        );
     }
     // An id that names no client is the caller's to choose (a secret, swapped with the id):
     // it is logged as a digest only.
@@ -245,11 +266,16 @@ pub(crate) async fn authenticate_client(
             return Caller {
                 presented_id,
                 plan: Err(OAuthError::throttled(throttle.rate(), retry)),
+                bound_to: None,
             };
         }
     }
     Caller {
         presented_id,
+        bound_to: result
+            .is_ok()
+            .then(|| presented.certificate().and_then(|c| c.thumbprint()))
+            .flatten(),
         plan: result.map_err(|failure| OAuthError::client_refused(failure, realm)),
     }
 }

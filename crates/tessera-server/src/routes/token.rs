@@ -54,6 +54,15 @@ struct SignedClaims<'a> {
     exp: u64,
     jti: &'a str,
     app_only: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cnf: Option<Cnf<'a>>,
+}
+
+/// RFC 8705 section 3.1: the certificate the token is bound to.
+#[derive(serde::Serialize)]
+struct Cnf<'a> {
+    #[serde(rename = "x5t#S256")]
+    thumbprint: &'a str,
 }
 
 /// The audience: one API per granted scope, as a JSON array. The admin scopes name no API
@@ -190,9 +199,11 @@ impl Attempt {
             source,
             request.client_id.as_ref(),
             request.client_secret.as_ref(),
+            parts.extensions.get::<crate::mtls::PeerCertificate>(),
         )
         .await;
         self.client_id = caller.presented_id;
+        let bound_to = caller.bound_to;
         let plan = caller.plan?;
         self.plan = Some(plan.clone());
 
@@ -240,7 +251,8 @@ impl Attempt {
         let now = state.clock().now();
         let client_id = self.client_id.as_str();
 
-        if let Some(percent) = plan.reuse_percent {
+        // A bound token is reused never: the next request may come with another certificate.
+        if let Some(percent) = plan.reuse_percent.filter(|_| bound_to.is_none()) {
             let kept = state
                 .reuse()
                 .get(client_id, &scope, now, plan.token_ttl, percent, |jti| {
@@ -280,11 +292,12 @@ impl Attempt {
             exp: iat + expires_in,
             jti: &jti,
             app_only: true,
+            cnf: bound_to.as_deref().map(|thumbprint| Cnf { thumbprint }),
         };
         let access_token = key.sign_jwt(&claims);
         let exp = claims.exp;
         let jti: Arc<str> = jti.into();
-        if plan.reuse_percent.is_some() {
+        if plan.reuse_percent.is_some() && bound_to.is_none() {
             let kept = Kept {
                 token: access_token.as_str().into(),
                 jti: jti.clone(),
@@ -339,6 +352,7 @@ mod tests {
             exp: 70,
             jti: "j",
             app_only: true,
+            cnf: None,
         };
         let json = serde_json::to_vec(&claims).unwrap();
         let read: AccessTokenClaims = serde_json::from_slice(&json).unwrap();

@@ -280,6 +280,7 @@ async fn disabling_one_client_among(n: usize) {
                 secret_hash: hash.clone(),
                 previous_secret: None,
                 auth_method: tessera_store::AuthMethod::ClientSecretBasic,
+                certificate: None,
                 enabled: true,
                 created_at: now,
                 updated_at: now,

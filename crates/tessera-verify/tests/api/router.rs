@@ -226,3 +226,39 @@ async fn scope_and_user_requirements() {
     let answer = bearer(&app, "/me/quotes", &app_token).await;
     assert_eq!(answer.body["error"], "insufficient_user_authentication");
 }
+
+/// RFC 8705 section 3: a token bound to a certificate passes only with that certificate
+/// in the request (put there by the API's TLS acceptor or from a trusted proxy's header).
+#[tokio::test]
+async fn a_certificate_bound_token_needs_its_certificate() {
+    use tessera_verify::ClientCertificate;
+    let keys = Keys::new();
+    let app = app(static_verifier(&[&keys.ed]));
+    let certificate = ClientCertificate(b"the client's DER certificate".to_vec());
+    let mut bound = claims(ISSUER);
+    bound["cnf"] = json!({"x5t#S256": certificate.thumbprint()});
+    let token = keys.ed.sign(&bound);
+    let with = |presented: Option<ClientCertificate>| {
+        let mut request = get_with("/whoami", Some(&format!("Bearer {token}")));
+        if let Some(presented) = presented {
+            request.extensions_mut().insert(presented);
+        }
+        request
+    };
+    assert_eq!(
+        call(&app, with(Some(certificate.clone()))).await.status,
+        StatusCode::OK
+    );
+    for presented in [
+        None,
+        Some(ClientCertificate(b"another certificate".to_vec())),
+    ] {
+        let answer = call(&app, with(presented)).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+        let challenge = answer.challenge.unwrap();
+        assert!(challenge.contains("invalid_token"), "{challenge}");
+    }
+    // An unbound token needs none.
+    let plain = keys.ed.sign(&claims(ISSUER));
+    assert_eq!(bearer(&app, "/whoami", &plain).await.status, StatusCode::OK);
+}

@@ -10,7 +10,7 @@ use axum::Router;
 use serde::{Deserialize, Serialize};
 use tessera_proto::clock::rfc3339;
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_store::{AuthMethod, Client, IdempotentAnswer, Timestamp};
+use tessera_store::{AuthMethod, CertificateMatch, Client, IdempotentAnswer, Timestamp};
 
 use super::auth::authorize;
 use super::{
@@ -53,7 +53,8 @@ pub(crate) struct ClientView {
     name: String,
     /// Whether it may get tokens.
     enabled: bool,
-    /// `client_secret_basic` or `client_secret_post` (RFC 7591 section 2).
+    /// `client_secret_basic`, `client_secret_post` (RFC 7591 section 2),
+    /// `tls_client_auth` or `self_signed_tls_client_auth` (RFC 8705 section 2).
     token_endpoint_auth_method: String,
     /// Until when the secret replaced by the last rotation still works (RFC 3339).
     previous_secret_valid_until: Option<String>,
@@ -61,9 +62,23 @@ pub(crate) struct ClientView {
     created_at: String,
     /// RFC 3339.
     updated_at: String,
+    /// What its certificate must match (RFC 8705 section 2.1.2), for `tls_client_auth`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_client_auth_subject_dn: Option<String>,
+    /// See `tls_client_auth_subject_dn`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_client_auth_san_dns: Option<String>,
+    /// See `tls_client_auth_subject_dn`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_client_auth_san_uri: Option<String>,
+    /// The keys of a `self_signed_tls_client_auth` client's certificate, a JWK Set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    jwks: Option<serde_json::Value>,
 }
 
-/// A client with its new secret: the only time the secret is shown.
+/// A client with its new secret: the only time the secret is shown. A client that
+/// authenticates with a certificate has none.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub(crate) struct ClientWithSecret {
     client_id: String,
@@ -75,7 +90,8 @@ pub(crate) struct ClientWithSecret {
     created_at: String,
     updated_at: String,
     /// The secret; only its keyed hash is stored.
-    client_secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_secret: Option<String>,
 }
 
 /// A page of clients.
@@ -96,10 +112,53 @@ pub(crate) struct ClientInput {
     #[serde(default)]
     #[schema(max_length = 256)]
     name: String,
-    /// `client_secret_basic` (default) or `client_secret_post`.
+    /// `client_secret_basic` (default), `client_secret_post`, `tls_client_auth` (with one
+    /// of the three `tls_client_auth_*`) or `self_signed_tls_client_auth` (with `jwks`).
     #[serde(default)]
-    #[schema(pattern = "^(client_secret_basic|client_secret_post)$")]
+    #[schema(
+        pattern = "^(client_secret_basic|client_secret_post|tls_client_auth|self_signed_tls_client_auth)$"
+    )]
     token_endpoint_auth_method: Option<String>,
+    /// RFC 8705 section 2.1.2: the certificate's subject DN, RFC 4514 form.
+    #[serde(default)]
+    tls_client_auth_subject_dn: Option<String>,
+    /// A DNS name among the certificate's SANs.
+    #[serde(default)]
+    tls_client_auth_san_dns: Option<String>,
+    /// A URI among the certificate's SANs, e.g. a SPIFFE ID.
+    #[serde(default)]
+    tls_client_auth_san_uri: Option<String>,
+    /// For `self_signed_tls_client_auth`: the certificate's public keys, a JWK Set.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    jwks: Option<serde_json::Value>,
+}
+
+impl ClientInput {
+    /// What the certificate must match: at most one given, as RFC 8705 section 2.1.2 asks.
+    fn certificate(&self) -> Result<Option<CertificateMatch>, Problem> {
+        let mut given = Vec::new();
+        if let Some(v) = &self.tls_client_auth_subject_dn {
+            given.push(CertificateMatch::SubjectDn(v.clone()));
+        }
+        if let Some(v) = &self.tls_client_auth_san_dns {
+            given.push(CertificateMatch::SanDns(v.clone()));
+        }
+        if let Some(v) = &self.tls_client_auth_san_uri {
+            given.push(CertificateMatch::SanUri(v.clone()));
+        }
+        if let Some(v) = &self.jwks {
+            given.push(CertificateMatch::Jwks(v.to_string()));
+        }
+        if given.len() > 1 {
+            return Err(Problem::invalid_field(
+                "tls_client_auth_subject_dn",
+                "give one of tls_client_auth_subject_dn, tls_client_auth_san_dns, \
+                 tls_client_auth_san_uri and jwks",
+            ));
+        }
+        Ok(given.pop())
+    }
 }
 
 /// What to change in a client; absent fields stay.
@@ -123,7 +182,27 @@ pub(crate) struct Rotation {
 }
 
 fn view(c: &Client) -> ClientView {
+    let text = |want: fn(&CertificateMatch) -> Option<&String>| {
+        c.certificate.as_ref().and_then(want).cloned()
+    };
     ClientView {
+        tls_client_auth_subject_dn: text(|m| match m {
+            CertificateMatch::SubjectDn(v) => Some(v),
+            _ => None,
+        }),
+        tls_client_auth_san_dns: text(|m| match m {
+            CertificateMatch::SanDns(v) => Some(v),
+            _ => None,
+        }),
+        tls_client_auth_san_uri: text(|m| match m {
+            CertificateMatch::SanUri(v) => Some(v),
+            _ => None,
+        }),
+        jwks: text(|m| match m {
+            CertificateMatch::Jwks(v) => Some(v),
+            _ => None,
+        })
+        .and_then(|v| serde_json::from_str(&v).ok()),
         client_id: c.id.to_string(),
         plan: c.plan.clone(),
         name: c.label.clone(),
@@ -135,7 +214,7 @@ fn view(c: &Client) -> ClientView {
     }
 }
 
-fn with_secret(c: &Client, secret: &ClientSecret) -> ClientWithSecret {
+fn with_secret(c: &Client, secret: Option<&ClientSecret>) -> ClientWithSecret {
     let v = view(c);
     ClientWithSecret {
         client_id: v.client_id,
@@ -146,7 +225,7 @@ fn with_secret(c: &Client, secret: &ClientSecret) -> ClientWithSecret {
         previous_secret_valid_until: v.previous_secret_valid_until,
         created_at: v.created_at,
         updated_at: v.updated_at,
-        client_secret: secret.expose().to_owned(),
+        client_secret: secret.map(|s| s.expose().to_owned()),
     }
 }
 
@@ -253,10 +332,12 @@ pub(crate) async fn create_client(
             Some(name) => AuthMethod::parse(name).ok_or_else(|| {
                 Problem::invalid_field(
                     "token_endpoint_auth_method",
-                    "use client_secret_basic or client_secret_post",
+                    "use client_secret_basic, client_secret_post, tls_client_auth or \
+                     self_signed_tls_client_auth",
                 )
             })?,
         };
+        let certificate = input.certificate()?;
         let fingerprint = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes)
             .as_ref()
             .to_vec();
@@ -269,11 +350,33 @@ pub(crate) async fn create_client(
                 return replay(&state, &first, &fingerprint);
             }
         }
-        let (client, secret) =
-            state
-                .admin()
-                .new_client(state.secrets(), &input.plan, &input.name, method);
-        let answer = with_secret(&client, &secret);
+        let (client, secret) = match certificate {
+            Some(certificate) => (
+                state.admin().new_certificate_client(
+                    state.secrets(),
+                    &input.plan,
+                    &input.name,
+                    method,
+                    certificate,
+                )?,
+                None,
+            ),
+            None if method.is_mtls() => {
+                return Err(Problem::invalid_field(
+                    "token_endpoint_auth_method",
+                    "tls_client_auth needs a tls_client_auth_* field; \
+                     self_signed_tls_client_auth needs jwks",
+                ))
+            }
+            None => {
+                let (client, secret) =
+                    state
+                        .admin()
+                        .new_client(state.secrets(), &input.plan, &input.name, method);
+                (client, Some(secret))
+            }
+        };
+        let answer = with_secret(&client, secret.as_ref());
         let remembered = key.map(|key| IdempotentAnswer {
             owner: caller.client_id.clone(),
             key,
@@ -523,7 +626,7 @@ pub(crate) async fn rotate_secret(
         );
         Ok(json(
             StatusCode::OK,
-            &with_secret(&client, &secret),
+            &with_secret(&client, Some(&secret)),
             Some(&etag(&client)),
         ))
     })
