@@ -468,6 +468,21 @@ async fn clients_authenticate_with_certificates_and_get_bound_tokens() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(claims(&body)["cnf"]["x5t#S256"], thumbprint(&own_cert));
 
+    // The client kit presents the certificate the same way.
+    let kit = tessera_client::TokenClient::builder()
+        .environment(tessera_client::Environment::Custom(base.parse().unwrap()))
+        .client_id(tessera_proto::ClientId::parse(&id).unwrap())
+        .scopes(tessera_proto::ScopeSet::parse("news-api").unwrap())
+        .root_certificate(server_pair.0.as_bytes())
+        .unwrap()
+        .client_certificate(format!("{cert}{key}").as_bytes())
+        .unwrap()
+        .build()
+        .unwrap();
+    let answer = kit.request_token().await.unwrap();
+    let bound = claims(&serde_json::json!({"access_token": answer.access_token}));
+    assert_eq!(bound["cnf"]["x5t#S256"], thumbprint(&cert));
+
     // Refused with invalid_client: another CA, an expired certificate, another SAN, no
     // certificate, another client's id, a self-signed one for the CA method.
     let other_ca = Pki::new("Evil CA");

@@ -29,8 +29,9 @@ pub struct TokenClient {
     http: reqwest::Client,
     endpoint: Url,
     key: CacheKey,
-    /// `Basic` credentials, form-encoded first (RFC 6749 section 2.3.1), marked sensitive.
-    authorization: HeaderValue,
+    /// `Basic` credentials, form-encoded first (RFC 6749 section 2.3.1), marked sensitive;
+    /// none when the client authenticates with its certificate (RFC 8705).
+    authorization: Option<HeaderValue>,
     /// The form body, the same on every request.
     body: String,
     retry: RetryPolicy,
@@ -123,10 +124,11 @@ impl TokenClient {
 
     /// One token request (RFC 6749 section 4.4.2) and what to make of its answer.
     async fn request(&self, attempt: u32) -> Outcome {
-        let sent = self
-            .http
-            .post(self.endpoint.clone())
-            .header(AUTHORIZATION, self.authorization.clone())
+        let mut request = self.http.post(self.endpoint.clone());
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        let sent = request
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(ACCEPT, "application/json")
             .body(self.body.clone())
@@ -252,6 +254,8 @@ pub struct TokenClientBuilder {
     urls: BaseUrls,
     client_id: Option<ClientId>,
     client_secret: Option<ClientSecret>,
+    identity: Option<reqwest::Identity>,
+    roots: Vec<reqwest::Certificate>,
     scopes: Option<ScopeSet>,
     timeout: Duration,
     connect_timeout: Duration,
@@ -267,6 +271,8 @@ impl Default for TokenClientBuilder {
             urls: BaseUrls::default(),
             client_id: None,
             client_secret: None,
+            identity: None,
+            roots: Vec::new(),
             scopes: None,
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
@@ -317,6 +323,23 @@ impl TokenClientBuilder {
         self
     }
 
+    /// Authenticate with a client certificate instead of a secret (RFC 8705 section 2:
+    /// `tls_client_auth` or `self_signed_tls_client_auth`): `pem` holds the certificate
+    /// (chain) and its private key. The tokens are then bound to the certificate, so the
+    /// APIs must see it too.
+    pub fn client_certificate(mut self, pem: &[u8]) -> Result<Self, BuildError> {
+        self.identity = Some(reqwest::Identity::from_pem(pem).map_err(BuildError::Http)?);
+        Ok(self)
+    }
+
+    /// Also trust the CA certificate(s) in `pem` for the token endpoint: a private CA, or
+    /// a server's own self-signed certificate (`tessera serve --demo --tls`).
+    pub fn root_certificate(mut self, pem: &[u8]) -> Result<Self, BuildError> {
+        let certificates = reqwest::Certificate::from_pem_bundle(pem).map_err(BuildError::Http)?;
+        self.roots.extend(certificates);
+        Ok(self)
+    }
+
     /// The scopes to request; at least one.
     pub fn scopes(mut self, scopes: ScopeSet) -> Self {
         self.scopes = Some(scopes);
@@ -365,38 +388,51 @@ impl TokenClientBuilder {
     ) -> Result<TokenClient, BuildError> {
         let environment = self.environment.ok_or(BuildError::Missing("environment"))?;
         let client_id = self.client_id.ok_or(BuildError::Missing("client_id"))?;
-        let client_secret = self
-            .client_secret
-            .ok_or(BuildError::Missing("client_secret"))?;
+        if self.client_secret.is_none() && self.identity.is_none() {
+            return Err(BuildError::Missing("client_secret"));
+        }
         let scopes = self
             .scopes
             .filter(|s| !s.is_empty())
             .ok_or(BuildError::Missing("scopes"))?;
         let endpoint = self.urls.token_endpoint(&environment, lookup)?;
 
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .redirect(redirect::Policy::none())
             .timeout(self.timeout)
             .connect_timeout(self.connect_timeout)
-            .user_agent(concat!("tessera-client/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(BuildError::Http)?;
+            .user_agent(concat!("tessera-client/", env!("CARGO_PKG_VERSION")));
+        if let Some(identity) = self.identity {
+            http = http.identity(identity);
+        }
+        for root in self.roots {
+            http = http.add_root_certificate(root);
+        }
+        let http = http.build().map_err(BuildError::Http)?;
 
-        let credentials = BasicCredentials {
-            client_id: client_id.clone(),
-            client_secret,
-        };
-        // Base64 after "Basic " holds only visible ASCII, always a valid header value.
-        let mut authorization = HeaderValue::from_str(&credentials.to_header())
-            .expect("a Basic header is visible ASCII");
-        authorization.set_sensitive(true);
+        let authorization = self.client_secret.map(|client_secret| {
+            let credentials = BasicCredentials {
+                client_id: client_id.clone(),
+                client_secret,
+            };
+            // Base64 after "Basic " holds only visible ASCII, always a valid header value.
+            let mut authorization = HeaderValue::from_str(&credentials.to_header())
+                .expect("a Basic header is visible ASCII");
+            authorization.set_sensitive(true);
+            authorization
+        });
         // RFC 6749 section 4.4.2; the scopes are joined with %20, as the seed shows.
         let scope = scopes
             .iter()
             .map(|s| form::encode_component(s.as_str()))
             .collect::<Vec<_>>()
             .join("%20");
-        let body = format!("grant_type=client_credentials&scope={scope}");
+        let mut body = format!("grant_type=client_credentials&scope={scope}");
+        if authorization.is_none() {
+            // RFC 8705 section 2: with a certificate, the client names itself in the body.
+            body.push_str("&client_id=");
+            body.push_str(&form::encode_component(client_id.as_str()));
+        }
 
         let key = CacheKey {
             environment,
@@ -443,10 +479,10 @@ mod tests {
             client.body,
             "grant_type=client_credentials&scope=market-data-api%20news-api"
         );
-        let header = client.authorization.to_str().unwrap();
+        let header = client.authorization.as_ref().unwrap().to_str().unwrap();
         let creds = BasicCredentials::from_header(header).unwrap();
         assert_eq!(creds.client_secret.expose(), "hunter2");
-        assert!(client.authorization.is_sensitive());
+        assert!(client.authorization.as_ref().unwrap().is_sensitive());
         assert_eq!(client.key().environment, Environment::Staging);
     }
 
@@ -482,7 +518,13 @@ mod tests {
         assert!(!printed.contains("hunter2"), "{printed}");
         assert!(!printed.contains("eyJ.token.sig"), "{printed}");
         assert!(printed.contains("[redacted]"));
-        let b64 = client.authorization.to_str().unwrap().to_owned();
+        let b64 = client
+            .authorization
+            .as_ref()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
         assert!(!printed.contains(&b64[6..]), "{printed}");
     }
 
