@@ -65,9 +65,14 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TESSERA_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// PEM: the CA(s) whose certificates `tls_client_auth` clients present (RFC 8705); with
-    /// it the handshake asks for (never requires) a client certificate.
-    #[arg(long, env = "TESSERA_CLIENT_CA", requires = "tls_cert")]
+    /// TLS the handshake asks for (never requires) a client certificate.
+    #[arg(long, env = "TESSERA_CLIENT_CA")]
     client_ca: Option<PathBuf>,
+    /// Behind a TLS-terminating proxy: the header in which it passes the client
+    /// certificate on (URL-escaped PEM, as nginx's $ssl_client_escaped_cert), believed only
+    /// from --trusted-proxy addresses.
+    #[arg(long, env = "TESSERA_CLIENT_CERT_HEADER", requires = "trusted_proxies")]
+    client_cert_header: Option<String>,
     /// With --demo: serve HTTPS with a self-signed certificate for localhost, generated
     /// beside the database, and print the curl --cacert line.
     #[arg(long, requires = "demo", conflicts_with = "tls_cert")]
@@ -105,6 +110,12 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
         )),
         None => None,
     };
+    if args.client_ca.is_some() && tls.is_none() && args.client_cert_header.is_none() {
+        anyhow::bail!(
+            "--client-ca needs TLS here (--tls-cert, --tls-key) or a proxy that passes the \
+             certificate on (--client-cert-header with --trusted-proxy)"
+        );
+    }
     if args.listen_http.is_some() && tls.is_none() {
         anyhow::bail!(
             "--listen-http is for health checks beside HTTPS: give --tls-cert and --tls-key"
@@ -141,6 +152,18 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     };
     config.metrics_on_main_listener = metrics_listener.is_none();
     config.tls = tls.clone();
+    if let Some(name) = &args.client_cert_header {
+        config.client_cert_header = Some(
+            name.parse()
+                .with_context(|| format!("--client-cert-header {name:?} is no header name"))?,
+        );
+        if tls.is_none() {
+            if let Some(path) = &args.client_ca {
+                config.client_ca =
+                    Some(tessera_server::tls::client_ca(path).context("cannot read --client-ca")?);
+            }
+        }
+    }
     let health_listener = match args.listen_http {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)

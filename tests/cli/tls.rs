@@ -522,3 +522,90 @@ async fn clients_authenticate_with_certificates_and_get_bound_tokens() {
         );
     }
 }
+
+/// Behind a TLS-terminating proxy the certificate comes in the proxy's header, believed only
+/// from a trusted proxy.
+#[tokio::test]
+async fn a_trusted_proxy_passes_the_client_certificate_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = Pki::new("Acme Clients CA");
+    std::fs::write(d.join("ca.pem"), pki.ca.pem()).unwrap();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let uri = "spiffe://example.org/ns/prod/sa/billing";
+    let created = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "tls_client_auth",
+            "--tls-san-uri",
+            uri,
+            "--json",
+        ],
+    );
+    let created: serde_json::Value = serde_json::from_str(created.trim()).unwrap();
+    let id = created["client_id"].as_str().unwrap().to_owned();
+    let (cert, _, _) = pki.client(uri, false, false);
+    // nginx's $ssl_client_escaped_cert: the PEM, URL-escaped.
+    let escaped: String = cert
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let ask = |base: String, header: Option<String>| {
+        let id = id.clone();
+        async move {
+            let mut request = reqwest::Client::new()
+                .post(format!("{base}/connect/token"))
+                .form(&[
+                    ("grant_type", "client_credentials"),
+                    ("scope", "news-api"),
+                    ("client_id", &id),
+                ]);
+            if let Some(value) = header {
+                request = request.header("x-client-cert", value);
+            }
+            let answer = request.send().await.unwrap();
+            (
+                answer.status().as_u16(),
+                answer.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let proxy_args = |proxy: &'static str| {
+        vec![
+            "--client-ca",
+            "ca.pem",
+            "--client-cert-header",
+            "X-Client-Cert",
+            "--trusted-proxy",
+            proxy,
+        ]
+    };
+    let behind = Server::start(d, &proxy_args("127.0.0.1"));
+    let (status, body) = ask(behind.base.clone(), Some(escaped.clone())).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(claims(&body)["cnf"]["x5t#S256"], thumbprint(&cert));
+    let (status, _) = ask(behind.base.clone(), None).await;
+    assert_eq!(status, 401);
+    drop(behind);
+    // The same header from an address that is not a trusted proxy is ignored.
+    let exposed = Server::start(d, &proxy_args("10.9.9.9"));
+    let (status, body) = ask(exposed.base.clone(), Some(escaped)).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("invalid_client"))
+    );
+    // Without TLS and without a proxy header there is no way for a certificate to arrive.
+    let err = super::fails(
+        d,
+        &["serve", "--listen", "127.0.0.1:0", "--client-ca", "ca.pem"],
+    );
+    assert!(err.contains("--client-ca needs TLS"), "{err}");
+}

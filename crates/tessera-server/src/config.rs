@@ -73,6 +73,12 @@ pub struct Config {
     pub clock: Clock,
     /// HTTPS on the listener (`serve --tls-cert --tls-key`); `None` is plain HTTP.
     pub tls: Option<std::sync::Arc<crate::tls::Tls>>,
+    /// Behind a TLS-terminating proxy: the header in which a trusted proxy passes the
+    /// client certificate on (URL-escaped PEM), and the CA that `tls_client_auth` chains
+    /// must lead to (RFC 8705). Read only from `trusted_proxies`.
+    pub client_cert_header: Option<axum::http::HeaderName>,
+    /// The client CA when TLS is not served here (with TLS it is the [`Self::tls`] one).
+    pub client_ca: Option<std::sync::Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 }
 
 impl Config {
@@ -109,6 +115,8 @@ impl Config {
             trusted_proxies: Vec::new(),
             clock: Clock::system(),
             tls: None,
+            client_cert_header: None,
+            client_ca: None,
         }
     }
 }

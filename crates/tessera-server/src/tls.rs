@@ -145,6 +145,37 @@ fn stamp(files: &TlsFiles) -> Option<[(SystemTime, u64); 3]> {
 
 type Loaded = (ServerConfig, Option<Arc<dyn ClientCertVerifier>>);
 
+/// The verifier of `tls_client_auth` chains against the CA(s) in `path` (PEM).
+pub fn client_ca(path: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    client_ca_verifier(
+        path,
+        Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
+    )
+}
+
+fn client_ca_verifier(
+    path: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let file_error = |why: String| TlsError::File {
+        path: path.to_owned(),
+        why,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| file_error(e.to_string()))? {
+        let cert = cert.map_err(|e| file_error(e.to_string()))?;
+        roots
+            .add(cert)
+            .map_err(|e| file_error(format!("not a CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(file_error("no CERTIFICATE in it".into()));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| file_error(e.to_string()))
+}
+
 fn server_config(files: &TlsFiles) -> Result<Loaded, TlsError> {
     let file_error = |path: &Path, why: String| TlsError::File {
         path: path.to_owned(),
@@ -165,24 +196,7 @@ fn server_config(files: &TlsFiles) -> Result<Loaded, TlsError> {
     let (builder, client_ca) = match &files.client_ca {
         None => (builder.with_no_client_auth(), None),
         Some(path) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in
-                CertificateDer::pem_file_iter(path).map_err(|e| file_error(path, e.to_string()))?
-            {
-                let cert = cert.map_err(|e| file_error(path, e.to_string()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| file_error(path, format!("not a CA certificate: {e}")))?;
-            }
-            if roots.is_empty() {
-                return Err(file_error(path, "no CERTIFICATE in it".into()));
-            }
-            let ca = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider.clone(),
-            )
-            .build()
-            .map_err(|e| file_error(path, e.to_string()))?;
+            let ca = client_ca_verifier(path, provider.clone())?;
             let offered = OfferedCertificate::new(provider, ca.root_hint_subjects().to_vec());
             (
                 builder.with_client_cert_verifier(Arc::new(offered)),

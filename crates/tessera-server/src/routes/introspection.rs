@@ -112,7 +112,7 @@ impl TokenRequestOfClient {
             client_ip(state, parts),
             id.as_ref(),
             secret.as_ref(),
-            parts.extensions.get::<crate::mtls::PeerCertificate>(),
+            crate::routes::peer_certificate(state, parts).as_ref(),
         )
         .await;
         let plan = authenticated.plan?;

@@ -131,6 +131,39 @@ pub(crate) fn client_ip(state: &AppState, parts: &Parts) -> Option<IpAddr> {
     Some(peer)
 }
 
+/// The client certificate of the request (RFC 8705): the TLS connection's, or, from a
+/// trusted proxy only, the one in its `--client-cert-header`. From anyone else that header
+/// is ignored: it would let a caller claim any certificate.
+pub(crate) fn peer_certificate(
+    state: &AppState,
+    parts: &Parts,
+) -> Option<crate::mtls::PeerCertificate> {
+    if let Some(certificate) = parts.extensions.get::<crate::mtls::PeerCertificate>() {
+        return Some(certificate.clone());
+    }
+    let name = state.config().client_cert_header.as_ref()?;
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| canonical(addr.ip()))?;
+    let trusted = state
+        .config()
+        .trusted_proxies
+        .iter()
+        .any(|proxy| canonical(*proxy) == peer);
+    if !trusted {
+        return None;
+    }
+    let mut values = parts.headers.get_all(name).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let der = tessera_verify::ClientCertificate::from_header(value.to_str().ok()?)?;
+    Some(crate::mtls::PeerCertificate(
+        vec![rustls::pki_types::CertificateDer::from(der.0)].into(),
+    ))
+}
+
 /// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).
 /// OAuth parameters in the query string are refused (RFC 6749 2.3.1 and 3.2).
 pub(crate) fn read_form(
@@ -222,7 +255,10 @@ pub(crate) async fn authenticate_client(
             }
         }
     };
-    let client_ca = state.config().tls.as_ref().and_then(|tls| tls.client_ca());
+    let client_ca = match &state.config().tls {
+        Some(tls) => tls.client_ca(),
+        None => state.config().client_ca.clone(),
+    };
     let client_ca = client_ca.as_deref();
     let clients = state.live().clients();
     let now = state.clock().now();

@@ -199,7 +199,7 @@ impl Attempt {
             source,
             request.client_id.as_ref(),
             request.client_secret.as_ref(),
-            parts.extensions.get::<crate::mtls::PeerCertificate>(),
+            crate::routes::peer_certificate(state, parts).as_ref(),
         )
         .await;
         self.client_id = caller.presented_id;
