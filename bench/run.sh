@@ -3,7 +3,7 @@
 # one core, issuing EdDSA JWT access tokens over keep-alive HTTP/1.1.
 #
 #   bench/run.sh [--duration S] [--warmup S] [--connections C] [--clients "10 100000"]
-#                [--no-node] [--profile] [--smoke]
+#                [--no-node] [--profile] [--smoke] [--tls]
 #
 # For each client count N, on a fresh temporary database: creates a plan and N clients,
 # starts the server on core 0 (taskset -c 0), waits for it, warms up, then runs wrk on core 1
@@ -16,6 +16,11 @@
 #            `perf report --no-children --sort symbol`.
 # --smoke:   1 s runs, N=10 only, node only if node and npm are installed; exits 0 when every
 #            answer was 2xx. Cheap enough for CI.
+# --tls:     also, at the first N, Tessera over HTTPS (a self-signed P-256 certificate, default
+#            log): keep-alive HTTP/1.1 (tls-ka), a new connection and TLS handshake per request
+#            (tls-new, Connection: close; resumption by session ticket where wrk's OpenSSL
+#            offers it), and HTTP/2 through h2load with one client's credentials (tls-h2,
+#            installs nghttp2-client when missing).
 #
 # Honours CARGO_TARGET_DIR. Results and the perf report go to bench/out/ (BENCH_OUT).
 # Every process it starts is stopped on exit. All traffic stays on 127.0.0.1.
@@ -32,6 +37,7 @@ client_counts="10 100000"
 with_node=1
 profile=0
 smoke=0
+tls=0
 
 usage() {
 	sed -n '2,/^$/s/^# \{0,1\}//p' "$0"
@@ -47,6 +53,7 @@ while [ $# -gt 0 ]; do
 	--no-node) with_node=0; shift ;;
 	--profile) profile=1; shift ;;
 	--smoke) smoke=1; shift ;;
+	--tls) tls=1; shift ;;
 	-h | --help) usage 0 ;;
 	*) echo "unknown argument: $1" >&2; usage 2 ;;
 	esac
@@ -111,6 +118,14 @@ command -v wrk >/dev/null || { log "installing wrk"; apt_install wrk; }
 command -v jq >/dev/null || { log "installing jq"; apt_install jq; }
 command -v curl >/dev/null || { log "installing curl"; apt_install curl; }
 command -v taskset >/dev/null || { log "installing util-linux"; apt_install util-linux; }
+if [ "$tls" = 1 ] && ! command -v h2load >/dev/null; then
+	log "installing nghttp2-client (h2load)"
+	apt_install nghttp2-client
+fi
+if [ "$tls" = 1 ] && ! command -v openssl >/dev/null; then
+	log "installing openssl"
+	apt_install openssl
+fi
 if [ "$profile" = 1 ] && ! command -v perf >/dev/null; then
 	log "installing linux-perf"
 	apt_install linux-perf
@@ -174,14 +189,14 @@ run_load() {
 	local name=$1 n=$2 mode=$3 pid=$4 url=$5 auth=$6
 	local raw="$out/wrk-$name-$n-$mode.txt"
 	if [ "$warmup" -gt 0 ]; then
-		BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d"${warmup}s" --timeout 5s \
+		BENCH_CLOSE=${BENCH_CLOSE:-0} BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d"${warmup}s" --timeout 5s \
 			-s bench/token.lua "$url" >/dev/null
 	fi
 	local t0 t1 c0 c1 g0 g1
 	t0=$(cpu_ticks "$pid")
 	read -r c0 ct0 < <(core_ticks 0)
 	read -r g0 gt0 < <(core_ticks 1)
-	BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d"${duration}s" --timeout 5s \
+	BENCH_CLOSE=${BENCH_CLOSE:-0} BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d"${duration}s" --timeout 5s \
 		--latency -s bench/token.lua "$url" >"$raw"
 	t1=$(cpu_ticks "$pid")
 	read -r c1 ct1 < <(core_ticks 0)
@@ -225,20 +240,21 @@ run_load() {
 
 # --- the servers -------------------------------------------------------------------------
 
-# start_tessera DB LOGMODE: starts the server, sets server_pid and server_url.
+# start_tessera DB LOGMODE [SERVE ARGS...]: starts the server, sets server_pid and server_url.
 start_tessera() {
 	local db=$1 mode=$2
+	shift 2
 	local stdout="$work/tessera-$mode.out" env=()
 	[ "$mode" = warn ] && env=(RUST_LOG=warn)
 	env "${env[@]}" TESSERA_DATABASE_URL="sqlite://$db" taskset -c 0 "$tessera" serve \
-		--listen 127.0.0.1:0 >"$stdout" 2>"$work/tessera-$mode.err" &
+		--listen 127.0.0.1:0 "$@" >"$stdout" 2>"$work/tessera-$mode.err" &
 	server_pid=$!
 	pids+=("$server_pid")
 	wait_for "$server_pid" "grep -q '^tessera listening on ' '$stdout'" 30 ||
 		{ echo "tessera did not start; see $work/tessera-$mode.err" >&2; cat "$work/tessera-$mode.err" >&2; exit 1; }
 	local base
 	base=$(sed -n 's/^tessera listening on //p' "$stdout" | head -n1)
-	wait_for "$server_pid" "curl -fsS '$base/readyz'" 30 ||
+	wait_for "$server_pid" "curl -fsS ${CURL_TLS:-} '$base/readyz'" 30 ||
 		{ echo "tessera not ready" >&2; exit 1; }
 	server_url="$base/connect/token"
 }
@@ -266,7 +282,7 @@ stop_server() {
 # One token request with the first client; prints the JWT header, fails on non-200.
 check_token() {
 	local url=$1 auth=$2 token
-	token=$(curl -fsS -H "Authorization: $(head -n1 "$auth")" \
+	token=$(curl -fsS ${CURL_TLS:-} -H "Authorization: $(head -n1 "$auth")" \
 		-d grant_type=client_credentials -d scope=market-data-api "$url" | jq -r .access_token)
 	local head=${token%%.*}
 	head=$(tr '_-' '/+' <<<"$head")
@@ -337,6 +353,42 @@ for n in $client_counts; do
 		stop_server
 	fi
 done
+
+if [ "$tls" = 1 ]; then
+	n=${client_counts%% *}
+	db="$work/tessera-$n.db"
+	auth="$work/auth-$n.txt"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+		-addext "subjectAltName=IP:127.0.0.1" -keyout "$work/tls.key" -out "$work/tls.pem" 2>/dev/null
+	export CURL_TLS="--cacert $work/tls.pem"
+	log "N=$n: tessera over TLS, keep-alive and a new connection per request"
+	start_tessera "$db" tls --tls-cert "$work/tls.pem" --tls-key "$work/tls.key"
+	check_token "$server_url" "$auth"
+	run_load tessera "$n" tls-ka "$server_pid" "$server_url" "$auth"
+	BENCH_CLOSE=1 run_load tessera "$n" tls-new "$server_pid" "$server_url" "$auth"
+	log "N=$n: tessera over TLS, HTTP/2 (h2load, one client)"
+	printf 'grant_type=client_credentials&scope=market-data-api' >"$work/h2.body"
+	t0=$(cpu_ticks "$server_pid")
+	taskset -c 1 h2load -D "$duration" --warm-up-time "$warmup" -c "$connections" -m 4 \
+		-H "Authorization: $(head -n1 "$auth")" -H "Content-Type: application/x-www-form-urlencoded" \
+		-d "$work/h2.body" "$server_url" >"$out/h2load-$n.txt" 2>&1 || true
+	t1=$(cpu_ticks "$server_pid")
+	awk -v n="$n" -v ticks=$((t1 - t0)) -v hz="$clk_tck" -v secs="$duration" '
+		/^finished in/ { for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) rate = $(i - 1) }
+		/^status codes:/ { ok = $3; bad = $5 + $7 + $9 }
+		/^requests:/ { done = $6; failed = $10; errored = $12 }
+		/^time for request:/ { p50 = $6 }
+		END {
+			verdict = (failed + errored + bad == 0 && done > 0) ? "valid" : "INVALID"
+			cpu = ticks / hz
+			printf "%-8s %7s %-7s %9.0f %8s %8s %9.4f %8.1f %7.0f%% %9s  %s (h2load: mean %s per request)\n",
+				"tessera", n, "tls-h2", rate, "-", "-", done ? cpu / done * 1000 : 0, done ? cpu / done * 1e6 : 0,
+				cpu / secs * 100, "-", verdict, p50
+		}' "$out/h2load-$n.txt" | tee -a "$results"
+	grep -q ' valid' <(tail -n1 "$results") || invalid=1
+	stop_server
+	unset CURL_TLS
+fi
 
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$results"
 

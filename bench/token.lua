@@ -8,6 +8,9 @@
 --   RESULT requests=.. duration_us=.. non2xx=.. socket_errors=.. p50_us=.. p99_us=.. max_us=..
 
 local auth_file = os.getenv("BENCH_AUTH_FILE")
+-- BENCH_CLOSE=1: every request asks for Connection: close, so each one opens a new
+-- connection (and, over TLS, makes a new handshake).
+local close = os.getenv("BENCH_CLOSE") == "1"
 local body = "grant_type=client_credentials&scope=market-data-api"
 
 local reqs = {}
@@ -31,10 +34,14 @@ function init(args)
   for line in f:lines() do
     if line ~= "" then
       count = count + 1
-      reqs[count] = wrk.format("POST", nil, {
+      local headers = {
         ["Content-Type"] = "application/x-www-form-urlencoded",
         ["Authorization"] = line,
-      }, body)
+      }
+      if close then
+        headers["Connection"] = "close"
+      end
+      reqs[count] = wrk.format("POST", nil, headers, body)
     end
   end
   f:close()
