@@ -2,18 +2,28 @@
 //! order management. Each requires its own scope and audience; one order endpoint needs a
 //! user, so an application's token is refused there (seed section 5.3, RFC 9470).
 //!
+//! Tokens bound to a client certificate (RFC 8705 section 3) are accepted only with that
+//! certificate: the extractors look for a [`ClientCertificate`] in the request. Behind a
+//! TLS-terminating proxy (`--client-cert-header NAME --trusted-proxy IP`), it comes from the
+//! proxy's header, believed from that proxy only; an API that terminates TLS itself inserts
+//! the connection's certificate the same way, once per connection (as `tessera serve` does).
+//!
 //! ```sh
 //! cargo run --release --example protected_apis -- --issuer http://127.0.0.1:8080 --listen 127.0.0.1:9090
 //! curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:9090/market-data/v1/quotes
 //! ```
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
+use axum::extract::{ConnectInfo, Request};
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use clap::Parser;
 use serde_json::{json, Value};
-use tessera_verify::{ConfigError, RequiredScope, Scoped, UserToken, Verifier};
+use tessera_verify::{ClientCertificate, ConfigError, RequiredScope, Scoped, UserToken, Verifier};
 
 /// `market-data-api`: quotes.
 #[derive(Debug)]
@@ -90,6 +100,31 @@ pub(crate) fn app(issuer: &str) -> Result<Router, ConfigError> {
     Ok(market.merge(news).merge(oms))
 }
 
+/// Where a trusted proxy puts the client certificate, and who that proxy is.
+#[derive(Debug)]
+struct Proxy {
+    header: axum::http::HeaderName,
+    address: IpAddr,
+}
+
+/// Takes the client certificate from the proxy's header, if the request came from the
+/// proxy; from anyone else the header is ignored (it would let a caller claim any
+/// certificate).
+async fn certificate_from_proxy(proxy: Arc<Proxy>, mut request: Request, next: Next) -> Response {
+    let from_proxy = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .is_some_and(|ConnectInfo(peer)| peer.ip() == proxy.address);
+    let certificate = from_proxy
+        .then(|| request.headers().get(&proxy.header)?.to_str().ok())
+        .flatten()
+        .and_then(ClientCertificate::from_header);
+    if let Some(certificate) = certificate {
+        request.extensions_mut().insert(certificate);
+    }
+    next.run(request).await
+}
+
 #[derive(Debug, Parser)]
 struct Args {
     /// The Tessera issuer whose tokens are accepted.
@@ -98,18 +133,35 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9090")]
     listen: SocketAddr,
+    /// Behind a TLS-terminating proxy: the header with the client certificate (URL-escaped
+    /// PEM), for certificate-bound tokens.
+    #[arg(long, requires = "trusted_proxy")]
+    client_cert_header: Option<axum::http::HeaderName>,
+    /// The proxy whose header is believed.
+    #[arg(long, requires = "client_cert_header")]
+    trusted_proxy: Option<IpAddr>,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let app = app(&args.issuer)?;
+    let mut app = app(&args.issuer)?;
+    if let (Some(header), Some(address)) = (args.client_cert_header, args.trusted_proxy) {
+        let proxy = Arc::new(Proxy { header, address });
+        app = app.layer(axum::middleware::from_fn(move |request, next| {
+            certificate_from_proxy(proxy.clone(), request, next)
+        }));
+    }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     println!(
         "protected APIs on http://{} for issuer {}",
         listener.local_addr()?,
         args.issuer
     );
-    axum::serve(listener, app).await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }

@@ -83,6 +83,10 @@ impl std::fmt::Display for Apis {
 }
 
 async fn apis(issuer: &str) -> Apis {
+    apis_with(issuer, &[]).await
+}
+
+async fn apis_with(issuer: &str, extra: &[&str]) -> Apis {
     use tokio::io::AsyncBufReadExt;
     // target/debug/deps/apis-HASH -> target/debug/examples/protected_apis
     let exe = std::env::current_exe().unwrap();
@@ -94,6 +98,7 @@ async fn apis(issuer: &str) -> Apis {
         .join(format!("protected_apis{}", std::env::consts::EXE_SUFFIX));
     let mut process = tokio::process::Command::new(&program)
         .args(["--issuer", issuer, "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -294,4 +299,103 @@ async fn staging_and_production_are_isolated() {
     assert_eq!(response.status(), 401);
     let body: serde_json::Value = response.json().await.unwrap();
     assert_eq!(body["error"], "invalid_client");
+}
+
+/// RFC 8705 section 3 at the API: a token bound to a client certificate works only with that
+/// certificate, which a trusted TLS-terminating proxy passes on in a header.
+#[tokio::test]
+async fn a_certificate_bound_token_works_only_with_its_certificate() {
+    use tessera_store::CertificateMatch;
+    let dir = tempfile::tempdir().unwrap();
+    // A CA and a client certificate it signs for a SPIFFE ID.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let uri = "spiffe://example.org/ns/prod/sa/trader";
+    let leaf = |uri: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().unwrap())];
+        params.signed_by(&key, &ca, &ca_key).unwrap().pem()
+    };
+    let escape = |pem: &str| -> String {
+        pem.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    let ca_path = dir.path().join("ca.pem");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let app = tessera_testkit::spawn_with(|s| {
+        s.config.client_cert_header = Some("x-client-cert".parse().unwrap());
+        s.config.client_ca = Some(tessera_server::tls::client_ca(&ca_path).unwrap());
+        s.config.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    app.admin()
+        .set_plan("all", "market-data-api", None)
+        .await
+        .unwrap();
+    let client = app
+        .admin()
+        .create_certificate_client(
+            &app.secrets,
+            "all",
+            "trader",
+            AuthMethod::TlsClientAuth,
+            CertificateMatch::SanUri(uri.into()),
+        )
+        .await
+        .unwrap();
+    app.sync().await;
+    let cert = escape(&leaf(uri));
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/connect/token", app.base))
+        .header("x-client-cert", &cert)
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "market-data-api"),
+            ("client_id", client.id.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = answer["access_token"].as_str().expect("a bound token");
+
+    let behind_proxy = apis_with(
+        &app.base,
+        &[
+            "--client-cert-header",
+            "x-client-cert",
+            "--trusted-proxy",
+            "127.0.0.1",
+        ],
+    )
+    .await;
+    let quotes = format!("{behind_proxy}/market-data/v1/quotes");
+    let call = |presented: Option<String>| {
+        let mut request = reqwest::Client::new()
+            .get(quotes.clone())
+            .bearer_auth(token);
+        if let Some(presented) = presented {
+            request = request.header("x-client-cert", presented);
+        }
+        async move { request.send().await.unwrap() }
+    };
+    assert_eq!(call(Some(cert.clone())).await.status(), 200);
+    for presented in [None, Some(escape(&leaf(uri)))] {
+        let refused = call(presented).await;
+        assert_eq!(refused.status(), 401);
+        assert!(challenge(&refused).contains("invalid_token"));
+    }
+    // An API that takes no certificate from anywhere refuses the bound token outright.
+    let direct = apis(&app.base).await;
+    let refused = get(format!("{direct}/market-data/v1/quotes"), Some(token)).await;
+    assert_eq!(refused.status(), 401);
 }
