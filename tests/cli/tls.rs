@@ -406,6 +406,22 @@ async fn clients_authenticate_with_certificates_and_get_bound_tokens() {
     );
     let by_dn: serde_json::Value = serde_json::from_str(by_dn.trim()).unwrap();
     let by_dn = by_dn["client_id"].as_str().unwrap().to_owned();
+    let other_dn = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "tls_client_auth",
+            "--tls-subject-dn",
+            "CN=billing, O=Evil",
+            "--json",
+        ],
+    );
+    let other_dn: serde_json::Value = serde_json::from_str(other_dn.trim()).unwrap();
+    let other_dn = other_dn["client_id"].as_str().unwrap().to_owned();
     // Self-signed: the key registered as a JWK.
     let (own_cert, own_key, own_public) = pki.client(uri, false, true);
     use base64::Engine;
