@@ -798,6 +798,23 @@ async fn keys_are_listed_and_rotated() {
         .unwrap()
         .iter()
         .any(|k| k["kid"] == key["kid"]));
+    // The key in use retires when the new one signs, and leaves the JWK Set a day later.
+    let listed = json_of(
+        call(&app, Method::GET, "/keys", &admin)
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    let listed = listed["keys"].as_array().unwrap();
+    assert_eq!(listed[0]["retires_at"], key["activates_at"]);
+    let retires = app.clock.now() + 300;
+    assert_eq!(
+        listed[0]["unpublished_at"],
+        tessera_proto::clock::rfc3339(retires + 86_400)
+    );
+    assert_eq!(listed[1]["retires_at"], serde_json::Value::Null);
     // An empty body takes the defaults.
     let answer = call(&app, Method::POST, "/keys/rotate", &admin)
         .send()

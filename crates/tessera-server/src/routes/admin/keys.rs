@@ -41,6 +41,11 @@ pub(crate) struct KeyView {
     created_at: String,
     /// From when it signs (RFC 3339).
     activates_at: String,
+    /// When it stops signing: the next key's activation (RFC 3339), if one is scheduled.
+    retires_at: Option<String>,
+    /// When it leaves the JWK Set: a day after it retires, when the last token it signed
+    /// has expired (RFC 3339).
+    unpublished_at: Option<String>,
 }
 
 /// All keys.
@@ -65,8 +70,13 @@ pub(crate) struct KeyRotation {
 /// The status of each key at `now`: the newest active one signs.
 fn views(keys: &[SigningKey], now: Timestamp) -> Vec<KeyView> {
     let signing = keys.iter().rev().find(|k| k.activates_at <= now);
+    let keep = i64::from(crate::admin::MAX_TOKEN_TTL);
     keys.iter()
-        .map(|k| KeyView {
+        .enumerate()
+        .map(|(i, k)| (k, keys.get(i + 1).map(|next| next.activates_at)))
+        .map(|(k, retires)| KeyView {
+            retires_at: retires.map(rfc3339),
+            unpublished_at: retires.map(|t| rfc3339(t + keep)),
             kid: k.kid.clone(),
             alg: k.alg.as_str().to_owned(),
             status: if signing.is_some_and(|s| s.kid == k.kid) {

@@ -322,6 +322,8 @@ pub(super) struct Key {
     pub(super) status: String,
     pub(super) created_at: String,
     pub(super) activates_at: String,
+    pub(super) retires_at: Option<String>,
+    pub(super) unpublished_at: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

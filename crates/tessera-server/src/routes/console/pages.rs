@@ -873,12 +873,14 @@ pub(super) async fn keys(State(console): State<Console>, headers: HeaderMap) -> 
             p.empty { "No keys: the server creates one when it starts." }
         } @else {
             div.table-wrap { table {
-                thead { tr { th scope="col" { "Key id" } th scope="col" { "Algorithm" } th scope="col" { "Status" } th scope="col" { "Created" } th scope="col" { "Signs from" } } }
+                thead { tr { th scope="col" { "Key id" } th scope="col" { "Algorithm" } th scope="col" { "Status" } th scope="col" { "Created" } th scope="col" { "Signs from" } th scope="col" { "Retires" } th scope="col" { "Unpublished" } } }
                 tbody { @for key in keys.keys.iter().rev() {
                     tr {
                         td { code { (key.kid) } } td { (key.alg) }
                         td { span class={"badge " (key.status)} { (key.status) } }
                         td { (time(&key.created_at)) } td { (time(&key.activates_at)) }
+                        td { @match &key.retires_at { Some(t) => (time(t)), None => "—" } }
+                        td { @match &key.unpublished_at { Some(t) => (time(t)), None => "—" } }
                     }
                 } }
             } }
