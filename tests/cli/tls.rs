@@ -518,6 +518,11 @@ async fn clients_authenticate_with_certificates_and_get_bound_tokens() {
             presenting(&server_pair.0, (&elsewhere, &elsewhere_key)),
             &id,
         ),
+        (
+            "another DN",
+            presenting(&server_pair.0, (&cert, &key)),
+            &other_dn,
+        ),
         ("no certificate", trusting(&server_pair.0), &id),
         (
             "self-signed for the CA method",
