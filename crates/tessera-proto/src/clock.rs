@@ -130,6 +130,11 @@ pub fn utc_day(unix: Timestamp) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// `YYYY-MM-DDTHH`: the UTC hour of a Unix time.
+pub fn utc_hour(unix: Timestamp) -> String {
+    format!("{}T{:02}", utc_day(unix), unix.rem_euclid(86_400) / 3600)
+}
+
 /// A Unix time as an RFC 3339 date-time in UTC (section 5.6), e.g. `2026-11-26T05:29:51Z`.
 pub fn rfc3339(unix: Timestamp) -> String {
     let secs = unix.rem_euclid(86_400);

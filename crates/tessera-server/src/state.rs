@@ -173,6 +173,10 @@ impl AppState {
         if let Err(error) = self.store().prune_revoked(now).await {
             tracing::warn!(%error, "forgetting expired revocations failed");
         }
+        let two_days_ago = tessera_proto::clock::utc_hour(now - 2 * 86_400);
+        if let Err(error) = self.store().prune_hourly_usage(&two_days_ago).await {
+            tracing::warn!(%error, "forgetting old hourly usage failed");
+        }
         let remembered_since = now - crate::routes::admin::clients::IDEMPOTENCY_WINDOW;
         if let Err(error) = self
             .store()

@@ -52,6 +52,17 @@ impl UsageCounter {
             }
             return Err(e);
         }
+        // The hourly totals are for the overview chart, written once the counts are kept:
+        // a failure here loses only an hour's bar, never a client's usage.
+        let (issued, refused) = taken.values().fold((0, 0), |(i, r), (issued, refused)| {
+            (i + issued, r + refused)
+        });
+        if let Err(error) = store
+            .add_hourly_usage(&tessera_proto::clock::utc_hour(now), issued, refused)
+            .await
+        {
+            tracing::warn!(%error, "writing the hourly usage failed");
+        }
         Ok(())
     }
 }

@@ -265,6 +265,20 @@ async fn admin_contract(store: &dyn Store) {
     assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
     assert!(store.delete_client(&mtls.id).await.unwrap());
 
+    // Hourly totals add up per hour and are pruned by hour.
+    store.add_hourly_usage("2026-01-01T10", 3, 1).await.unwrap();
+    store.add_hourly_usage("2026-01-01T10", 2, 0).await.unwrap();
+    store.add_hourly_usage("2026-01-01T11", 1, 1).await.unwrap();
+    assert_eq!(
+        store.hourly_usage("2026-01-01T10").await.unwrap(),
+        [
+            ("2026-01-01T10".to_owned(), 5, 1),
+            ("2026-01-01T11".to_owned(), 1, 1)
+        ]
+    );
+    store.prune_hourly_usage("2026-01-01T11").await.unwrap();
+    assert_eq!(store.hourly_usage("").await.unwrap().len(), 1);
+
     // A plan in use stays; an unused one goes.
     assert_eq!(store.delete_plan("a").await.unwrap(), PlanRemoval::InUse);
     assert_eq!(

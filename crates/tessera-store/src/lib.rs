@@ -448,6 +448,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Adds counts to the usage table.
     async fn add_usage(&self, usage: &[Usage]) -> Result<()>;
+    /// Adds the counts of all clients in one UTC hour (`YYYY-MM-DDTHH`).
+    async fn add_hourly_usage(&self, hour: &str, issued: u64, refused: u64) -> Result<()>;
+    /// All clients' counts per UTC hour from `from` on, oldest first: (hour, issued, refused).
+    async fn hourly_usage(&self, from: &str) -> Result<Vec<(String, u64, u64)>>;
+    /// Forgets the hours before `before`.
+    async fn prune_hourly_usage(&self, before: &str) -> Result<()>;
     /// One client's usage, by day.
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>>;
     /// The usage of the clients now on `plan`, summed per day (`client_id` left empty).

@@ -619,6 +619,44 @@ where
         Ok(())
     }
 
+    async fn add_hourly_usage(&self, hour: &str, issued: u64, refused: u64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO usage_hourly (hour, issued, refused) VALUES ($1, $2, $3) \
+             ON CONFLICT (hour) DO UPDATE SET issued = usage_hourly.issued + excluded.issued, \
+             refused = usage_hourly.refused + excluded.refused",
+        )
+        .bind(hour)
+        .bind(issued as i64)
+        .bind(refused as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn hourly_usage(&self, from: &str) -> Result<Vec<(String, u64, u64)>> {
+        sqlx::query("SELECT hour, issued, refused FROM usage_hourly WHERE hour >= $1 ORDER BY hour")
+            .bind(from)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok((
+                    rows::get(row, "hour")?,
+                    rows::get::<_, i64>(row, "issued")? as u64,
+                    rows::get::<_, i64>(row, "refused")? as u64,
+                ))
+            })
+            .collect()
+    }
+
+    async fn prune_hourly_usage(&self, before: &str) -> Result<()> {
+        sqlx::query("DELETE FROM usage_hourly WHERE hour < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
         sqlx::query(
             "SELECT client_id, day, issued, refused FROM usage WHERE client_id = $1 ORDER BY day",

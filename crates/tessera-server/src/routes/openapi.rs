@@ -38,7 +38,7 @@ async fn document() -> impl IntoResponse {
         token, introspect, revoke, jwks, metadata, openid_configuration, healthz, readyz, metrics,
         openapi,
         admin::plans::list_plans, admin::plans::get_plan, admin::plans::put_plan,
-        admin::plans::delete_plan, admin::plans::plan_usage,
+        admin::plans::delete_plan, admin::plans::plan_usage, admin::plans::hourly_usage,
         admin::clients::list_clients, admin::clients::create_client, admin::clients::get_client,
         admin::clients::patch_client, admin::clients::delete_client,
         admin::clients::rotate_secret, admin::clients::client_usage,

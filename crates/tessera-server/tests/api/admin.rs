@@ -622,6 +622,20 @@ async fn clients_are_created_usable_at_once_paged_changed_rotated_and_deleted() 
     )
     .await;
     assert_eq!(plan_usage["days"][0]["issued"], 4);
+    // All clients per hour, for the last day's chart: the admin's token, this client's four
+    // and its one refusal.
+    let hourly = json_of(
+        call(&app, Method::GET, "/usage/hourly", &admin)
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(
+        hourly["hours"],
+        json!([{"hour": tessera_proto::clock::utc_hour(app.clock.now()), "issued": 5, "refused": 1}])
+    );
     let none = json_of(
         call(&app, Method::GET, "/plans/pro/usage?to=2000-01-01", &admin)
             .send()

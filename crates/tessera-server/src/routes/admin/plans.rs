@@ -27,6 +27,50 @@ pub(crate) fn router() -> Router<AppState> {
             get(get_plan).put(put_plan).delete(delete_plan),
         )
         .route("/plans/{name}/usage", get(plan_usage))
+        .route("/usage/hourly", get(hourly_usage))
+}
+
+/// All clients' token requests per UTC hour.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct HourlyUsage {
+    /// The last 24 hours with any request, oldest first.
+    hours: Vec<Hour>,
+}
+
+/// One UTC hour of all clients' requests.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Hour {
+    /// `YYYY-MM-DDTHH`, UTC.
+    hour: String,
+    /// Tokens issued.
+    issued: u64,
+    /// Requests refused after the client was identified.
+    refused: u64,
+}
+
+/// Token requests of all clients per UTC hour, over the last 24 hours (written with the
+/// usage counts, every 30 s).
+#[utoipa::path(get, path = "/admin/v1/usage/hourly", tag = "plans",
+    responses((status = 200, description = "Issued and refused per hour", body = HourlyUsage), ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn hourly_usage(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let from = tessera_proto::clock::utc_hour(state.clock().now() - 23 * 3600);
+        let hours = state
+            .store()
+            .hourly_usage(&from)
+            .await?
+            .into_iter()
+            .map(|(hour, issued, refused)| Hour {
+                hour,
+                issued,
+                refused,
+            })
+            .collect();
+        Ok(json(StatusCode::OK, &HourlyUsage { hours }, None))
+    })
+    .await
 }
 
 /// A plan as the admin API shows it.

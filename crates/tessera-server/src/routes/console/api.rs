@@ -307,6 +307,20 @@ pub(super) struct Usage {
     pub(super) days: Vec<UsageDay>,
 }
 
+/// `GET /admin/v1/usage/hourly`.
+#[derive(Debug, Deserialize)]
+pub(super) struct HourlyUsage {
+    pub(super) hours: Vec<HourOfUsage>,
+}
+
+/// One hour of all clients' requests.
+#[derive(Debug, Deserialize)]
+pub(super) struct HourOfUsage {
+    pub(super) hour: String,
+    pub(super) issued: u64,
+    pub(super) refused: u64,
+}
+
 #[derive(Debug, Deserialize)]
 pub(super) struct UsageDay {
     pub(super) day: String,

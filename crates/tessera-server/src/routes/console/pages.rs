@@ -96,6 +96,17 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
     }
     top.sort_by_key(|t| std::cmp::Reverse(t.1 + t.2));
     top.truncate(5);
+    let hourly: api::HourlyUsage = get_json(&console, &session, "/usage/hourly").await?;
+    let hours = view::last_hours(now, 24);
+    let per_hour: Vec<api::UsageDay> = hourly
+        .hours
+        .into_iter()
+        .map(|h| api::UsageDay {
+            day: h.hour,
+            issued: h.issued,
+            refused: h.refused,
+        })
+        .collect();
     let keys: Keys = get_json(&console, &session, "/keys").await?;
     let signing = keys.keys.iter().find(|k| k.status == "signing");
     let next = keys.keys.iter().find(|k| k.status == "next");
@@ -103,6 +114,8 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
     let body = html! {
         h1 { "Overview" }
         p { (plans.plans.len()) " plans, " (client_count) " clients." }
+        h2 { "Token requests, last 24 hours" }
+        (view::usage_chart_of(&hours, &per_hour, "All clients", view::Unit::Hour))
         h2 { "Token requests, last 30 days" }
         @if total.is_empty() {
             p.empty { "No token requests in the last 30 days. Create a client on the "

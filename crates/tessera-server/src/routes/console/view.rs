@@ -113,6 +113,29 @@ pub(super) fn problem(session: Option<&Session>, title: &str, detail: &str) -> M
 /// as an inline SVG bar chart (refused stacked on issued), with the numbers in a table
 /// for screen readers and for reading off exact values.
 pub(super) fn usage_chart(days: &[String], usage: &[UsageDay], caption: &str) -> Markup {
+    usage_chart_of(days, usage, caption, Unit::Day)
+}
+
+/// What one bar of a usage chart stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unit {
+    /// A UTC day (`YYYY-MM-DD`).
+    Day,
+    /// A UTC hour (`YYYY-MM-DDTHH`).
+    Hour,
+}
+
+/// [`usage_chart`] with bars of `unit`; `days` are the labels of that unit.
+pub(super) fn usage_chart_of(
+    days: &[String],
+    usage: &[UsageDay],
+    caption: &str,
+    unit: Unit,
+) -> Markup {
+    let (units, heading) = match unit {
+        Unit::Day => ("days", "Day (UTC)"),
+        Unit::Hour => ("hours", "Hour (UTC)"),
+    };
     let counts: Vec<(u64, u64)> = days
         .iter()
         .map(|d| {
@@ -131,7 +154,7 @@ pub(super) fn usage_chart(days: &[String], usage: &[UsageDay], caption: &str) ->
     let bar = (slot * 0.7).max(1.0);
     let y = |v: u64| 10.0 + plot_h - plot_h * v as f64 / max as f64;
     let label = format!(
-        "{caption}: {total_issued} tokens issued and {total_refused} requests refused in {} days",
+        "{caption}: {total_issued} tokens issued and {total_refused} requests refused in {} {units}",
         days.len()
     );
     html! {
@@ -157,13 +180,13 @@ pub(super) fn usage_chart(days: &[String], usage: &[UsageDay], caption: &str) ->
                 (caption) ": "
                 span.key-issued { (total_issued) " issued" } ", "
                 span.key-refused { (total_refused) " refused" }
-                " (UTC days)."
+                " (UTC " (units) ")."
             }
             details {
                 summary { "The numbers" }
                 div.table-wrap {
                     table {
-                        thead { tr { th scope="col" { "Day (UTC)" } th scope="col" { "Issued" } th scope="col" { "Refused" } } }
+                        thead { tr { th scope="col" { (heading) } th scope="col" { "Issued" } th scope="col" { "Refused" } } }
                         tbody {
                             @for (day, (issued, refused)) in days.iter().zip(&counts).rev() {
                                 @if issued + refused > 0 {
@@ -179,6 +202,14 @@ pub(super) fn usage_chart(days: &[String], usage: &[UsageDay], caption: &str) ->
 }
 
 /// The last `n` UTC days up to the one of `now`, oldest first.
+/// The last `n` UTC hours up to the one of `now`, oldest first, as `YYYY-MM-DDTHH`.
+pub(super) fn last_hours(now: i64, n: i64) -> Vec<String> {
+    (0..n)
+        .rev()
+        .map(|back| tessera_proto::clock::utc_hour(now - back * 3600))
+        .collect()
+}
+
 pub(super) fn last_days(now: i64, n: i64) -> Vec<String> {
     (0..n)
         .rev()
