@@ -30,6 +30,7 @@ pub mod keys;
 pub mod limits;
 pub mod metrics;
 pub mod mtls;
+pub mod refusals;
 pub mod registry;
 pub mod reuse;
 pub mod routes;

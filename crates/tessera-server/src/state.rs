@@ -39,6 +39,7 @@ struct Inner {
     reuse: ReuseCache,
     in_flight: limits::InFlight,
     admin_guard: AdminGuard,
+    refusals: crate::refusals::Refusals,
 }
 
 impl AppState {
@@ -78,6 +79,7 @@ impl AppState {
                 usage: UsageCounter::default(),
                 reuse: ReuseCache::default(),
                 admin_guard: AdminGuard::default(),
+                refusals: crate::refusals::Refusals::default(),
                 in_flight: limits::InFlight::new(max_in_flight),
             }),
         })
@@ -118,6 +120,11 @@ impl AppState {
     /// Whether the token with this `jti` was revoked.
     pub(crate) fn is_revoked(&self, jti: &str) -> bool {
         self.inner.live.is_revoked(jti)
+    }
+
+    /// Recent refusals of identified clients, in this instance's memory.
+    pub(crate) fn refusals(&self) -> &crate::refusals::Refusals {
+        &self.inner.refusals
     }
 
     pub(crate) fn admin_guard(&self) -> &AdminGuard {

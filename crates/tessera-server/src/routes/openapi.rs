@@ -42,6 +42,7 @@ async fn document() -> impl IntoResponse {
         admin::clients::list_clients, admin::clients::create_client, admin::clients::get_client,
         admin::clients::patch_client, admin::clients::delete_client,
         admin::clients::rotate_secret, admin::clients::client_usage,
+        admin::clients::client_refusals, admin::clients::rate_limited,
         admin::keys::list_keys, admin::keys::rotate_keys,
     ),
     components(schemas(Problem, OAuthError, TokenForm, TokenAnswer, IntrospectionForm,

@@ -164,6 +164,9 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
             state.metrics().refused(plan, error.code());
             if attempt.plan.is_some() {
                 state.usage().count(&attempt.client_id, false);
+                state
+                    .refusals()
+                    .record(&attempt.client_id, error.code(), state.clock().now());
             }
             audit::refused(&subject, error.code());
             error.with_headers(rate_fields).into_response()

@@ -977,3 +977,103 @@ async fn the_openapi_document_says_what_the_server_answers() {
     assert!(paths["/admin/v1/plans/{name}"]["put"]["responses"]["408"].is_object());
     assert!(paths["/openapi.json"]["get"]["responses"]["200"].is_object());
 }
+
+#[tokio::test]
+async fn last_refusals_and_the_clients_being_rate_limited() {
+    let app = spawn_app().await;
+    let (_, admin) = app.admin_token("tessera-admin-read").await;
+    let rate = tessera_store::RateLimit {
+        count: 1,
+        period_secs: 60,
+        burst: 1,
+    };
+    app.admin()
+        .set_plan_with(
+            "metered",
+            "news-api",
+            &tessera_server::admin::PlanSettings {
+                token_rate: tessera_server::admin::Change::Set(rate),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let (id, secret) = app
+        .client_on("metered", tessera_store::AuthMethod::ClientSecretBasic)
+        .await;
+    let (calm, calm_secret) = app.client().await;
+    assert_eq!(
+        app.token(
+            &calm,
+            &calm_secret,
+            "grant_type=client_credentials&scope=oms-api"
+        )
+        .await
+        .status(),
+        400
+    );
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 429);
+
+    let refusals = json_of(
+        call(
+            &app,
+            Method::GET,
+            &format!("/clients/{id}/refusals"),
+            &admin,
+        )
+        .send()
+        .await
+        .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(refusals["refusals"].as_array().unwrap().len(), 1);
+    assert_eq!(refusals["refusals"][0]["error"], "rate_limited");
+    let calm_refusals = json_of(
+        call(
+            &app,
+            Method::GET,
+            &format!("/clients/{calm}/refusals"),
+            &admin,
+        )
+        .send()
+        .await
+        .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(calm_refusals["refusals"][0]["error"], "invalid_scope");
+
+    let limited = json_of(
+        call(&app, Method::GET, "/rate-limited", &admin)
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    let ids: Vec<&str> = limited["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["client_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str()], "only the client the rate refused");
+    // Ten minutes on, it is no longer being limited "now".
+    app.clock.advance(std::time::Duration::from_secs(600));
+    let later = json_of(
+        call(&app, Method::GET, "/rate-limited", &admin)
+            .send()
+            .await
+            .unwrap(),
+        200,
+    )
+    .await;
+    assert_eq!(later["clients"], json!([]));
+    let answer = call(&app, Method::GET, "/rate-limited?within=0", &admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(problem(answer).await.0, 400);
+}

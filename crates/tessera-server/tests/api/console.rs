@@ -350,3 +350,49 @@ async fn no_console_serves_nothing_under_console() {
         StatusCode::NOT_FOUND
     );
 }
+
+/// The overview names the clients being rate-limited now; a client's page lists its last
+/// refusals with their error codes; and the hourly chart counts the last day.
+#[tokio::test]
+async fn refusals_and_the_last_day_are_on_the_pages() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "ops", "tessera-admin-read").await;
+    let rate = tessera_store::RateLimit {
+        count: 1,
+        period_secs: 60,
+        burst: 1,
+    };
+    app.admin()
+        .set_plan_with(
+            "metered",
+            "news-api",
+            &tessera_server::admin::PlanSettings {
+                token_rate: tessera_server::admin::Change::Set(rate),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let (caller, caller_secret) = app
+        .client_on("metered", tessera_store::AuthMethod::ClientSecretBasic)
+        .await;
+    let news = "grant_type=client_credentials&scope=news-api";
+    assert_eq!(app.token(&caller, &caller_secret, news).await.status(), 200);
+    assert_eq!(app.token(&caller, &caller_secret, news).await.status(), 429);
+    app.state.housekeeping().await;
+
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let overview = visitor.get("/console/").await.text().await.unwrap();
+    let limited = overview.split("Rate-limited now").nth(1).unwrap();
+    assert!(limited.contains(caller.as_str()), "{limited}");
+    assert!(overview.contains("last 24 hours"));
+    let page = visitor
+        .get(&format!("/console/clients/{caller}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let refusals = page.split("Last refusals").nth(1).unwrap();
+    assert!(refusals.contains("rate_limited"), "{refusals}");
+}

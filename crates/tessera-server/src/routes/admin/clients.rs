@@ -40,6 +40,113 @@ pub(crate) fn router() -> Router<AppState> {
         )
         .route("/clients/{id}/rotate-secret", post(rotate_secret))
         .route("/clients/{id}/usage", get(client_usage))
+        .route("/clients/{id}/refusals", get(client_refusals))
+        .route("/rate-limited", get(rate_limited))
+}
+
+/// A client's last refusals, as this instance saw them.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RefusalList {
+    /// Newest first, at most ten.
+    refusals: Vec<Refusal>,
+}
+
+/// One refused token request.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Refusal {
+    /// When (RFC 3339).
+    at: String,
+    /// The OAuth error code answered (RFC 6749 section 5.2, `rate_limited`, …).
+    error: String,
+}
+
+/// Clients refused by their plan's rate lately.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RateLimitedList {
+    /// The most recently refused first.
+    clients: Vec<RateLimited>,
+}
+
+/// A client the rate limit refused.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RateLimited {
+    client_id: String,
+    /// Rate-limit refusals within the window (of the last ten refusals kept).
+    refused: usize,
+    /// The last one (RFC 3339).
+    last_at: String,
+}
+
+/// A client's last ten refusals with their error codes, as this instance answered them
+/// (kept in memory; other instances keep their own).
+#[utoipa::path(get, path = "/admin/v1/clients/{id}/refusals", tag = "clients",
+    params(("id" = String, Path, description = "Client id")),
+    responses(
+        (status = 200, description = "Newest first", body = RefusalList),
+        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn client_refusals(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let client = load(&state, &path(id)?).await?;
+        let refusals = state
+            .refusals()
+            .of(client.id.as_str())
+            .into_iter()
+            .map(|(at, code)| Refusal {
+                at: rfc3339(at),
+                error: code.as_str().to_owned(),
+            })
+            .collect();
+        Ok(json(StatusCode::OK, &RefusalList { refusals }, None))
+    })
+    .await
+}
+
+/// The clients this instance refused for their plan's rate within the last `within`
+/// seconds (1 to 86400, default 300).
+#[utoipa::path(get, path = "/admin/v1/rate-limited", tag = "clients",
+    params(("within" = Option<u32>, Query, description = "Seconds back, 1 to 86400 (default 300)",
+            minimum = 1, maximum = 86400)),
+    responses((status = 200, description = "The most recently refused first", body = RateLimitedList), ReadErrors),
+    security(("admin_token" = ["tessera-admin-read"])))]
+pub(crate) async fn rate_limited(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    run(async {
+        authorize(&state, &headers, false).await?;
+        let pairs = query(raw.as_deref())?;
+        let within = match param(&pairs, "within")? {
+            None => 300,
+            Some(n) => n
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=86_400).contains(n))
+                .ok_or_else(|| {
+                    Problem::invalid_parameter("within", "within must be 1 to 86400 seconds")
+                })?,
+        };
+        let since = state.clock().now() - within;
+        let clients = state
+            .refusals()
+            .rate_limited_since(since)
+            .into_iter()
+            .map(|(client_id, refused, last)| RateLimited {
+                client_id,
+                refused,
+                last_at: rfc3339(last),
+            })
+            .collect();
+        Ok(json(StatusCode::OK, &RateLimitedList { clients }, None))
+    })
+    .await
 }
 
 /// A client as the admin API shows it; never its secret.

@@ -307,6 +307,33 @@ pub(super) struct Usage {
     pub(super) days: Vec<UsageDay>,
 }
 
+/// `GET /admin/v1/clients/{id}/refusals`.
+#[derive(Debug, Deserialize)]
+pub(super) struct Refusals {
+    pub(super) refusals: Vec<Refusal>,
+}
+
+/// One refused request.
+#[derive(Debug, Deserialize)]
+pub(super) struct Refusal {
+    pub(super) at: String,
+    pub(super) error: String,
+}
+
+/// `GET /admin/v1/rate-limited`.
+#[derive(Debug, Deserialize)]
+pub(super) struct RateLimitedList {
+    pub(super) clients: Vec<RateLimited>,
+}
+
+/// A client the rate limit refused lately.
+#[derive(Debug, Deserialize)]
+pub(super) struct RateLimited {
+    pub(super) client_id: String,
+    pub(super) refused: usize,
+    pub(super) last_at: String,
+}
+
 /// `GET /admin/v1/usage/hourly`.
 #[derive(Debug, Deserialize)]
 pub(super) struct HourlyUsage {

@@ -97,6 +97,7 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
     top.sort_by_key(|t| std::cmp::Reverse(t.1 + t.2));
     top.truncate(5);
     let hourly: api::HourlyUsage = get_json(&console, &session, "/usage/hourly").await?;
+    let limited: api::RateLimitedList = get_json(&console, &session, "/rate-limited").await?;
     let hours = view::last_hours(now, 24);
     let per_hour: Vec<api::UsageDay> = hourly
         .hours
@@ -138,6 +139,21 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
             @if clients.next_cursor.is_some() {
                 p.note { "Among the first " (TOP_SCAN) " clients by id." }
             }
+        }
+        h2 { "Rate-limited now" }
+        @if limited.clients.is_empty() {
+            p.empty { "No client was refused for its plan's rate in the last 5 minutes." }
+        } @else {
+            div.table-wrap { table {
+                thead { tr { th scope="col" { "Client" } th scope="col" { "Refusals" } th scope="col" { "Last" } } }
+                tbody { @for c in &limited.clients {
+                    tr {
+                        td { a href={"/console/clients/" (seg(&c.client_id))} { (c.client_id) } }
+                        td { (c.refused) } td { (time(&c.last_at)) }
+                    }
+                } }
+            } }
+            p.note { "Refused for their plan's rate in the last 5 minutes, by this instance." }
         }
         h2 { "Signing keys" }
         @match signing {
@@ -684,6 +700,12 @@ pub(super) async fn client(
         &format!("/clients/{}/usage?{}", seg(&id), days_query(&days)),
     )
     .await?;
+    let refusals: api::Refusals = get_json(
+        &console,
+        &session,
+        &format!("/clients/{}/refusals", seg(&id)),
+    )
+    .await?;
     let plans: Plans = get_json(&console, &session, "/plans").await?;
     let base = format!("/console/clients/{}", seg(&client.client_id));
     let body = html! {
@@ -701,6 +723,18 @@ pub(super) async fn client(
         }
         h2 { "Usage, last 30 days" }
         (usage_chart(&days, &usage.days, "This client"))
+        h2 { "Last refusals" }
+        @if refusals.refusals.is_empty() {
+            p.empty { "No refused token request seen by this instance." }
+        } @else {
+            div.table-wrap { table {
+                thead { tr { th scope="col" { "When" } th scope="col" { "Error" } } }
+                tbody { @for refusal in &refusals.refusals {
+                    tr { td { (time(&refusal.at)) } td { code { (refusal.error) } } }
+                } }
+            } }
+            p.note { "The last ten refusals this instance answered." }
+        }
         @if session.write {
             h2 { "Manage" }
             div.actions {
