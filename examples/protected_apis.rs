@@ -16,7 +16,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::ConnectInfo;
+use axum::http::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::get;
@@ -110,7 +111,11 @@ struct Proxy {
 /// Takes the client certificate from the proxy's header, if the request came from the
 /// proxy; from anyone else the header is ignored (it would let a caller claim any
 /// certificate).
-async fn certificate_from_proxy(proxy: Arc<Proxy>, mut request: Request, next: Next) -> Response {
+async fn certificate_from_proxy(
+    proxy: Arc<Proxy>,
+    mut request: axum::extract::Request,
+    next: Next,
+) -> Response {
     let from_proxy = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -140,24 +145,99 @@ struct Args {
     /// The proxy whose header is believed.
     #[arg(long, requires = "client_cert_header")]
     trusted_proxy: Option<IpAddr>,
+    /// Serve HTTPS with this PEM certificate (and --tls-key), asking clients for a
+    /// certificate from --client-ca: bound tokens are then checked against the connection's.
+    #[arg(long, requires_all = ["tls_key", "client_ca"])]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// PEM: the CA of the client certificates asked for (optional for clients).
+    #[arg(long, requires = "tls_cert")]
+    client_ca: Option<std::path::PathBuf>,
+}
+
+/// HTTPS with optional client certificates: each connection's certificate goes into every
+/// request on it as a [`ClientCertificate`], which the extractors compare with a bound
+/// token's `cnf` (RFC 8705 section 3).
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    args: &Args,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.client_ca) else {
+        return Err("--tls-cert, --tls-key and --client-ca go together".into());
+    };
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(ca)? {
+        roots.add(ca?)?;
+    }
+    let clients =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
+            .allow_unauthenticated()
+            .build()?;
+    let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(clients)
+        .with_single_cert(chain, PrivateKeyDer::from_pem_file(key)?)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    loop {
+        let (tcp, peer) = listener.accept().await?;
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let certificate = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|der| ClientCertificate(der.to_vec()));
+            let service =
+                hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let mut request = request.map(axum::body::Body::new);
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    if let Some(certificate) = &certificate {
+                        request.extensions_mut().insert(certificate.clone());
+                    }
+                    tower::ServiceExt::oneshot(app.clone(), request)
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
+        });
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let mut app = app(&args.issuer)?;
-    if let (Some(header), Some(address)) = (args.client_cert_header, args.trusted_proxy) {
+    if let (Some(header), Some(address)) = (args.client_cert_header.clone(), args.trusted_proxy) {
         let proxy = Arc::new(Proxy { header, address });
         app = app.layer(axum::middleware::from_fn(move |request, next| {
             certificate_from_proxy(proxy.clone(), request, next)
         }));
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let scheme = if args.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     println!(
-        "protected APIs on http://{} for issuer {}",
+        "protected APIs on {scheme}://{} for issuer {}",
         listener.local_addr()?,
         args.issuer
     );
+    if args.tls_cert.is_some() {
+        return serve_tls(listener, app, &args).await;
+    }
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

@@ -117,7 +117,9 @@ async fn apis_with(issuer: &str, extra: &[&str]) -> Apis {
     // "protected APIs on http://ADDR for issuer ISSUER"
     let base = first
         .split_whitespace()
-        .find(|word| word.starts_with("http://127.0.0.1:"))
+        .find(|word| {
+            word.starts_with("http://127.0.0.1:") || word.starts_with("https://127.0.0.1:")
+        })
         .unwrap_or_else(|| panic!("no address in {first:?}"))
         .to_owned();
     Apis {
@@ -313,12 +315,15 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let uri = "spiffe://example.org/ns/prod/sa/trader";
-    let leaf = |uri: &str| {
+    let leaf_and_key = |uri: &str| {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().unwrap())];
-        params.signed_by(&key, &ca, &ca_key).unwrap().pem()
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &ca, &ca_key).unwrap().pem();
+        (cert, key.serialize_pem())
     };
+    let leaf = |uri: &str| leaf_and_key(uri).0;
     let escape = |pem: &str| -> String {
         pem.bytes()
             .map(|b| match b {
@@ -351,7 +356,8 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
         .await
         .unwrap();
     app.sync().await;
-    let cert = escape(&leaf(uri));
+    let (pem, pem_key) = leaf_and_key(uri);
+    let cert = escape(&pem);
     let answer: serde_json::Value = reqwest::Client::new()
         .post(format!("{}/connect/token", app.base))
         .header("x-client-cert", &cert)
@@ -398,4 +404,47 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
     let direct = apis(&app.base).await;
     let refused = get(format!("{direct}/market-data/v1/quotes"), Some(token)).await;
     assert_eq!(refused.status(), 401);
+
+    // An API that terminates TLS itself takes the connection's certificate.
+    let server = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let (server_pem, server_key) = (dir.path().join("api.pem"), dir.path().join("api.key"));
+    std::fs::write(&server_pem, server.cert.pem()).unwrap();
+    std::fs::write(&server_key, server.key_pair.serialize_pem()).unwrap();
+    let tls_api = apis_with(
+        &app.base,
+        &[
+            "--tls-cert",
+            server_pem.to_str().unwrap(),
+            "--tls-key",
+            server_key.to_str().unwrap(),
+            "--client-ca",
+            ca_path.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let https = |identity: Option<(&str, &str)>| {
+        let mut builder = reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(server.cert.pem().as_bytes()).unwrap(),
+            );
+        if let Some((cert, key)) = identity {
+            builder = builder
+                .identity(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).unwrap());
+        }
+        builder.build().unwrap()
+    };
+    let quotes = format!("{tls_api}/market-data/v1/quotes");
+    let with_own = https(Some((&pem, &pem_key)))
+        .get(&quotes)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_own.status(), 200);
+    let (other, other_key) = leaf_and_key(uri);
+    for client in [https(Some((&other, &other_key))), https(None)] {
+        let refused = client.get(&quotes).bearer_auth(token).send().await.unwrap();
+        assert_eq!(refused.status(), 401);
+    }
 }
