@@ -5,8 +5,8 @@
 //! Tokens bound to a client certificate (RFC 8705 section 3) are accepted only with that
 //! certificate: the extractors look for a [`ClientCertificate`] in the request. Behind a
 //! TLS-terminating proxy (`--client-cert-header NAME --trusted-proxy IP`), it comes from the
-//! proxy's header, believed from that proxy only; an API that terminates TLS itself inserts
-//! the connection's certificate the same way, once per connection (as `tessera serve` does).
+//! proxy's header, believed from that proxy only; with `--tls-cert --tls-key --client-ca` the
+//! API terminates TLS itself and inserts the connection's certificate into each request on it.
 //!
 //! ```sh
 //! cargo run --release --example protected_apis -- --issuer http://127.0.0.1:8080 --listen 127.0.0.1:9090
