@@ -172,6 +172,13 @@ async fn tokens_over_https_with_http2_and_a_certificate_reload() {
         token_status(&trusting(&first.0), &server.base, &id, &secret).await,
         None
     );
+    // The connection opened before the reload is kept, with the certificate it began with:
+    // `http` trusts only the first one, so a new connection would fail.
+    assert_eq!(
+        token_status(&http, &server.base, &id, &secret).await,
+        Some(200),
+        "the open connection was dropped"
+    );
 
     // And without a signal when the files change (polled every 2 s).
     let third = certificate();
