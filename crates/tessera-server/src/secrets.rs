@@ -109,7 +109,7 @@ pub async fn load_master_key(
             // missing.
             let generate = !path.exists()
                 && store.keys().await?.is_empty()
-                && store.clients().await?.is_empty();
+                && store.clients_page(None, None, 1).await?.is_empty();
             MasterKeySource::File { path, generate }
         }
     };
