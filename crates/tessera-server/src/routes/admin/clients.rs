@@ -150,7 +150,7 @@ pub(crate) async fn rate_limited(
 }
 
 /// A client as the admin API shows it; never its secret.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub(crate) struct ClientView {
     /// The generated client identifier.
     client_id: String,
@@ -188,14 +188,8 @@ pub(crate) struct ClientView {
 /// authenticates with a certificate has none.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub(crate) struct ClientWithSecret {
-    client_id: String,
-    plan: String,
-    name: String,
-    enabled: bool,
-    token_endpoint_auth_method: String,
-    previous_secret_valid_until: Option<String>,
-    created_at: String,
-    updated_at: String,
+    #[serde(flatten)]
+    client: ClientView,
     /// The secret; only its keyed hash is stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     client_secret: Option<String>,
@@ -322,16 +316,8 @@ fn view(c: &Client) -> ClientView {
 }
 
 fn with_secret(c: &Client, secret: Option<&ClientSecret>) -> ClientWithSecret {
-    let v = view(c);
     ClientWithSecret {
-        client_id: v.client_id,
-        plan: v.plan,
-        name: v.name,
-        enabled: v.enabled,
-        token_endpoint_auth_method: v.token_endpoint_auth_method,
-        previous_secret_valid_until: v.previous_secret_valid_until,
-        created_at: v.created_at,
-        updated_at: v.updated_at,
+        client: view(c),
         client_secret: secret.map(|s| s.expose().to_owned()),
     }
 }
@@ -546,7 +532,7 @@ fn replay(
         .map_err(|e| Problem::unavailable(&e))?;
     let answer: ClientWithSecret =
         serde_json::from_slice(&opened).map_err(|e| Problem::unavailable(&e))?;
-    let id = ClientId::parse(&answer.client_id)
+    let id = ClientId::parse(&answer.client.client_id)
         .ok_or_else(|| Problem::unavailable(&"a remembered answer names no client"))?;
     Ok(created(&id, &answer, "", true))
 }
