@@ -14,8 +14,8 @@ use tessera_store::{AuthMethod, CertificateMatch, Client, IdempotentAnswer, Time
 
 use super::auth::authorize;
 use super::{
-    day_range, etag, if_match, in_force, json, param, parse_json, path, query, read_body,
-    read_json, run, UsageView,
+    day_range, etag, if_match, in_force, json, number_param, param, parse_json, path, query,
+    read_body, read_json, run, UsageView,
 };
 use crate::admin::AdminError;
 use crate::audit;
@@ -123,16 +123,7 @@ pub(crate) async fn rate_limited(
     run(async {
         authorize(&state, &headers, false).await?;
         let pairs = query(raw.as_deref())?;
-        let within = match param(&pairs, "within")? {
-            None => 300,
-            Some(n) => n
-                .parse::<i64>()
-                .ok()
-                .filter(|n| (1..=86_400).contains(n))
-                .ok_or_else(|| {
-                    Problem::invalid_parameter("within", "within must be 1 to 86400 seconds")
-                })?,
-        };
+        let within = number_param(&pairs, "within", 300, 1..=86_400)?;
         let since = state.clock().now() - within;
         let clients = state
             .refusals()
@@ -356,16 +347,7 @@ pub(crate) async fn list_clients(
     run(async {
         authorize(&state, &headers, false).await?;
         let pairs = query(raw.as_deref())?;
-        let limit = match param(&pairs, "limit")? {
-            None => 100,
-            Some(n) => n
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=MAX_PAGE).contains(n))
-                .ok_or_else(|| {
-                    Problem::invalid_parameter("limit", "limit must be between 1 and 1000")
-                })?,
-        };
+        let limit = number_param(&pairs, "limit", 100, 1..=MAX_PAGE)?;
         let cursor = match param(&pairs, "cursor")? {
             None => None,
             Some(c) => Some(ClientId::parse(c).ok_or_else(|| {

@@ -187,6 +187,35 @@ pub(crate) fn param<'a>(
     Ok(first)
 }
 
+/// A whole-number query parameter within `range`, `default` when absent.
+pub(crate) fn number_param<T>(
+    pairs: &[(String, String)],
+    name: &str,
+    default: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, Problem>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    match param(pairs, name)? {
+        None => Ok(default),
+        Some(value) => value
+            .parse::<T>()
+            .ok()
+            .filter(|n| range.contains(n))
+            .ok_or_else(|| {
+                Problem::invalid_parameter(
+                    name,
+                    format!(
+                        "{name} must be a whole number from {} to {}",
+                        range.start(),
+                        range.end()
+                    ),
+                )
+            }),
+    }
+}
+
 /// `from` and `to` of a usage query: UTC days, inclusive.
 pub(crate) fn day_range(raw: Option<&str>) -> Result<(Option<String>, Option<String>), Problem> {
     let pairs = query(raw)?;
