@@ -185,17 +185,12 @@ impl Operations for Database<'_> {
     async fn update_client(&self, id: &str, patch: &ClientPatch) -> Result<Client> {
         let updated = self
             .admin()
-            .update_client(id, |c| {
-                if let Some(name) = &patch.name {
-                    c.label.clone_from(name);
-                }
-                if let Some(plan) = &patch.plan {
-                    c.plan.clone_from(plan);
-                }
-                if let Some(enabled) = patch.enabled {
-                    c.enabled = enabled;
-                }
-            })
+            .patch_client(
+                id,
+                patch.name.as_deref(),
+                patch.plan.as_deref(),
+                patch.enabled,
+            )
             .await?;
         Ok(client(updated))
     }

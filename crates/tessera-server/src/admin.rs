@@ -318,6 +318,29 @@ impl<'a> Admin<'a> {
         Ok(client)
     }
 
+    /// Changes a client's name, plan or enabled flag, each only when given: the PATCH of
+    /// the admin API and the CLI's `enable`, `disable` and `set-plan`.
+    pub async fn patch_client(
+        &self,
+        id: &str,
+        name: Option<&str>,
+        plan: Option<&str>,
+        enabled: Option<bool>,
+    ) -> Result<Client, AdminError> {
+        self.update_client(id, |c| {
+            if let Some(name) = name {
+                name.clone_into(&mut c.label);
+            }
+            if let Some(plan) = plan {
+                plan.clone_into(&mut c.plan);
+            }
+            if let Some(enabled) = enabled {
+                c.enabled = enabled;
+            }
+        })
+        .await
+    }
+
     /// Gives a client a new secret. The old one keeps working for `grace_secs`, so callers can
     /// switch without downtime.
     pub async fn rotate_secret(

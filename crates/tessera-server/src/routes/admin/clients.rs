@@ -589,17 +589,12 @@ pub(crate) async fn patch_client(
         if_match(&headers, Some(&etag(&before)))?;
         let client = state
             .admin()
-            .update_client(&id, |c| {
-                if let Some(name) = &patch.name {
-                    c.label.clone_from(name);
-                }
-                if let Some(plan) = &patch.plan {
-                    c.plan.clone_from(plan);
-                }
-                if let Some(enabled) = patch.enabled {
-                    c.enabled = enabled;
-                }
-            })
+            .patch_client(
+                &id,
+                patch.name.as_deref(),
+                patch.plan.as_deref(),
+                patch.enabled,
+            )
             .await?;
         in_force(&state).await;
         audit::admin_change(
