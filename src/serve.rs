@@ -20,7 +20,7 @@ pub(crate) struct ServeArgs {
     /// Issuer identifier (the `iss` of tokens). Default: http://ADDRESS, with the --listen address.
     #[arg(long, env = "TESSERA_ISSUER")]
     issuer: Option<String>,
-    /// Algorithm of the signing keys this server generates: EdDSA or ES256.
+    /// Algorithm of the signing keys this server generates: EdDSA (default), ES256, RS256 or PS256 (RSA for API gateways that accept only RSA).
     #[arg(long, env = "TESSERA_SIGNING_ALG", default_value = "EdDSA", value_parser = crate::parse_alg)]
     signing_alg: Algorithm,
     /// Create demo plans for market-data-api, news-api and oms-api and a demo client, and

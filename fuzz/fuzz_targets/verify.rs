@@ -35,6 +35,8 @@ fn fixture() -> &'static Fixture {
             crv: "Ed25519".into(),
             x: URL_SAFE_NO_PAD.encode(key.public_key()),
             y: None,
+            n: None,
+            e: None,
             kid: KID.into(),
             alg: "EdDSA".into(),
             use_: "sig".into(),

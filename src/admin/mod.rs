@@ -187,7 +187,7 @@ pub(crate) enum KeysCommand {
         /// Seconds between publication and first signature, so verifiers learn the key first.
         #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(i64).range(0..=MAX_DELAY))]
         activate_in: i64,
-        /// EdDSA or ES256.
+        /// EdDSA, ES256, RS256 or PS256 (RSA for gateways that accept only RSA).
         #[arg(long, default_value = "EdDSA", value_parser = crate::parse_alg)]
         alg: Algorithm,
         /// Print the new key as JSON.

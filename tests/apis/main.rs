@@ -148,6 +148,8 @@ async fn each_api_serves_a_token_with_its_scope() {
     for alg in [
         tessera_proto::Algorithm::EdDSA,
         tessera_proto::Algorithm::ES256,
+        tessera_proto::Algorithm::RS256,
+        tessera_proto::Algorithm::PS256,
     ] {
         let issuer = issuer(alg).await;
         let apis = apis(&issuer.base).await;

@@ -8,10 +8,13 @@
 use std::sync::Arc;
 
 use aws_lc_rs::digest;
+use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
 use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::rsa::KeySize;
 use aws_lc_rs::signature::{
-    EcdsaKeyPair, Ed25519KeyPair, KeyPair, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED,
-    ECDSA_P256_SHA256_FIXED_SIGNING, ED25519,
+    EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED,
+    ECDSA_P256_SHA256_FIXED_SIGNING, ED25519, RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_SHA256,
+    RSA_PSS_2048_8192_SHA256, RSA_PSS_SHA256,
 };
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -42,6 +45,8 @@ pub enum KeyError {
 enum Pair {
     Ed25519(Ed25519KeyPair),
     Es256(EcdsaKeyPair),
+    /// RS256 or PS256 (the algorithm says which padding).
+    Rsa(RsaKeyPair),
 }
 
 /// A signing key ready for use, with its JWT header encoded once.
@@ -79,9 +84,13 @@ pub fn generate(
     activates_at: Timestamp,
 ) -> SigningKey {
     let rng = SystemRandom::new();
-    let pkcs8 = match alg {
-        Algorithm::EdDSA => Ed25519KeyPair::generate_pkcs8(&rng),
-        Algorithm::ES256 => EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng),
+    let pkcs8: Vec<u8> = match alg {
+        Algorithm::EdDSA => Ed25519KeyPair::generate_pkcs8(&rng).map(|d| d.as_ref().to_vec()),
+        Algorithm::ES256 => EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .map(|d| d.as_ref().to_vec()),
+        Algorithm::RS256 | Algorithm::PS256 => RsaKeyPair::generate(KeySize::Rsa2048)
+            .and_then(|pair| AsDer::<Pkcs8V1Der>::as_der(&pair))
+            .map(|d| d.as_ref().to_vec()),
     }
     .expect("key generation");
     let pair = parse_pair(alg, pkcs8.as_ref()).expect("a key just generated parses");
@@ -141,45 +150,51 @@ fn parse_pair(alg: Algorithm, pkcs8: &[u8]) -> Option<Pair> {
         Algorithm::ES256 => EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8)
             .ok()
             .map(Pair::Es256),
+        Algorithm::RS256 | Algorithm::PS256 => RsaKeyPair::from_pkcs8(pkcs8).ok().map(Pair::Rsa),
     }
 }
 
 /// The public JWK, with the RFC 7638 thumbprint as its `kid`.
 fn public_jwk(alg: Algorithm, pair: &Pair) -> Jwk {
-    let (kty, crv, x, y) = match pair {
-        Pair::Ed25519(p) => (
-            "OKP",
-            "Ed25519",
-            URL_SAFE_NO_PAD.encode(p.public_key().as_ref()),
-            None,
-        ),
+    let mut jwk = Jwk {
+        kty: String::new(),
+        crv: String::new(),
+        x: String::new(),
+        y: None,
+        n: None,
+        e: None,
+        kid: String::new(),
+        alg: alg.as_str().into(),
+        use_: "sig".into(),
+    };
+    // RFC 7638 3.2: the required members in lexicographic order, no white space.
+    let canonical = match pair {
+        Pair::Ed25519(p) => {
+            let x = URL_SAFE_NO_PAD.encode(p.public_key().as_ref());
+            let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#);
+            (jwk.kty, jwk.crv, jwk.x) = ("OKP".into(), "Ed25519".into(), x);
+            canonical
+        }
         Pair::Es256(p) => {
             // Uncompressed SEC1 point: 0x04 || x || y.
             let point = p.public_key().as_ref();
             let (x, y) = point[1..].split_at(32);
-            (
-                "EC",
-                "P-256",
-                URL_SAFE_NO_PAD.encode(x),
-                Some(URL_SAFE_NO_PAD.encode(y)),
-            )
+            let (x, y) = (URL_SAFE_NO_PAD.encode(x), URL_SAFE_NO_PAD.encode(y));
+            let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
+            (jwk.kty, jwk.crv, jwk.x, jwk.y) = ("EC".into(), "P-256".into(), x, Some(y));
+            canonical
+        }
+        Pair::Rsa(p) => {
+            let (n, e) = tessera_proto::jwk::rsa_der::decode(p.public_key().as_ref())
+                .expect("an RSA public key is DER RSAPublicKey");
+            let (n, e) = (URL_SAFE_NO_PAD.encode(n), URL_SAFE_NO_PAD.encode(e));
+            let canonical = format!(r#"{{"e":"{e}","kty":"RSA","n":"{n}"}}"#);
+            (jwk.kty, jwk.n, jwk.e) = ("RSA".into(), Some(n), Some(e));
+            canonical
         }
     };
-    // RFC 7638 3.2: the required members in lexicographic order, no white space.
-    let canonical = match &y {
-        None => format!(r#"{{"crv":"{crv}","kty":"{kty}","x":"{x}"}}"#),
-        Some(y) => format!(r#"{{"crv":"{crv}","kty":"{kty}","x":"{x}","y":"{y}"}}"#),
-    };
-    let kid = URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, canonical.as_bytes()));
-    Jwk {
-        kty: kty.into(),
-        crv: crv.into(),
-        x,
-        y,
-        kid,
-        alg: alg.as_str().into(),
-        use_: "sig".into(),
-    }
+    jwk.kid = URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, canonical.as_bytes()));
+    jwk
 }
 
 impl LoadedKey {
@@ -204,6 +219,16 @@ impl LoadedKey {
                 .expect("ECDSA signing")
                 .as_ref()
                 .to_vec(),
+            Pair::Rsa(p) => {
+                let padding: &dyn aws_lc_rs::signature::RsaEncoding = match self.alg {
+                    Algorithm::PS256 => &RSA_PSS_SHA256,
+                    _ => &RSA_PKCS1_SHA256,
+                };
+                let mut signature = vec![0; p.public_modulus_len()];
+                p.sign(padding, &SystemRandom::new(), message, &mut signature)
+                    .expect("RSA signing");
+                signature
+            }
         }
     }
 
@@ -218,9 +243,26 @@ impl LoadedKey {
                     .verify(message, signature)
                     .is_ok()
             }
+            Pair::Rsa(p) => {
+                let params = match self.alg {
+                    Algorithm::PS256 => &RSA_PSS_2048_8192_SHA256,
+                    _ => &RSA_PKCS1_2048_8192_SHA256,
+                };
+                UnparsedPublicKey::new(params, p.public_key().as_ref())
+                    .verify(message, signature)
+                    .is_ok()
+            }
         }
     }
 }
+
+/// Every algorithm this server signs with, and so reads its own tokens with.
+const ALL_ALGORITHMS: &[Algorithm] = &[
+    Algorithm::EdDSA,
+    Algorithm::ES256,
+    Algorithm::RS256,
+    Algorithm::PS256,
+];
 
 /// The largest token the server reads back (introspection, revocation).
 const MAX_TOKEN_LEN: usize = 8 * 1024;
@@ -276,7 +318,7 @@ impl KeyRing {
     /// signature verifies (RFC 7515 section 5.2). Says nothing of expiry or issuer; the caller
     /// checks those.
     pub fn verify(&self, token: &str) -> Option<AccessTokenClaims> {
-        let jws = jws::parse(token, MAX_TOKEN_LEN, &[Algorithm::EdDSA, Algorithm::ES256]).ok()?;
+        let jws = jws::parse(token, MAX_TOKEN_LEN, ALL_ALGORITHMS).ok()?;
         let key = self.keys.iter().find(|k| k.kid == jws.kid)?;
         if key.alg != jws.alg || !key.verify(jws.signing_input, &jws.signature) {
             return None;

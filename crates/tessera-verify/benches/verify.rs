@@ -37,6 +37,8 @@ fn jwk(kid: &str, alg: &str, x: &[u8], y: Option<&[u8]>) -> Jwk {
         crv: crv.into(),
         x: b64(x),
         y: y.map(b64),
+        n: None,
+        e: None,
         kid: kid.into(),
         alg: alg.into(),
         use_: "sig".into(),

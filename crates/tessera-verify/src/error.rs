@@ -126,7 +126,7 @@ pub enum ConfigError {
         url: String,
     },
     /// The static key set has no usable key.
-    #[error("the key set has no usable EdDSA or ES256 signing key")]
+    #[error("the key set has no usable EdDSA, ES256, RS256 or PS256 signing key")]
     NoUsableKeys,
     /// The HTTP client could not be built.
     #[error("HTTP client: {0}")]
@@ -180,6 +180,6 @@ pub enum KeySourceError {
     #[error("the metadata's jwks_uri must use https")]
     InsecureJwksUri,
     /// The key set has no key this verifier can use; the cached keys are kept.
-    #[error("the key set has no usable EdDSA or ES256 signing key")]
+    #[error("the key set has no usable EdDSA, ES256, RS256 or PS256 signing key")]
     NoUsableKeys,
 }

@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use tessera_proto::Clock;
 
-use aws_lc_rs::signature::{ParsedPublicKey, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, ED25519};
+use aws_lc_rs::signature::{
+    ParsedPublicKey, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, ED25519,
+    RSA_PKCS1_2048_8192_SHA256, RSA_PSS_2048_8192_SHA256,
+};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -42,7 +45,7 @@ pub(crate) struct VerifyingKey {
 impl VerifyingKey {
     /// Builds a key from a JWK, or `None` when the JWK is not one this verifier uses: RFC 7517
     /// section 5 asks to ignore keys that are not understood. The JWK's `kty`, `crv` and `alg`
-    /// must agree (RFC 8037 section 2, RFC 7518 section 6.2), so a token's `alg` is matched
+    /// must agree (RFC 8037 section 2, RFC 7518 sections 6.2 and 6.3), so a token's `alg` is matched
     /// against a key whose type cannot be reinterpreted.
     pub(crate) fn from_jwk(jwk: &Jwk) -> Option<Self> {
         if jwk.use_ != "sig" || !is_reasonable_kid(&jwk.kid) {
@@ -71,6 +74,27 @@ impl VerifyingKey {
                     Algorithm::ES256,
                     UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, point).parse(),
                 )
+            }
+            ("RSA", "", alg @ ("RS256" | "PS256")) => {
+                // RFC 7518 section 6.3.1: unsigned big-endian, base64url; at least 2048 bits.
+                let part = |b64: Option<&str>| URL_SAFE_NO_PAD.decode(b64?).ok();
+                let (n, e) = (part(jwk.n.as_deref())?, part(jwk.e.as_deref())?);
+                // Refused here rather than at each verification: fewer than 2048 bits.
+                let bits = n.iter().skip_while(|&&b| b == 0).count() * 8;
+                if bits < 2048 {
+                    return None;
+                }
+                let der = tessera_proto::jwk::rsa_der::encode(&n, &e);
+                match alg {
+                    "RS256" => (
+                        Algorithm::RS256,
+                        UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, der).parse(),
+                    ),
+                    _ => (
+                        Algorithm::PS256,
+                        UnparsedPublicKey::new(&RSA_PSS_2048_8192_SHA256, der).parse(),
+                    ),
+                }
             }
             _ => return None,
         };
@@ -439,6 +463,8 @@ mod tests {
             crv: crv.into(),
             x: x.into(),
             y: y.map(Into::into),
+            n: None,
+            e: None,
             kid: "k".into(),
             alg: alg.into(),
             use_: "sig".into(),
@@ -471,6 +497,38 @@ mod tests {
             ("auth.example", NotHttp),
         ] {
             assert_eq!(transport(url), want, "{url}");
+        }
+    }
+
+    /// RSA keys (RFC 7518 section 6.3): `alg` RS256 or PS256, no `crv`, and a modulus of at
+    /// least 2048 bits.
+    #[test]
+    fn rsa_keys_need_their_own_shape_and_size() {
+        let rsa = |alg: &str, crv: &str, bits: usize| Jwk {
+            kty: "RSA".into(),
+            crv: crv.into(),
+            x: String::new(),
+            y: None,
+            n: Some(URL_SAFE_NO_PAD.encode(vec![0xc5u8; bits / 8])),
+            e: Some("AQAB".into()),
+            kid: "k".into(),
+            alg: alg.into(),
+            use_: "sig".into(),
+        };
+        assert_eq!(
+            VerifyingKey::from_jwk(&rsa("RS256", "", 2048)).map(|k| k.alg),
+            Some(Algorithm::RS256)
+        );
+        assert_eq!(
+            VerifyingKey::from_jwk(&rsa("PS256", "", 3072)).map(|k| k.alg),
+            Some(Algorithm::PS256)
+        );
+        for bad in [
+            rsa("RS256", "", 1024),
+            rsa("ES256", "", 2048),
+            rsa("RS256", "P-256", 2048),
+        ] {
+            assert!(VerifyingKey::from_jwk(&bad).is_none(), "{bad:?}");
         }
     }
 

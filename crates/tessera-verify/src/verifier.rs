@@ -80,7 +80,8 @@ impl VerifierBuilder {
         self
     }
 
-    /// The algorithms accepted; default both `EdDSA` and `ES256`.
+    /// The algorithms accepted; default `EdDSA`, `ES256`, `RS256` and `PS256` (a key still
+    /// verifies only the one algorithm its JWK names).
     pub fn algorithms(mut self, algorithms: &[Algorithm]) -> Self {
         self.algorithms = algorithms.to_vec();
         self
@@ -264,7 +265,12 @@ impl Verifier {
             issuer: issuer.into(),
             audience: audience.into(),
             realm: None,
-            algorithms: vec![Algorithm::EdDSA, Algorithm::ES256],
+            algorithms: vec![
+                Algorithm::EdDSA,
+                Algorithm::ES256,
+                Algorithm::RS256,
+                Algorithm::PS256,
+            ],
             leeway: defaults::LEEWAY,
             max_token_size: defaults::MAX_TOKEN_SIZE,
             min_refresh_interval: defaults::MIN_REFRESH_INTERVAL,

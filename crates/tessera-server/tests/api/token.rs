@@ -106,6 +106,61 @@ async fn es256_is_a_configurable_alternative() {
     assert_eq!(claims["client_id"], id.as_str());
 }
 
+/// RS256 and PS256 for gateways that accept only RSA: jsonwebtoken verifies the tokens
+/// against the published RSA JWK (RFC 7518 section 6.3), whose `kid` is its RFC 7638
+/// thumbprint.
+#[tokio::test]
+async fn rsa_signatures_for_gateways() {
+    for (alg, theirs) in [
+        (
+            tessera_proto::Algorithm::RS256,
+            jsonwebtoken::Algorithm::RS256,
+        ),
+        (
+            tessera_proto::Algorithm::PS256,
+            jsonwebtoken::Algorithm::PS256,
+        ),
+    ] {
+        let app = spawn_with(|s| s.config.signing_alg = alg).await;
+        let (id, secret) = app.client().await;
+        let body: serde_json::Value = app.token(&id, &secret, FORM).await.json().await.unwrap();
+        let token = body["access_token"].as_str().unwrap();
+        let claims = verify_elsewhere(&app, token, theirs).await;
+        assert_eq!(claims["client_id"], id.as_str());
+        let jwks: serde_json::Value = app
+            .http
+            .get(app.url("/.well-known/jwks.json"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let key = &jwks["keys"][0];
+        assert_eq!(
+            (key["kty"].as_str(), key["alg"].as_str()),
+            (Some("RSA"), Some(alg.as_str()))
+        );
+        assert!(key.get("crv").is_none() && key.get("x").is_none(), "{key}");
+        // 2048 bits of modulus, and the usual exponent.
+        assert_eq!(key["n"].as_str().unwrap().len(), 342);
+        assert_eq!(key["e"], "AQAB");
+        // Introspection reads its own RSA tokens back.
+        let introspected: serde_json::Value = app
+            .http
+            .post(app.url("/connect/introspect"))
+            .header("authorization", basic(&id, &secret))
+            .form(&[("token", token)])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(introspected["active"], true, "{alg}");
+    }
+}
+
 #[tokio::test]
 async fn a_scope_outside_the_plan_is_invalid_scope_and_named() {
     let app = spawn_app().await;

@@ -98,6 +98,8 @@ impl TestKey {
             crv: crv.into(),
             x,
             y,
+            n: None,
+            e: None,
             kid,
             alg: alg.as_str().into(),
             use_: "sig".into(),

@@ -32,7 +32,7 @@ pub(crate) fn router() -> Router<AppState> {
 pub(crate) struct KeyView {
     /// The key identifier (`kid`).
     kid: String,
-    /// `EdDSA` or `ES256`.
+    /// `EdDSA`, `ES256`, `RS256` or `PS256`.
     alg: String,
     /// `signing` (signs now), `next` (published, signs later) or `retired` (published
     /// while tokens it signed may live).
@@ -62,8 +62,8 @@ pub(crate) struct KeyRotation {
     /// that verifiers learn the key before they meet it.
     #[schema(minimum = 0, maximum = 31_536_000)]
     activate_in_secs: Option<i64>,
-    /// `EdDSA` or `ES256` (default: the server's signing algorithm).
-    #[schema(pattern = "^(EdDSA|ES256)$")]
+    /// `EdDSA`, `ES256`, `RS256` or `PS256` (default: the server's signing algorithm).
+    #[schema(pattern = "^(EdDSA|ES256|RS256|PS256)$")]
     alg: Option<String>,
 }
 
@@ -129,9 +129,9 @@ pub(crate) async fn rotate_keys(
         }
         let alg = match rotation.alg.as_deref() {
             None => state.config().signing_alg,
-            Some(name) => name
-                .parse::<Algorithm>()
-                .map_err(|_| Problem::invalid_field("alg", "alg must be EdDSA or ES256"))?,
+            Some(name) => name.parse::<Algorithm>().map_err(|_| {
+                Problem::invalid_field("alg", "alg must be EdDSA, ES256, RS256 or PS256")
+            })?,
         };
         let _one_writer = state.admin_guard().writes.lock().await;
         let key = state
