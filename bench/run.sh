@@ -3,7 +3,7 @@
 # one core, issuing EdDSA JWT access tokens over keep-alive HTTP/1.1.
 #
 #   bench/run.sh [--duration S] [--warmup S] [--connections C] [--clients "10 100000"]
-#                [--no-node] [--profile] [--smoke] [--tls]
+#                [--no-node] [--profile] [--smoke] [--tls] [--alg EdDSA|ES256|RS256|PS256]
 #
 # For each client count N, on a fresh temporary database: creates a plan and N clients,
 # starts the server on core 0 (taskset -c 0), waits for it, warms up, then runs wrk on core 1
@@ -16,6 +16,8 @@
 #            `perf report --no-children --sort symbol`.
 # --smoke:   1 s runs, N=10 only, node only if node and npm are installed; exits 0 when every
 #            answer was 2xx. Cheap enough for CI.
+# --alg:     the signing algorithm of Tessera's key (default EdDSA; node-oidc-provider keeps
+#            its own).
 # --tls:     also, at the first N, Tessera over HTTPS (a self-signed P-256 certificate, default
 #            log): keep-alive HTTP/1.1 (tls-ka), a new connection and TLS handshake per request
 #            (tls-new, Connection: close; resumption by session ticket where wrk's OpenSSL
@@ -38,6 +40,7 @@ with_node=1
 profile=0
 smoke=0
 tls=0
+alg=EdDSA
 
 usage() {
 	sed -n '2,/^$/s/^# \{0,1\}//p' "$0"
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
 	--profile) profile=1; shift ;;
 	--smoke) smoke=1; shift ;;
 	--tls) tls=1; shift ;;
+	--alg) alg=${2:?}; shift 2 ;;
 	-h | --help) usage 0 ;;
 	*) echo "unknown argument: $1" >&2; usage 2 ;;
 	esac
@@ -247,7 +251,7 @@ start_tessera() {
 	local stdout="$work/tessera-$mode.out" env=()
 	[ "$mode" = warn ] && env=(RUST_LOG=warn)
 	env "${env[@]}" TESSERA_DATABASE_URL="sqlite://$db" taskset -c 0 "$tessera" serve \
-		--listen 127.0.0.1:0 "$@" >"$stdout" 2>"$work/tessera-$mode.err" &
+		--listen 127.0.0.1:0 --signing-alg "$alg" "$@" >"$stdout" 2>"$work/tessera-$mode.err" &
 	server_pid=$!
 	pids+=("$server_pid")
 	wait_for "$server_pid" "grep -q '^tessera listening on ' '$stdout'" 30 ||
@@ -323,7 +327,7 @@ for n in $client_counts; do
 	log "N=$n: creating a plan and $n clients"
 	# The signing key is made here rather than by the first start, which would load the
 	# registry twice and so inflate the first run's peak RSS.
-	"$tessera" keys rotate --activate-in 0 --alg EdDSA >/dev/null
+	"$tessera" keys rotate --activate-in 0 --alg "$alg" >/dev/null
 	"$tessera" plan set bench --scopes "market-data-api news-api oms-api" >/dev/null
 	"$tessera" client create --plan bench --count "$n" --json >"$work/clients-$n.jsonl"
 	auth="$work/auth-$n.txt"
