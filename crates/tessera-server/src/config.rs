@@ -82,6 +82,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// The verifier of `tls_client_auth` chains in force: the TLS listener's (reloaded with
+    /// it), or, without TLS here, the one for certificates a trusted proxy passes on.
+    pub fn client_ca(
+        &self,
+    ) -> Option<std::sync::Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+        match &self.tls {
+            Some(tls) => tls.client_ca(),
+            None => self.client_ca.clone(),
+        }
+    }
+
     /// Defaults for an issuer.
     pub fn new(issuer: impl Into<String>) -> Self {
         Self {

@@ -55,12 +55,7 @@ async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMeta
 /// Whether clients can authenticate with certificates (`serve --client-ca`, on the TLS
 /// handshake or through a trusted proxy's header).
 fn mtls_on(state: &AppState) -> bool {
-    let config = state.config();
-    config.client_ca.is_some()
-        || config
-            .tls
-            .as_ref()
-            .is_some_and(|tls| tls.client_ca().is_some())
+    state.config().client_ca().is_some()
 }
 
 /// The client authentication methods (RFC 8414 section 2), with those of RFC 8705 when

@@ -255,10 +255,10 @@ pub(crate) async fn authenticate_client(
             }
         }
     };
-    let client_ca = match &state.config().tls {
-        Some(tls) => tls.client_ca(),
-        None => state.config().client_ca.clone(),
-    };
+    // Only a certificate needs the CA: a secret's request takes no lock for it.
+    let client_ca = presented
+        .certificate()
+        .and_then(|_| state.config().client_ca());
     let client_ca = client_ca.as_deref();
     let clients = state.live().clients();
     let now = state.clock().now();

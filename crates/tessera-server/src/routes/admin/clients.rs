@@ -331,6 +331,19 @@ async fn load(state: &AppState, id: &str) -> Result<Client, Problem> {
     state.admin().client(id).await.map_err(Problem::from)
 }
 
+/// The client as it is before a change, read under this instance's write lock (held until
+/// the guard is dropped) and checked against `If-Match`.
+async fn load_for_write<'s>(
+    state: &'s AppState,
+    headers: &HeaderMap,
+    id: &str,
+) -> Result<(tokio::sync::MutexGuard<'s, ()>, Client), Problem> {
+    let guard = state.admin_guard().writes.lock().await;
+    let before = load(state, id).await?;
+    if_match(headers, Some(&etag(&before)))?;
+    Ok((guard, before))
+}
+
 /// List clients, a page at a time, by client id.
 #[utoipa::path(get, path = "/admin/v1/clients", tag = "clients",
     params(("plan" = Option<String>, Query, description = "Only the clients of this plan"),
@@ -584,9 +597,7 @@ pub(crate) async fn patch_client(
         if let Some(name) = &patch.name {
             check_name(name)?;
         }
-        let _one_writer = state.admin_guard().writes.lock().await;
-        let before = load(&state, &id).await?;
-        if_match(&headers, Some(&etag(&before)))?;
+        let (_one_writer, before) = load_for_write(&state, &headers, &id).await?;
         let client = state
             .admin()
             .patch_client(
@@ -643,9 +654,7 @@ pub(crate) async fn delete_client(
     run(async {
         let caller = authorize(&state, &headers, true).await?;
         let id = path(id)?;
-        let _one_writer = state.admin_guard().writes.lock().await;
-        let before = load(&state, &id).await?;
-        if_match(&headers, Some(&etag(&before)))?;
+        let (_one_writer, _) = load_for_write(&state, &headers, &id).await?;
         state.admin().delete_client(&id).await?;
         in_force(&state).await;
         audit::admin_change(&caller.client_id, &format!("client:{id}"), "deleted");
@@ -681,9 +690,7 @@ pub(crate) async fn rotate_secret(
                 format!("grace_secs must be between 0 and {MAX_GRACE}"),
             ));
         }
-        let _one_writer = state.admin_guard().writes.lock().await;
-        let before = load(&state, &id).await?;
-        if_match(&headers, Some(&etag(&before)))?;
+        let (_one_writer, _) = load_for_write(&state, &headers, &id).await?;
         let (client, secret) = state
             .admin()
             .rotate_secret(state.secrets(), &id, grace)
