@@ -84,6 +84,11 @@ pub(crate) struct ServeArgs {
     /// Do not serve the operator console at /console/.
     #[arg(long)]
     no_console: bool,
+    /// Require a server nonce in every DPoP proof at the token endpoint (RFC 9449 section 8):
+    /// a proof without the current one gets `use_dpop_nonce` and a `DPoP-Nonce` header.
+    /// Limits how long a proof made ahead of time stays usable.
+    #[arg(long, env = "TESSERA_DPOP_NONCE")]
+    dpop_nonce: bool,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -136,6 +141,7 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     config.expected_instances = args.expected_instances;
     config.trusted_proxies = args.trusted_proxies.clone();
     config.console = !args.no_console;
+    config.dpop_nonce = args.dpop_nonce;
     if let Some(cap) = args.max_connections_per_address {
         config.max_connections_per_address = cap;
     }

@@ -67,6 +67,7 @@ fn plan(p: tessera_store::Plan, clients: u64) -> Plan {
         token_rate: p.token_rate.map(Into::into),
         reuse_percent: p.reuse_percent,
         introspect_any: p.introspect_any,
+        dpop: p.dpop.as_str().to_owned(),
         clients,
         created_at: p.created_at,
         updated_at: p.updated_at,

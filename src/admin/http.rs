@@ -323,6 +323,7 @@ struct PlanInput<'a> {
     token_rate: Option<Rate>,
     reuse_percent: Option<u8>,
     introspect_any: bool,
+    dpop: String,
 }
 
 impl Operations for Http {
@@ -349,6 +350,13 @@ impl Operations for Http {
                 .introspect_any
                 .or(plan.as_ref().map(|p| p.introspect_any))
                 .unwrap_or(false),
+            dpop: settings.dpop.map_or_else(
+                || {
+                    plan.as_ref()
+                        .map_or("allowed".to_owned(), |p| p.dpop.clone())
+                },
+                |d| d.as_str().to_owned(),
+            ),
         };
         let mut request = self.request(Method::PUT, &["plans", name]).json(&input);
         if let Some(etag) = etag {

@@ -57,6 +57,11 @@ pub(crate) enum PlanCommand {
         /// it a client learns the state of its own tokens only (RFC 7662 section 4).
         #[arg(long, num_args = 0..=1, default_missing_value = "true")]
         introspect_any: Option<bool>,
+        /// DPoP (RFC 9449) for the plan's clients: `required` refuses a token request
+        /// without a DPoP proof, `allowed` (the default) binds the token to the proof's key
+        /// when one comes, `off` ignores proofs and issues Bearer tokens only.
+        #[arg(long, value_parser = ["required", "allowed", "off"])]
+        dpop: Option<String>,
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
@@ -303,6 +308,7 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
             token_burst,
             reuse_percent,
             introspect_any,
+            dpop,
             json,
         } => {
             let token_rate = match token_rate.as_deref() {
@@ -327,6 +333,9 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
                     Some(p) => Change::Set(p),
                 },
                 introspect_any,
+                dpop: dpop
+                    .map(|d| d.parse().map_err(|e: String| anyhow::anyhow!(e)))
+                    .transpose()?,
             };
             let plan = ops.set_plan(&name, &scopes, &settings).await?;
             if json {
@@ -361,8 +370,13 @@ fn describe(p: &Plan) -> String {
     } else {
         ""
     };
+    let dpop = match p.dpop.as_str() {
+        "required" => ", DPoP required",
+        "off" => ", DPoP off",
+        _ => "",
+    };
     format!(
-        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}{introspect}",
+        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}{introspect}{dpop}",
         p.name,
         p.scopes.join(" "),
         p.token_ttl

@@ -17,12 +17,19 @@ pub(crate) struct Plan {
     pub(crate) token_rate: Option<Rate>,
     pub(crate) reuse_percent: Option<u8>,
     pub(crate) introspect_any: bool,
+    /// DPoP for its clients: `required`, `allowed` or `off`.
+    #[serde(default = "allowed")]
+    pub(crate) dpop: String,
     /// How many clients are on it.
     pub(crate) clients: u64,
     #[serde(with = "serde_rfc3339")]
     pub(crate) created_at: Timestamp,
     #[serde(with = "serde_rfc3339")]
     pub(crate) updated_at: Timestamp,
+}
+
+fn allowed() -> String {
+    "allowed".to_owned()
 }
 
 /// Token requests per client: `Rate` of the admin API.

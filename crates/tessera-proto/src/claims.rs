@@ -44,6 +44,9 @@ pub struct Confirmation {
     /// RFC 8705 section 3.1: base64url SHA-256 of the DER client certificate.
     #[serde(rename = "x5t#S256", default, skip_serializing_if = "Option::is_none")]
     pub x5t_s256: Option<String>,
+    /// RFC 9449 section 6.1: the RFC 7638 thumbprint of the client's DPoP key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jkt: Option<String>,
 }
 
 impl AccessTokenClaims {

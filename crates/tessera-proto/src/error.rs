@@ -28,6 +28,13 @@ pub enum ErrorCode {
     InsufficientScope,
     /// RFC 9470 3: the resource requires a user, and the token represents an application.
     InsufficientUserAuthentication,
+    /// RFC 8707 2: a `resource` the client may not have a token for, or not one this server
+    /// issues tokens for.
+    InvalidTarget,
+    /// RFC 9449 7.1 and 5: the DPoP proof is missing where required, malformed or invalid.
+    InvalidDpopProof,
+    /// RFC 9449 8: the proof must carry the nonce the server sent in `DPoP-Nonce`.
+    UseDpopNonce,
     /// Too many requests: a rate limit applies (sent with HTTP 429 and `Retry-After`).
     RateLimited,
     /// RFC 6749 4.1.2.1: the server cannot handle the request now.
@@ -50,6 +57,9 @@ impl ErrorCode {
             Self::InvalidToken => "invalid_token",
             Self::InsufficientScope => "insufficient_scope",
             Self::InsufficientUserAuthentication => "insufficient_user_authentication",
+            Self::InvalidTarget => "invalid_target",
+            Self::InvalidDpopProof => "invalid_dpop_proof",
+            Self::UseDpopNonce => "use_dpop_nonce",
             Self::RateLimited => "rate_limited",
             Self::TemporarilyUnavailable => "temporarily_unavailable",
             Self::ServerError => "server_error",
@@ -57,7 +67,7 @@ impl ErrorCode {
     }
 
     /// Every code, for metrics and documentation.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 16] = [
         Self::InvalidRequest,
         Self::InvalidClient,
         Self::InvalidGrant,
@@ -68,6 +78,9 @@ impl ErrorCode {
         Self::InvalidToken,
         Self::InsufficientScope,
         Self::InsufficientUserAuthentication,
+        Self::InvalidTarget,
+        Self::InvalidDpopProof,
+        Self::UseDpopNonce,
         Self::RateLimited,
         Self::TemporarilyUnavailable,
         Self::ServerError,

@@ -101,7 +101,7 @@ struct Header {
 }
 
 /// `true` when the member is there, whatever its value (even `null`).
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     serde::de::IgnoredAny::deserialize(d).map(|_| true)
 }
 
@@ -114,34 +114,12 @@ pub fn parse<'a>(
     max_len: usize,
     allowed: &[Algorithm],
 ) -> Result<Unverified<'a>, JwsError> {
-    if token.len() > max_len {
-        return Err(JwsError::TooLarge { limit: max_len });
-    }
-    // RFC 7516 section 9: a JWE has four periods, a JWS two.
-    match token.bytes().filter(|&b| b == b'.').count() {
-        2 => {}
-        4 => return Err(JwsError::Encrypted),
-        _ => return Err(JwsError::Malformed),
-    }
-    let (signing_input, signature_b64) = token.rsplit_once('.').ok_or(JwsError::Malformed)?;
-    let (header_b64, payload_b64) = signing_input.split_once('.').ok_or(JwsError::Malformed)?;
-    if header_b64.is_empty() || payload_b64.is_empty() {
-        return Err(JwsError::Malformed);
-    }
-    // The URL-safe alphabet without padding (RFC 7515 section 2); the engine also refuses
-    // non-canonical trailing bits, so one token has one spelling.
-    let decode = |part: &str| {
-        URL_SAFE_NO_PAD
-            .decode(part)
-            .map_err(|_| JwsError::Malformed)
-    };
-    let header = decode(header_b64)?;
-    let payload = decode(payload_b64)?;
-    let signature = decode(signature_b64)?;
-
-    if !is_json_object(&header) {
-        return Err(JwsError::MalformedHeader);
-    }
+    let Parts {
+        signing_input,
+        header,
+        payload,
+        signature,
+    } = split(token, max_len)?;
     let header: Header = serde_json::from_slice(&header).map_err(|_| JwsError::MalformedHeader)?;
     if header.jku || header.jwk || header.x5u || header.x5c {
         return Err(JwsError::UntrustedKeyReference);
@@ -165,12 +143,56 @@ pub fn parse<'a>(
         return Err(JwsError::BadKeyId);
     }
     Ok(Unverified {
-        signing_input: signing_input.as_bytes(),
+        signing_input,
         payload,
         signature,
         alg,
         kid,
     })
+}
+
+/// A compact JWS taken apart: its form checked, its parts decoded, nothing interpreted.
+pub(crate) struct Parts<'a> {
+    pub(crate) signing_input: &'a [u8],
+    pub(crate) header: Vec<u8>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) signature: Vec<u8>,
+}
+
+/// The length bound, the three parts (RFC 7515 section 7.1, a JWE refused by its five) and
+/// base64url without padding; a header that is not a JSON object is refused too.
+pub(crate) fn split(token: &str, max_len: usize) -> Result<Parts<'_>, JwsError> {
+    if token.len() > max_len {
+        return Err(JwsError::TooLarge { limit: max_len });
+    }
+    // RFC 7516 section 9: a JWE has four periods, a JWS two.
+    match token.bytes().filter(|&b| b == b'.').count() {
+        2 => {}
+        4 => return Err(JwsError::Encrypted),
+        _ => return Err(JwsError::Malformed),
+    }
+    let (signing_input, signature_b64) = token.rsplit_once('.').ok_or(JwsError::Malformed)?;
+    let (header_b64, payload_b64) = signing_input.split_once('.').ok_or(JwsError::Malformed)?;
+    if header_b64.is_empty() || payload_b64.is_empty() {
+        return Err(JwsError::Malformed);
+    }
+    // The URL-safe alphabet without padding (RFC 7515 section 2); the engine also refuses
+    // non-canonical trailing bits, so one token has one spelling.
+    let decode = |part: &str| {
+        URL_SAFE_NO_PAD
+            .decode(part)
+            .map_err(|_| JwsError::Malformed)
+    };
+    let parts = Parts {
+        signing_input: signing_input.as_bytes(),
+        header: decode(header_b64)?,
+        payload: decode(payload_b64)?,
+        signature: decode(signature_b64)?,
+    };
+    if !is_json_object(&parts.header) {
+        return Err(JwsError::MalformedHeader);
+    }
+    Ok(parts)
 }
 
 /// Reads a verified payload as the claims `T`, or `None` when it is not a JSON object of

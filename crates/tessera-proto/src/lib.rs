@@ -9,16 +9,20 @@
 //! - [`scope`]: [`Scope`] and [`ScopeSet`], the scope grammar of RFC 6749 section 3.3.
 //! - [`client`]: [`ClientId`] and [`ClientSecret`], and HTTP Basic credentials (RFC 6749 2.3.1).
 //! - [`token`]: the token request (RFC 6749 4.4.2) and response (RFC 6749 5.1).
-//! - [`error`]: the error codes of RFC 6749 5.2, RFC 6750 3.1 and RFC 9470, and the error body.
+//! - [`error`]: the error codes of RFC 6749 5.2, RFC 6750 3.1, RFC 8707, RFC 9449 and
+//!   RFC 9470, and the error body.
 //! - [`claims`]: the JWT access token claims of RFC 9068.
 //! - [`jwk`]: signing algorithms, JSON Web Keys and key sets (RFC 7517, RFC 8037).
 //! - [`jws`]: the one reader of access tokens in compact JWS form: form and JOSE header
 //!   checked before any crypto (RFC 7515, RFC 8725, RFC 9068 section 4).
+//! - [`dpop`]: DPoP proofs (RFC 9449): their header and claims, the key thumbprint input
+//!   and the `htu` comparison form; the signature is the caller's.
 //! - [`metadata`]: authorization server metadata (RFC 8414).
 
 pub mod claims;
 pub mod client;
 pub mod clock;
+pub mod dpop;
 pub mod error;
 pub mod form;
 pub mod jwk;

@@ -30,4 +30,7 @@ pub struct AuthorizationServerMetadata {
     /// RFC 8705 section 3.3: the server binds tokens to client certificates.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls_client_certificate_bound_access_tokens: bool,
+    /// RFC 9449 section 5.1: the algorithms DPoP proofs may be signed with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dpop_signing_alg_values_supported: Vec<String>,
 }

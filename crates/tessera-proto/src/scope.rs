@@ -121,6 +121,11 @@ impl ScopeSet {
         self.0.difference(&allowed.0).collect()
     }
 
+    /// The scopes in both sets.
+    pub fn intersection(&self, other: &ScopeSet) -> ScopeSet {
+        Self(self.0.intersection(&other.0).cloned().collect())
+    }
+
     /// Whether every scope of `self` is in `other`.
     pub fn is_subset(&self, other: &ScopeSet) -> bool {
         self.0.is_subset(&other.0)

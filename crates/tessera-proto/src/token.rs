@@ -30,9 +30,16 @@ pub struct TokenRequest {
     pub client_id: Option<ClientId>,
     /// `client_secret` from the body (`client_secret_post`).
     pub client_secret: Option<ClientSecret>,
+    /// The `resource` parameters (RFC 8707 section 2), in order, without repeats: the APIs
+    /// the token is for. Empty when there are none.
+    pub resource: Vec<String>,
 }
 
 const KNOWN: [&str; 4] = ["grant_type", "scope", "client_id", "client_secret"];
+
+/// The longest `resource` value read, and the most `resource` parameters in one request.
+const MAX_RESOURCE_LEN: usize = 512;
+const MAX_RESOURCES: usize = 32;
 
 impl TokenRequest {
     /// Reads the decoded form pairs of a token request.
@@ -40,9 +47,31 @@ impl TokenRequest {
     /// Refuses with `invalid_request` a parameter of this grant that appears more than once
     /// (RFC 6749 section 3.2) and a missing `grant_type`. Unknown parameters are ignored
     /// (RFC 6749 section 3.2).
+    ///
+    /// `resource` may repeat (RFC 8707 section 2); more than 32 of them, an empty one, or one
+    /// longer than 512 bytes or with a fragment is `invalid_target`.
     pub fn from_form(pairs: &[(String, String)]) -> Result<Self, ErrorResponse> {
         let mut values: [Option<&str>; 4] = [None; 4];
+        let mut resource: Vec<String> = Vec::new();
         for (name, value) in pairs {
+            if name == "resource" {
+                if value.is_empty() || value.len() > MAX_RESOURCE_LEN || value.contains('#') {
+                    return Err(ErrorResponse::new(
+                        ErrorCode::InvalidTarget,
+                        "a resource is empty, longer than 512 bytes or has a fragment",
+                    ));
+                }
+                if resource.len() == MAX_RESOURCES {
+                    return Err(ErrorResponse::new(
+                        ErrorCode::InvalidTarget,
+                        "more than 32 resource parameters",
+                    ));
+                }
+                if !resource.iter().any(|r| r == value) {
+                    resource.push(value.clone());
+                }
+                continue;
+            }
             let Some(i) = KNOWN.iter().position(|k| k == name) else {
                 continue;
             };
@@ -78,6 +107,7 @@ impl TokenRequest {
             scope: scope.map(str::to_owned),
             client_id,
             client_secret: client_secret.map(ClientSecret::new),
+            resource,
         })
     }
 }
@@ -87,6 +117,19 @@ impl TokenRequest {
 pub enum TokenType {
     /// A bearer token (RFC 6750).
     Bearer,
+    /// A token bound to the key of the client's DPoP proofs (RFC 9449 section 5): usable
+    /// only with a fresh proof signed by that key.
+    DPoP,
+}
+
+impl TokenType {
+    /// The `token_type` value, which is also the `Authorization` scheme the token is sent with.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Bearer => "Bearer",
+            Self::DPoP => "DPoP",
+        }
+    }
 }
 
 /// A successful access token response (RFC 6749 section 5.1). There is never a refresh token
@@ -166,5 +209,34 @@ mod tests {
         let json = serde_json::to_value(&resp).unwrap();
         assert_eq!(json["token_type"], "Bearer");
         assert_eq!(json["scope"], "a");
+    }
+
+    #[test]
+    fn resource_may_repeat_and_is_bounded() {
+        let req = TokenRequest::from_form(&pairs(&[
+            ("grant_type", "client_credentials"),
+            ("resource", "news-api"),
+            ("resource", "https://oms.example.com/"),
+            ("resource", "news-api"),
+        ]))
+        .unwrap();
+        assert_eq!(req.resource, ["news-api", "https://oms.example.com/"]);
+        let long = "r".repeat(513);
+        for bad in ["", "https://a.example/#f", long.as_str()] {
+            let err = TokenRequest::from_form(&pairs(&[
+                ("grant_type", "client_credentials"),
+                ("resource", bad),
+            ]))
+            .unwrap_err();
+            assert_eq!(err.error, ErrorCode::InvalidTarget, "{bad}");
+        }
+        let many: Vec<(String, String)> = (0..33)
+            .map(|i| ("resource".to_owned(), format!("api-{i}")))
+            .chain([("grant_type".to_owned(), "client_credentials".to_owned())])
+            .collect();
+        assert_eq!(
+            TokenRequest::from_form(&many).unwrap_err().error,
+            ErrorCode::InvalidTarget
+        );
     }
 }

@@ -4,7 +4,8 @@
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
 use tessera_store::{
-    AuthMethod, CertificateMatch, Client, Plan, RateLimit, SigningKey, Store, StoreError,
+    AuthMethod, CertificateMatch, Client, DpopPolicy, Plan, RateLimit, SigningKey, Store,
+    StoreError,
 };
 use thiserror::Error;
 
@@ -88,6 +89,9 @@ pub struct PlanSettings {
     /// Whether its clients may introspect others' tokens; `None` keeps the current value
     /// (off for a new plan).
     pub introspect_any: Option<bool>,
+    /// Whether its clients' tokens are bound to DPoP keys (RFC 9449); `None` keeps the
+    /// current value (`allowed` for a new plan).
+    pub dpop: Option<DpopPolicy>,
 }
 
 /// The admin operations on one store, reading the time from one clock: the CLI's on the
@@ -175,6 +179,10 @@ impl<'a> Admin<'a> {
                 .introspect_any
                 .or(existing.as_ref().map(|p| p.introspect_any))
                 .unwrap_or(false),
+            dpop: settings
+                .dpop
+                .or(existing.as_ref().map(|p| p.dpop))
+                .unwrap_or_default(),
             created_at: existing.as_ref().map_or(now, |p| p.created_at),
             updated_at: now,
         };

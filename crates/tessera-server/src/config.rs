@@ -55,6 +55,10 @@ pub struct Config {
     /// Whether the operator console is served at `/console/` (`routes/console`); off with
     /// `tessera serve --no-console`.
     pub console: bool,
+    /// Whether DPoP proofs at the token endpoint must carry a server nonce (RFC 9449
+    /// section 8; `tessera serve --dpop-nonce`). Nonces are derived from the master key, so
+    /// instances sharing it accept each other's.
+    pub dpop_nonce: bool,
     /// How often usage counts are written to the store and limiter state is pruned.
     pub housekeeping_interval: Duration,
     /// Redis for rate limits shared by every instance (`redis://…`); `None` counts in memory.
@@ -114,6 +118,7 @@ impl Config {
             max_connection_age: Duration::from_secs(600),
             metrics_on_main_listener: true,
             console: true,
+            dpop_nonce: false,
             // Usage upserts one row per active client: every 30 s keeps that cheap with
             // 100,000 clients, and metering needs no finer grain.
             housekeeping_interval: Duration::from_secs(30),

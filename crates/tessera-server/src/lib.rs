@@ -18,6 +18,8 @@
 //! - [`keys`]: signing keys and the first key's bootstrap; [`secrets`]: the master key and
 //!   its policy, secret hashing, sealing.
 //! - [`metrics`], [`audit`], [`usage`]: what operators see; [`reuse`]: per-plan token reuse.
+//! - `dpop`: DPoP at the token endpoint (RFC 9449 section 5): proofs checked against the
+//!   token endpoint URL, remembered against replay (in Redis when configured), nonces.
 //! - [`admin`]: the operations behind the CLI's `plan`, `client` and `keys` commands.
 
 pub mod admin;
@@ -25,6 +27,7 @@ pub mod audit;
 pub mod auth;
 pub mod clock;
 mod config;
+mod dpop;
 pub mod error;
 pub mod keys;
 pub mod limits;

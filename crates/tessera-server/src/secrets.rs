@@ -3,8 +3,10 @@
 //! - The master key (32 bytes) is supplied by the operator in `TESSERA_MASTER_KEY` (base64url)
 //!   or in a file; with the embedded default it may be generated into a 0600 file beside the
 //!   database.
-//! - From it, HKDF-SHA-256 (RFC 5869) derives two independent keys: the pepper that keys the
-//!   HMAC of client secrets, and the key that seals signing keys at rest (AES-256-GCM).
+//! - From it, HKDF-SHA-256 (RFC 5869) derives three independent keys: the pepper that keys the
+//!   HMAC of client secrets, the key that seals signing keys at rest (AES-256-GCM), and the
+//!   key that authenticates DPoP nonces (RFC 9449 section 8), so that instances sharing the
+//!   master key accept each other's nonces.
 //! - Client secrets are 256 random bits in base64url, so that no client library mis-encodes
 //!   them (RFC 6749 2.3.1), and are stored only as HMAC-SHA-256 under the pepper. A generated
 //!   secret has full entropy, so a slow password hash would add cost and no safety.
@@ -147,6 +149,9 @@ pub enum MasterKeySource {
 pub struct Secrets {
     pepper: hmac::Key,
     sealing: LessSafeKey,
+    /// Authenticates DPoP nonces, so that every instance sharing the master key accepts the
+    /// nonces of the others (`crate::dpop`).
+    nonces: hmac::Key,
 }
 
 impl fmt::Debug for Secrets {
@@ -235,10 +240,20 @@ impl Secrets {
             .expand(&[b"signing-key-sealing-v1"], &AES_256_GCM)
             .expect("HKDF output of one key length")
             .into();
+        let nonces: hmac::Key = prk
+            .expand(&[b"dpop-nonce-v1"], hmac::HMAC_SHA256)
+            .expect("HKDF output of one hash length")
+            .into();
         Self {
             pepper,
             sealing: LessSafeKey::new(sealing),
+            nonces,
         }
+    }
+
+    /// The key DPoP nonces are authenticated with.
+    pub(crate) fn nonce_key(&self) -> &hmac::Key {
+        &self.nonces
     }
 
     /// A value that identifies the master key without revealing it: stored in the database

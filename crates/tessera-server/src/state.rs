@@ -40,6 +40,7 @@ struct Inner {
     in_flight: limits::InFlight,
     admin_guard: AdminGuard,
     refusals: crate::refusals::Refusals,
+    dpop: crate::dpop::Dpop,
 }
 
 impl AppState {
@@ -66,6 +67,7 @@ impl AppState {
             None => Arc::new(LocalLimiter::new(clock.clone())),
         };
         let live = Live::load(store.as_ref(), &secrets, clock.clone()).await?;
+        let dpop = crate::dpop::Dpop::new(config.dpop_nonce.then(|| secrets.nonce_key().clone()));
         Ok(Self {
             inner: Arc::new(Inner {
                 throttle: AuthThrottle::new(limiter.clone(), config.auth_failures),
@@ -80,6 +82,7 @@ impl AppState {
                 reuse: ReuseCache::default(),
                 admin_guard: AdminGuard::default(),
                 refusals: crate::refusals::Refusals::default(),
+                dpop,
                 in_flight: limits::InFlight::new(max_in_flight),
             }),
         })
@@ -123,6 +126,10 @@ impl AppState {
     }
 
     /// Recent refusals of identified clients, in this instance's memory.
+    pub(crate) fn dpop(&self) -> &crate::dpop::Dpop {
+        &self.inner.dpop
+    }
+
     pub(crate) fn refusals(&self) -> &crate::refusals::Refusals {
         &self.inner.refusals
     }

@@ -20,6 +20,7 @@ fn plan(name: &str, scopes: &str) -> Plan {
         token_rate: None,
         reuse_percent: None,
         introspect_any: false,
+        dpop: crate::DpopPolicy::Allowed,
         created_at: now(),
         updated_at: now(),
     }
@@ -61,6 +62,7 @@ pub(crate) async fn contract(store: &dyn Store) {
     });
     pro.reuse_percent = Some(50);
     pro.introspect_any = true;
+    pro.dpop = crate::DpopPolicy::Required;
     store.put_plan(&pro).await.unwrap();
     let plans = store.plans().await.unwrap();
     assert_eq!(plans.len(), 2);

@@ -90,10 +90,54 @@ pub struct Plan {
     /// Whether its clients may introspect tokens issued to others (RFC 7662 section 4): an
     /// API that checks the tokens it receives. Otherwise a client learns only of its own.
     pub introspect_any: bool,
+    /// Whether its clients' tokens are bound to a DPoP key (RFC 9449).
+    pub dpop: DpopPolicy,
     /// When the plan was created.
     pub created_at: Timestamp,
     /// When the plan last changed.
     pub updated_at: Timestamp,
+}
+
+/// Whether a plan's clients bind their tokens to a DPoP key (RFC 9449 section 5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DpopPolicy {
+    /// A token request without a valid proof is refused with `invalid_dpop_proof`.
+    Required,
+    /// A request with a valid proof gets a DPoP-bound token, one without a Bearer token.
+    #[default]
+    Allowed,
+    /// Proofs are ignored (RFC 9449 section 5: as a server without DPoP does); every token
+    /// is a Bearer token.
+    Off,
+}
+
+impl DpopPolicy {
+    /// The stored and displayed name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Required => "required",
+            Self::Allowed => "allowed",
+            Self::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for DpopPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for DpopPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "required" => Ok(Self::Required),
+            "allowed" => Ok(Self::Allowed),
+            "off" => Ok(Self::Off),
+            other => Err(format!("{other:?} is not required, allowed or off")),
+        }
+    }
 }
 
 /// A rate: `count` requests per `period_secs`, with bursts of up to `burst` (GCRA).

@@ -43,6 +43,7 @@ where
     bool: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
     let scopes: String = get(row, "scopes")?;
+    let dpop: String = get(row, "dpop")?;
     let rate = (
         get_small::<R, u32>(row, "rate_count")?,
         get_small::<R, u32>(row, "rate_period")?,
@@ -63,6 +64,7 @@ where
         },
         reuse_percent: get_small::<R, u8>(row, "reuse_percent")?,
         introspect_any: get(row, "introspect_any")?,
+        dpop: dpop.parse().map_err(|e: String| corrupt("plans.dpop", e))?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })

@@ -126,11 +126,11 @@ where
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
         sqlx::query(
             "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
-             rate_count, rate_period, rate_burst, reuse_percent, introspect_any) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             rate_count, rate_period, rate_burst, reuse_percent, introspect_any, dpop) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
              ON CONFLICT (name) DO UPDATE SET scopes = $2, token_ttl = $3, updated_at = $5, \
              rate_count = $6, rate_period = $7, rate_burst = $8, reuse_percent = $9, \
-             introspect_any = $10",
+             introspect_any = $10, dpop = $11",
         )
         .bind(plan.name.as_str())
         .bind(plan.scopes.to_string())
@@ -142,6 +142,7 @@ where
         .bind(plan.token_rate.map(|r| i64::from(r.burst)))
         .bind(plan.reuse_percent.map(i64::from))
         .bind(plan.introspect_any)
+        .bind(plan.dpop.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())

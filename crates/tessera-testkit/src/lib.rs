@@ -13,6 +13,8 @@
 //! # }
 //! ```
 
+pub mod dpop;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};

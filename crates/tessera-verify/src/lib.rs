@@ -21,6 +21,8 @@
 //!   how the bearer token is read (RFC 6750 section 2).
 //! - [`binding`]: [`ClientCertificate`], for tokens bound to a client certificate
 //!   (RFC 8705 section 3), which the extractors check.
+//! - [`dpop`]: DPoP proof checks (RFC 9449 section 4.3) and the bounded replay cache,
+//!   used by the extractors for DPoP-bound tokens and by Tessera's token endpoint.
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
 //!   (RFC 6750 section 3, RFC 9470 section 3).
 //! - `fuzzing`: hidden entry points to the document readers, for `fuzz/` only.
@@ -65,6 +67,7 @@
 //! With a larger state, implement `FromRef<AppState> for Verifier` and the extractors find it.
 
 pub mod binding;
+pub mod dpop;
 pub mod error;
 pub mod extract;
 #[doc(hidden)]

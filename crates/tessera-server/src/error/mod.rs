@@ -152,6 +152,28 @@ impl OAuthError {
         self
     }
 
+    /// 400 `invalid_target` (RFC 8707 section 2): a `resource` the client's plan does not
+    /// cover, or one that is malformed.
+    pub fn invalid_target(description: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidTarget,
+            description,
+        )
+    }
+
+    /// 400 `invalid_dpop_proof` or `use_dpop_nonce` (RFC 9449 sections 5 and 8), the latter
+    /// with the nonce to use in `DPoP-Nonce`.
+    pub fn dpop(error: &tessera_verify::dpop::DpopError, nonce: Option<&str>) -> Self {
+        let mut e = Self::new(StatusCode::BAD_REQUEST, error.code(), error.to_string());
+        if let Some(value) = nonce.and_then(|n| HeaderValue::from_str(n).ok()) {
+            let mut headers = HeaderMap::new();
+            headers.insert(HeaderName::from_static("dpop-nonce"), value);
+            e = e.with_headers(headers);
+        }
+        e
+    }
+
     /// 413: the body is over the limit; still an `invalid_request` body.
     pub fn too_large(limit: usize) -> Self {
         Self::new(

@@ -167,6 +167,32 @@ impl RedisLimiter {
         })
     }
 
+    /// Records `key` for `ttl_secs` unless it is there already (`SET NX EX`): `Some(true)`
+    /// the first time, `Some(false)` after, `None` when Redis does not answer (the caller
+    /// then decides in its own memory). Used for DPoP proofs seen (RFC 9449 section 11.1),
+    /// so that a proof replayed at another instance is refused too.
+    pub(crate) async fn first_use(&self, key: &str, ttl_secs: u64) -> Option<bool> {
+        let (generation, mut connection) = self.redis.current()?;
+        let mut set = redis::cmd("SET");
+        set.arg(format!("{}seen:{key}", self.redis.prefix))
+            .arg(1)
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl_secs.max(1));
+        match bounded(
+            self.redis.timeout,
+            set.query_async::<Option<String>>(&mut connection),
+        )
+        .await
+        {
+            Ok(answer) => Some(answer.is_some()),
+            Err(fault) => {
+                self.redis.failed(generation, &fault, self.instances);
+                None
+            }
+        }
+    }
+
     /// Whether Redis counts now, and the calls that failed so far.
     pub fn health(&self) -> Health {
         Health {

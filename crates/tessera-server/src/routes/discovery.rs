@@ -48,6 +48,10 @@ async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMeta
         introspection_endpoint: Some(format!("{issuer}/connect/introspect")),
         revocation_endpoint: Some(format!("{issuer}/connect/revocation")),
         tls_client_certificate_bound_access_tokens: mtls_on(&state),
+        dpop_signing_alg_values_supported: tessera_proto::dpop::ALGORITHMS
+            .iter()
+            .map(|a| a.as_str().to_owned())
+            .collect(),
         issuer: state.config().issuer.clone(),
     })
 }

@@ -56,9 +56,11 @@ async fn answer(
     if !may_see {
         return Ok(json!({ "active": false }));
     }
-    Ok(json!({
+    // RFC 9449 section 6.2 and RFC 8705 section 3.2: a bound token says so, with its `cnf`.
+    let dpop = claims.cnf.as_ref().is_some_and(|c| c.jkt.is_some());
+    let mut answer = json!({
         "active": true,
-        "token_type": "Bearer",
+        "token_type": if dpop { "DPoP" } else { "Bearer" },
         "scope": claims.scope,
         "client_id": claims.client_id,
         "sub": claims.sub,
@@ -68,7 +70,11 @@ async fn answer(
         "exp": claims.exp,
         "jti": claims.jti,
         "app_only": claims.app_only,
-    }))
+    });
+    if let Some(cnf) = &claims.cnf {
+        answer["cnf"] = json!(cnf);
+    }
+    Ok(answer)
 }
 
 /// An introspection or revocation request (RFC 7662 2.1, RFC 7009 2.1): a `token`

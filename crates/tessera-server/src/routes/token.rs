@@ -13,9 +13,11 @@ use axum::routing::post;
 use axum::Router;
 use tessera_proto::token::TokenType;
 use tessera_proto::{ErrorCode, GrantType, ScopeSet, TokenRequest, TokenResponse};
-use tessera_store::{Plan, RateLimit};
+use tessera_store::{DpopPolicy, Plan, RateLimit};
+use tessera_verify::dpop::DpopError;
 
 use crate::audit::{self, Subject};
+use crate::dpop::proof_header;
 use crate::error::{rate_limit_fields, OAuthError, NO_STORE};
 use crate::limits::Decision;
 use crate::metrics::NO_PLAN;
@@ -58,11 +60,14 @@ struct SignedClaims<'a> {
     cnf: Option<Cnf<'a>>,
 }
 
-/// RFC 8705 section 3.1: the certificate the token is bound to.
+/// The key the token is bound to (RFC 7800 section 3.1): the client certificate's
+/// thumbprint (RFC 8705 section 3.1), the DPoP key's (RFC 9449 section 6.1), or both.
 #[derive(serde::Serialize)]
 struct Cnf<'a> {
-    #[serde(rename = "x5t#S256")]
-    thumbprint: &'a str,
+    #[serde(rename = "x5t#S256", skip_serializing_if = "Option::is_none")]
+    certificate: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jkt: Option<&'a str>,
 }
 
 /// The audience: one API per granted scope, as a JSON array. The admin scopes name no API
@@ -92,8 +97,11 @@ impl serde::Serialize for Audiences<'_> {
 /// `"`, no `\`, no control characters), so nothing in it needs escaping.
 fn response_body(response: &TokenResponse) -> String {
     format!(
-        r#"{{"access_token":"{}","token_type":"Bearer","expires_in":{},"scope":"{}"}}"#,
-        response.access_token, response.expires_in, response.scope
+        r#"{{"access_token":"{}","token_type":"{}","expires_in":{},"scope":"{}"}}"#,
+        response.access_token,
+        response.token_type.as_str(),
+        response.expires_in,
+        response.scope
     )
 }
 
@@ -151,14 +159,21 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
             state.metrics().issued(plan, issued.reused);
             state.usage().count(&attempt.client_id, true);
             audit::issued(&subject, &issued.jti, issued.reused);
-            (
+            let mut response = (
                 StatusCode::OK,
                 NO_STORE,
                 [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
                 rate_fields,
                 response_body(&issued.response),
             )
-                .into_response()
+                .into_response();
+            // RFC 9449 section 8.2: the nonce for the client's next proof.
+            if let Some(nonce) = state.dpop().nonce(state.clock().now()) {
+                if let Ok(value) = HeaderValue::from_str(&nonce) {
+                    response.headers_mut().insert("dpop-nonce", value);
+                }
+            }
+            response
         }
         Err(error) => {
             state.metrics().refused(plan, error.code());
@@ -188,8 +203,13 @@ impl Attempt {
         let config = state.config();
         let names = ["grant_type", "scope", "client_id", "client_secret"];
         let pairs = read_form(parts, body, &names)?;
-        let request = TokenRequest::from_form(&pairs)
-            .map_err(|e| OAuthError::invalid_request(e.error_description.unwrap_or_default()))?;
+        let request = TokenRequest::from_form(&pairs).map_err(|e| {
+            let description = e.error_description.unwrap_or_default();
+            match e.error {
+                ErrorCode::InvalidTarget => OAuthError::invalid_target(description),
+                _ => OAuthError::invalid_request(description),
+            }
+        })?;
         if let Some(scope) = &request.scope {
             self.scope.clone_from(scope);
         }
@@ -226,13 +246,34 @@ impl Attempt {
                 "this grant_type is not supported; use client_credentials",
             ));
         }
-        let scope = request
-            .scope
-            .as_deref()
-            .ok_or_else(|| OAuthError::invalid_scope("scope is required"))?;
-        let scopes = ScopeSet::parse(scope).map_err(|_| {
-            OAuthError::invalid_scope("scope must be scope names separated by single spaces")
-        })?;
+        let now = state.clock().now();
+        // RFC 9449 section 5: a valid proof binds the token to its key, per the plan.
+        let jkt = match plan.dpop {
+            DpopPolicy::Off => None,
+            policy => match proof_header(&parts.headers).map_err(|e| OAuthError::dpop(&e, None))? {
+                Some(proof) => {
+                    let endpoint = format!("{}/connect/token", config.issuer.trim_end_matches('/'));
+                    let htu = tessera_proto::dpop::htu(&endpoint).unwrap_or(endpoint);
+                    Some(state.dpop().check(state, proof, &htu, now).await?)
+                }
+                None if policy == DpopPolicy::Required => {
+                    let nonce = state.dpop().nonce(now);
+                    return Err(OAuthError::dpop(&DpopError::Missing, nonce.as_deref()));
+                }
+                None => None,
+            },
+        };
+
+        // RFC 8707 section 2: the APIs the token is for, when named.
+        let targets = resources(&request.resource, &plan.scopes, &config.issuer, &registry)?;
+        let scopes = match (request.scope.as_deref(), &targets) {
+            (Some(scope), _) => ScopeSet::parse(scope).map_err(|_| {
+                OAuthError::invalid_scope("scope must be scope names separated by single spaces")
+            })?,
+            // Without scope, the resources name them.
+            (None, Some(targets)) => targets.clone(),
+            (None, None) => return Err(OAuthError::invalid_scope("scope is required")),
+        };
         let refused = scopes.outside(&plan.scopes);
         if !refused.is_empty() {
             // Scopes some plan grants are named; anything else is only counted, so that
@@ -250,12 +291,30 @@ impl Attempt {
             let description = format!("not in the client's plan: {}", parts.join(", "));
             return Err(OAuthError::invalid_scope(description));
         }
+        // RFC 8707 section 2: the token is narrowed to the scopes of the resources named.
+        let scopes = match &targets {
+            None => scopes,
+            Some(targets) => {
+                let narrowed = scopes.intersection(targets);
+                if narrowed.is_empty() {
+                    return Err(OAuthError::invalid_target(
+                        "none of the requested scopes is for the requested resources",
+                    ));
+                }
+                narrowed
+            }
+        };
         let scope = scopes.to_string();
-        let now = state.clock().now();
         let client_id = self.client_id.as_str();
+        let bound = bound_to.is_some() || jkt.is_some();
+        let token_type = if jkt.is_some() {
+            TokenType::DPoP
+        } else {
+            TokenType::Bearer
+        };
 
-        // A bound token is reused never: the next request may come with another certificate.
-        if let Some(percent) = plan.reuse_percent.filter(|_| bound_to.is_none()) {
+        // A bound token is reused never: the next request may come with another key.
+        if let Some(percent) = plan.reuse_percent.filter(|_| !bound) {
             let kept = state
                 .reuse()
                 .get(client_id, &scope, now, plan.token_ttl, percent, |jti| {
@@ -295,12 +354,15 @@ impl Attempt {
             exp: iat + expires_in,
             jti: &jti,
             app_only: true,
-            cnf: bound_to.as_deref().map(|thumbprint| Cnf { thumbprint }),
+            cnf: bound.then_some(Cnf {
+                certificate: bound_to.as_deref(),
+                jkt: jkt.as_deref(),
+            }),
         };
         let access_token = key.sign_jwt(&claims);
         let exp = claims.exp;
         let jti: Arc<str> = jti.into();
-        if plan.reuse_percent.is_some() && bound_to.is_none() {
+        if plan.reuse_percent.is_some() && !bound {
             let kept = Kept {
                 token: access_token.as_str().into(),
                 jti: jti.clone(),
@@ -311,7 +373,7 @@ impl Attempt {
         Ok(Issued {
             response: TokenResponse {
                 access_token,
-                token_type: TokenType::Bearer,
+                token_type,
                 expires_in,
                 scope: scopes,
             },
@@ -319,6 +381,48 @@ impl Attempt {
             reused: false,
         })
     }
+}
+
+/// The scopes of the `resource` values (RFC 8707 section 2), or `None` without any. A
+/// resource is an API's identifier, the value its tokens carry in `aud`: the scope naming it,
+/// or this issuer for the admin API. One the plan does not cover is `invalid_target`, named
+/// only when some plan grants it (a mistyped value may be a secret).
+fn resources(
+    resource: &[String],
+    plan_scopes: &ScopeSet,
+    issuer: &str,
+    registry: &crate::registry::Registry,
+) -> Result<Option<ScopeSet>, OAuthError> {
+    if resource.is_empty() {
+        return Ok(None);
+    }
+    let issuer = issuer.trim_end_matches('/');
+    let admin: Vec<&str> = plan_scopes
+        .iter()
+        .map(|s| s.as_str())
+        .filter(|s| crate::routes::admin::is_admin_scope(s))
+        .collect();
+    let mut names: Vec<&str> = Vec::new();
+    for target in resource {
+        if target.trim_end_matches('/') == issuer && !admin.is_empty() {
+            names.extend(&admin);
+        } else if plan_scopes.iter().any(|s| s.as_str() == target)
+            && !crate::routes::admin::is_admin_scope(target)
+        {
+            names.push(target);
+        } else {
+            return Err(OAuthError::invalid_target(
+                if registry.knows_scope(target) {
+                    format!("the client's plan does not cover the resource {target}")
+                } else {
+                    "a resource is not an API of the client's plan".to_owned()
+                },
+            ));
+        }
+    }
+    ScopeSet::parse(&names.join(" "))
+        .map(Some)
+        .map_err(|_| OAuthError::invalid_target("the client's plan covers none of the resources"))
 }
 
 #[cfg(test)]
@@ -355,7 +459,10 @@ mod tests {
             exp: 70,
             jti: "j",
             app_only: true,
-            cnf: None,
+            cnf: Some(Cnf {
+                certificate: None,
+                jkt: Some("k"),
+            }),
         };
         let json = serde_json::to_vec(&claims).unwrap();
         let read: AccessTokenClaims = serde_json::from_slice(&json).unwrap();
@@ -372,7 +479,10 @@ mod tests {
                 nbf: None,
                 jti: "j".into(),
                 app_only: true,
-                cnf: None,
+                cnf: Some(tessera_proto::Confirmation {
+                    x5t_s256: None,
+                    jkt: Some("k".into()),
+                }),
             }
         );
     }

@@ -6,6 +6,7 @@ mod audit;
 mod cluster;
 mod console;
 mod discovery;
+mod dpop;
 mod inflight;
 mod limits;
 mod outage;

@@ -9,7 +9,7 @@ use axum::routing::get;
 use axum::Router;
 use serde::{Deserialize, Serialize};
 use tessera_proto::clock::rfc3339;
-use tessera_store::{Plan, PlanRemoval, RateLimit};
+use tessera_store::{DpopPolicy, Plan, PlanRemoval, RateLimit};
 
 use super::auth::authorize;
 use super::{day_range, etag, if_match, in_force, json, path, read_json, run, UsageView};
@@ -88,6 +88,8 @@ pub(crate) struct PlanView {
     reuse_percent: Option<u8>,
     /// Whether its clients may introspect tokens issued to others.
     introspect_any: bool,
+    /// Whether its clients' tokens are bound to DPoP keys (RFC 9449).
+    dpop: Dpop,
     /// How many clients are on the plan.
     clients: u64,
     /// RFC 3339.
@@ -131,6 +133,39 @@ pub(crate) struct PlanInput {
     /// Default false.
     #[serde(default)]
     introspect_any: Option<bool>,
+    /// Default `allowed`.
+    #[serde(default)]
+    dpop: Option<Dpop>,
+}
+
+/// DPoP (RFC 9449) for a plan: `required` refuses token requests without a proof, `allowed`
+/// binds a token when a proof comes, `off` ignores proofs.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Dpop {
+    Required,
+    Allowed,
+    Off,
+}
+
+impl From<DpopPolicy> for Dpop {
+    fn from(policy: DpopPolicy) -> Self {
+        match policy {
+            DpopPolicy::Required => Self::Required,
+            DpopPolicy::Allowed => Self::Allowed,
+            DpopPolicy::Off => Self::Off,
+        }
+    }
+}
+
+impl From<Dpop> for DpopPolicy {
+    fn from(dpop: Dpop) -> Self {
+        match dpop {
+            Dpop::Required => Self::Required,
+            Dpop::Allowed => Self::Allowed,
+            Dpop::Off => Self::Off,
+        }
+    }
 }
 
 /// A rate to set; `burst` defaults to `count`.
@@ -158,6 +193,7 @@ fn view(plan: &Plan, clients: u64) -> PlanView {
         }),
         reuse_percent: plan.reuse_percent,
         introspect_any: plan.introspect_any,
+        dpop: plan.dpop.into(),
         clients,
         created_at: rfc3339(plan.created_at),
         updated_at: rfc3339(plan.updated_at),
@@ -277,6 +313,7 @@ pub(crate) async fn put_plan(
             token_rate,
             reuse_percent: input.reuse_percent.map_or(Change::Clear, Change::Set),
             introspect_any: Some(input.introspect_any.unwrap_or(false)),
+            dpop: Some(input.dpop.map_or(DpopPolicy::Allowed, Into::into)),
         };
         let _one_writer = state.admin_guard().writes.lock().await;
         let before = find(&state, &name).await?;

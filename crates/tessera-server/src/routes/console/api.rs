@@ -264,6 +264,7 @@ pub(super) struct Plan {
     pub(super) token_rate: Option<Rate>,
     pub(super) reuse_percent: Option<u8>,
     pub(super) introspect_any: bool,
+    pub(super) dpop: String,
     pub(super) clients: u64,
     pub(super) updated_at: String,
 }

@@ -270,6 +270,12 @@ fn plan_form(session: &Session, plan: Option<&Plan>, etag: Option<&str>) -> Mark
                     checked[plan.is_some_and(|p| p.introspect_any)];
                 label for="plan-introspect" { "Its clients may introspect tokens issued to others" }
             }
+            label for="plan-dpop" { "DPoP (RFC 9449): bind tokens to the client's key" }
+            select #plan-dpop name="dpop" {
+                @for (value, label) in [("allowed", "allowed: when the client sends a proof"), ("required", "required: refuse requests without a proof"), ("off", "off: Bearer tokens only")] {
+                    option value=(value) selected[plan.map_or("allowed", |p| p.dpop.as_str()) == value] { (label) }
+                }
+            }
             button type="submit" { @if plan.is_some() { "Save plan" } @else { "Create plan" } }
         }
     }
@@ -308,6 +314,7 @@ fn plan_input(pairs: &[(String, String)]) -> Result<Value, String> {
         input["reuse_percent"] = json!(reuse);
     }
     input["introspect_any"] = json!(field(pairs, "introspect_any") == Some("true"));
+    input["dpop"] = json!(field(pairs, "dpop").unwrap_or("allowed"));
     Ok(input)
 }
 
@@ -382,6 +389,7 @@ pub(super) async fn plan(
                 dt { "Rate" } dd { (rate(&plan)) }
                 dt { "Reuse" } dd { @match plan.reuse_percent { Some(p) => { (p) " %" }, None => "no" } }
                 dt { "Introspects others' tokens" } dd { @if plan.introspect_any { "yes" } @else { "no" } }
+                dt { "DPoP" } dd { (plan.dpop) }
             }
         }
     };

@@ -1,0 +1,278 @@
+//! DPoP proof checks (RFC 9449 section 4.3), shared by the resource-server extractors and
+//! Tessera's token endpoint, and the bounded memory of proofs already seen (section 11.1).
+//!
+//! [`check_proof`] runs the section 4.3 checks but the replay one, which needs state: the
+//! caller records the proof in a [`ReplayCache`] (or a shared store) only once it passed, so
+//! that invalid proofs cannot fill the cache.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use aws_lc_rs::digest;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use tessera_proto::dpop::{parse_proof, ProofClaims, ProofError, PublicKey};
+use tessera_proto::jws::decode_claims;
+use tessera_proto::ErrorCode;
+use thiserror::Error;
+
+use crate::jwks::VerifyingKey;
+
+/// How far a proof's `iat` may be from the verifier's clock, either way, by default.
+pub const DEFAULT_WINDOW_SECS: i64 = 60;
+
+/// What a proof must match: the request it came with.
+#[derive(Debug, Clone, Copy)]
+pub struct ProofRequest<'a> {
+    /// The request's HTTP method; `htm` must equal it (case-sensitive, RFC 9110 9.1).
+    pub method: &'a str,
+    /// The request URI in [`tessera_proto::dpop::htu`] form; `htu` must equal it in that form.
+    pub htu: &'a str,
+    /// The access token sent with the proof, whose hash `ath` must be (section 4.2).
+    pub access_token: Option<&'a str>,
+    /// The nonce the proof must carry (section 8), when the server asks for one.
+    pub nonce: Option<NonceCheck<'a>>,
+    /// How far `iat` may be from `now`, either way, in seconds.
+    pub window_secs: i64,
+}
+
+/// A nonce requirement: the caller decides which nonces are current.
+#[derive(Clone, Copy)]
+pub struct NonceCheck<'a>(pub &'a (dyn Fn(&str) -> bool + Sync));
+
+impl std::fmt::Debug for NonceCheck<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NonceCheck")
+    }
+}
+
+/// A proof that passed [`check_proof`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedProof {
+    /// The RFC 7638 thumbprint of the proof's key: `cnf.jkt` of the token it binds or uses.
+    pub jkt: String,
+    /// The proof's `jti`, to record against replay.
+    pub jti: String,
+    /// The proof's `iat`.
+    pub iat: i64,
+}
+
+/// Why a proof was refused. The messages are fixed text that never repeats the proof, and
+/// say enough for the client's developer to fix the proof.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DpopError {
+    /// No `DPoP` header where one is required.
+    #[error("a DPoP proof is required")]
+    Missing,
+    /// More than one `DPoP` header (section 4.3 step 1).
+    #[error("more than one DPoP header")]
+    Repeated,
+    /// The form or header failed (section 4.3 steps 2 to 7).
+    #[error("{0}")]
+    Header(ProofError),
+    /// The signature does not verify with the proof's own key (step 6).
+    #[error("the DPoP proof signature does not verify with its jwk")]
+    Signature,
+    /// The claims are not a JSON object with `jti`, `htm`, `htu` and `iat` (step 8).
+    #[error("the DPoP proof lacks jti, htm, htu or iat, or one is malformed")]
+    Claims,
+    /// `htm` is not the request's method (step 8).
+    #[error("the DPoP proof htm is not this request's method")]
+    Method,
+    /// `htu` is not the request's URI (step 9).
+    #[error("the DPoP proof htu is not this request's URI")]
+    Uri,
+    /// `iat` is outside the window (step 11).
+    #[error("the DPoP proof iat is too far from the server's time")]
+    Stale,
+    /// `ath` is missing or not the hash of the access token sent (step 12).
+    #[error("the DPoP proof ath is missing or not the hash of the access token")]
+    AccessTokenHash,
+    /// The proof lacks the current server nonce (step 10, section 8): `use_dpop_nonce`.
+    #[error("the DPoP proof must carry the server's current nonce")]
+    Nonce,
+    /// The `jti` was seen within the window (step 12, section 11.1).
+    #[error("the DPoP proof was used before")]
+    Replayed,
+    /// Too many proofs were seen within the window to remember another one.
+    #[error("too many DPoP proofs at once; retry with a new proof")]
+    Busy,
+    /// The proof's key is not the one the token is bound to (section 7.1).
+    #[error("the DPoP proof key is not the key the token is bound to")]
+    KeyMismatch,
+}
+
+impl DpopError {
+    /// The error code of the answer: `use_dpop_nonce` for [`DpopError::Nonce`] at the token
+    /// endpoint (section 8), `invalid_dpop_proof` otherwise (sections 5 and 7.1).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Nonce => ErrorCode::UseDpopNonce,
+            _ => ErrorCode::InvalidDpopProof,
+        }
+    }
+}
+
+/// base64url SHA-256 of `input`, as a thumbprint (RFC 7638 section 3) or `ath` (RFC 9449
+/// section 4.2) is written.
+pub fn sha256_b64(input: &[u8]) -> String {
+    URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, input))
+}
+
+/// The RFC 7638 thumbprint of a proof key: its `cnf.jkt` (RFC 9449 section 6.1).
+pub fn thumbprint(key: &PublicKey) -> String {
+    sha256_b64(key.thumbprint_input().as_bytes())
+}
+
+/// Checks a proof against the request it came with (RFC 9449 section 4.3, all steps but the
+/// replay check, which is [`ReplayCache::first_use`]'s). `now` is the verifier's clock, in
+/// seconds since the epoch.
+pub fn check_proof(
+    proof: &str,
+    request: &ProofRequest<'_>,
+    now: i64,
+) -> Result<CheckedProof, DpopError> {
+    let unverified = parse_proof(proof).map_err(DpopError::Header)?;
+    let key = VerifyingKey::from_jwk(&unverified.key.to_jwk(unverified.alg, "dpop"))
+        .ok_or(DpopError::Header(ProofError::BadKey))?;
+    if !key.verify(unverified.signing_input, &unverified.signature) {
+        return Err(DpopError::Signature);
+    }
+    let claims: ProofClaims = decode_claims(&unverified.payload).ok_or(DpopError::Claims)?;
+    if claims.jti.is_empty() || claims.jti.len() > 256 {
+        return Err(DpopError::Claims);
+    }
+    if claims.htm != request.method {
+        return Err(DpopError::Method);
+    }
+    if tessera_proto::dpop::htu(&claims.htu).as_deref() != Some(request.htu) {
+        return Err(DpopError::Uri);
+    }
+    if (claims.iat - now).abs() > request.window_secs {
+        return Err(DpopError::Stale);
+    }
+    if let Some(token) = request.access_token {
+        let expected = sha256_b64(token.as_bytes());
+        if claims.ath.as_deref() != Some(expected.as_str()) {
+            return Err(DpopError::AccessTokenHash);
+        }
+    }
+    if let Some(NonceCheck(is_current)) = request.nonce {
+        if !claims.nonce.as_deref().is_some_and(is_current) {
+            return Err(DpopError::Nonce);
+        }
+    }
+    Ok(CheckedProof {
+        jkt: thumbprint(&unverified.key),
+        jti: claims.jti,
+        iat: claims.iat,
+    })
+}
+
+/// The proofs seen lately, by key and `jti`, in bounded memory (RFC 9449 section 11.1).
+///
+/// Two generations of 128-bit digests: a proof is a replay if either holds it. The current
+/// generation becomes the previous one every `2 * window` seconds, so a proof is remembered
+/// for at least twice the `iat` window, as long as a proof with an `iat` at the window's far
+/// edge stays acceptable. At most `capacity` proofs per generation: past that, new proofs are
+/// refused ([`DpopError::Busy`]) rather than forgotten, so replay protection never lapses.
+#[derive(Debug)]
+pub struct ReplayCache {
+    span_secs: i64,
+    capacity: usize,
+    generations: Mutex<Generations>,
+}
+
+#[derive(Debug, Default)]
+struct Generations {
+    started: i64,
+    current: HashSet<u128>,
+    previous: HashSet<u128>,
+}
+
+impl ReplayCache {
+    /// A cache for proofs accepted within `window_secs` of the clock, holding at most
+    /// `capacity` proofs per generation.
+    pub fn new(window_secs: i64, capacity: usize) -> Self {
+        Self {
+            span_secs: 2 * window_secs.max(1),
+            capacity,
+            generations: Mutex::new(Generations::default()),
+        }
+    }
+
+    /// Records the proof `jti` of the key `jkt` at `now`: `Ok` the first time, `Replayed`
+    /// after, `Busy` when the generation is full.
+    pub fn first_use(&self, jkt: &str, jti: &str, now: i64) -> Result<(), DpopError> {
+        let digest = proof_digest(jkt, jti);
+        let mut g = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        if now >= g.started + 2 * self.span_secs {
+            g.previous.clear();
+            g.current.clear();
+            g.started = now;
+        } else if now >= g.started + self.span_secs {
+            g.previous = std::mem::take(&mut g.current);
+            g.started = now;
+        }
+        if g.previous.contains(&digest) || g.current.contains(&digest) {
+            return Err(DpopError::Replayed);
+        }
+        if g.current.len() >= self.capacity {
+            return Err(DpopError::Busy);
+        }
+        g.current.insert(digest);
+        Ok(())
+    }
+}
+
+/// The first 128 bits of SHA-256 over the key thumbprint and the `jti`: two proofs of
+/// different keys may share a `jti`.
+pub fn proof_digest(jkt: &str, jti: &str) -> u128 {
+    let mut context = digest::Context::new(&digest::SHA256);
+    context.update(jkt.as_bytes());
+    context.update(&[0]);
+    context.update(jti.as_bytes());
+    let digest = context.finish();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest.as_ref()[..16]);
+    u128::from_be_bytes(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_is_remembered_for_two_windows_and_then_forgotten() {
+        let cache = ReplayCache::new(60, 10);
+        assert_eq!(cache.first_use("k", "a", 1_000), Ok(()));
+        assert_eq!(cache.first_use("k", "a", 1_000), Err(DpopError::Replayed));
+        // Another key may use the same jti.
+        assert_eq!(cache.first_use("other", "a", 1_000), Ok(()));
+        // After one rotation the proof is in the previous generation: still a replay.
+        assert_eq!(cache.first_use("k", "b", 1_120), Ok(()));
+        assert_eq!(cache.first_use("k", "a", 1_239), Err(DpopError::Replayed));
+        // Two rotations later it is gone; by then its iat is far outside the window.
+        assert_eq!(cache.first_use("k", "c", 1_240), Ok(()));
+        assert_eq!(cache.first_use("k", "a", 1_240), Ok(()));
+        // A long quiet spell clears both.
+        assert_eq!(cache.first_use("k", "b", 9_999), Ok(()));
+    }
+
+    #[test]
+    fn a_full_generation_refuses_rather_than_forgets() {
+        let cache = ReplayCache::new(60, 2);
+        assert_eq!(cache.first_use("k", "1", 0), Ok(()));
+        assert_eq!(cache.first_use("k", "2", 0), Ok(()));
+        assert_eq!(cache.first_use("k", "3", 0), Err(DpopError::Busy));
+        assert_eq!(cache.first_use("k", "1", 0), Err(DpopError::Replayed));
+        assert_eq!(cache.first_use("k", "3", 120), Ok(()));
+    }
+
+    #[test]
+    fn only_the_nonce_error_asks_for_a_nonce() {
+        assert_eq!(DpopError::Nonce.code(), ErrorCode::UseDpopNonce);
+        assert_eq!(DpopError::Replayed.code(), ErrorCode::InvalidDpopProof);
+    }
+}
