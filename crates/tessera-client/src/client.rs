@@ -8,11 +8,12 @@ use std::time::Duration;
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{redirect, Response, StatusCode, Url};
 use tessera_proto::{
-    form, BasicCredentials, ClientId, ClientSecret, ErrorResponse, ScopeSet, TokenResponse,
+    form, BasicCredentials, ClientId, ClientSecret, Clock, ErrorResponse, ScopeSet, TokenResponse,
 };
-use tokio::time::Instant;
 
-use crate::cache::{AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, TokenCache};
+use crate::cache::{
+    AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, Stamp, TokenCache,
+};
 use crate::environment::{BaseUrls, Environment};
 use crate::error::{BuildError, Error, OAuthError};
 use crate::retry::{self, Jitter, RetryPolicy};
@@ -36,6 +37,8 @@ pub struct TokenClient {
     body: String,
     retry: RetryPolicy,
     skew: RefreshSkew,
+    /// What token lifetimes are measured by.
+    clock: Clock,
     entry: Arc<CacheEntry>,
     jitter: Arc<Jitter>,
 }
@@ -55,7 +58,7 @@ impl fmt::Debug for TokenClient {
 
 impl TokenClient {
     /// A builder with the defaults: 10 s request timeout, [`RetryPolicy::default`],
-    /// [`RefreshSkew::default`], a cache of its own.
+    /// [`RefreshSkew::default`], the system clock, a cache of its own.
     pub fn builder() -> TokenClientBuilder {
         TokenClientBuilder::default()
     }
@@ -87,7 +90,7 @@ impl TokenClient {
     /// Drops `token` from the cache if it is still the cached one, so that the next
     /// [`token`](Self::token) asks for a new one. Call it when an API refuses the token.
     pub fn invalidate(&self, token: &AccessToken) {
-        self.entry.invalidate(token);
+        self.entry.invalidate(token, &self.clock);
     }
 
     /// What the cached token is for.
@@ -101,7 +104,7 @@ impl TokenClient {
     }
 
     /// Asks the token endpoint, retrying as the [`RetryPolicy`] says.
-    async fn fetch(&self) -> Result<(TokenResponse, Instant), Error> {
+    async fn fetch(&self) -> Result<(TokenResponse, Stamp), Error> {
         let attempts = self.retry.attempts();
         let mut attempt = 1;
         loop {
@@ -149,7 +152,7 @@ impl TokenClient {
             }
         };
         // The lifetime counts from here (RFC 6749 section 5.1, `expires_in`).
-        let received_at = Instant::now();
+        let received_at = Stamp::now(&self.clock);
         let status = response.status();
         let retry_after = retry::retry_after(response.headers());
         let body = match read_limited(response).await {
@@ -212,8 +215,8 @@ impl TokenClient {
         &self,
         status: StatusCode,
         body: &[u8],
-        received_at: Instant,
-    ) -> Result<(TokenResponse, Instant), Error> {
+        received_at: Stamp,
+    ) -> Result<(TokenResponse, Stamp), Error> {
         let unexpected = |detail: String| Error::UnexpectedResponse { status, detail };
         let response: TokenResponse = serde_json::from_slice(body)
             .map_err(|e| unexpected(format!("not a token response: {e}")))?;
@@ -226,7 +229,7 @@ impl TokenClient {
 
 enum Outcome {
     /// A token or an error that another attempt would not change.
-    Done(Result<(TokenResponse, Instant), Error>),
+    Done(Result<(TokenResponse, Stamp), Error>),
     /// Worth another attempt, after `after` if the server said.
     Retry {
         error: Error,
@@ -261,6 +264,7 @@ pub struct TokenClientBuilder {
     connect_timeout: Duration,
     retry: RetryPolicy,
     skew: RefreshSkew,
+    clock: Clock,
     cache: Option<TokenCache>,
 }
 
@@ -278,6 +282,7 @@ impl Default for TokenClientBuilder {
             connect_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             skew: RefreshSkew::default(),
+            clock: Clock::system(),
             cache: None,
         }
     }
@@ -370,6 +375,19 @@ impl TokenClientBuilder {
         self
     }
 
+    /// The clock that token lifetimes are measured by: the system's by default. A test gives
+    /// a [`ManualClock`](crate::ManualClock) and moves it to a token's refresh point instead
+    /// of sleeping until then.
+    ///
+    /// Its monotonic reading ([`Clock::elapsed`]) is what counts, so stepping the wall clock
+    /// neither ages nor rejuvenates a cached token. Clients that share a
+    /// [`cache`](Self::cache) may each have their own clock: a token is timed by the clock of
+    /// the client that received it.
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
     /// Keep tokens in `cache`, shared with other clients built with it; clients with equal
     /// [`CacheKey`]s then share one token and one refresh.
     pub fn cache(mut self, cache: &TokenCache) -> Self {
@@ -449,6 +467,7 @@ impl TokenClientBuilder {
             body,
             retry: self.retry,
             skew: self.skew,
+            clock: self.clock,
             entry,
             jitter: Arc::new(Jitter::from_clock()),
         })
@@ -504,13 +523,13 @@ mod tests {
         ));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn debug_hides_the_secret_and_the_token() {
         let client = builder().build_with(|_| None).unwrap();
         client.entry.put(CachedToken::new(
             AccessToken::new("eyJ.token.sig"),
             3600,
-            Instant::now(),
+            Stamp::now(&client.clock),
             RefreshSkew::default(),
         ));
         assert_eq!(client.token().await.unwrap().expose(), "eyJ.token.sig");

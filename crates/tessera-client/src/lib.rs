@@ -63,4 +63,6 @@ pub use error::{BuildError, Error, OAuthError};
 pub use retry::RetryPolicy;
 
 pub use reqwest::Url;
-pub use tessera_proto::{ClientId, ClientSecret, ErrorCode, Scope, ScopeSet, TokenResponse};
+pub use tessera_proto::{
+    ClientId, ClientSecret, Clock, ErrorCode, ManualClock, Scope, ScopeSet, TokenResponse,
+};
