@@ -2,6 +2,7 @@
 //! 4.4.2), its retries, and the cache in front of it.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use crate::cache::{
 };
 use crate::environment::{BaseUrls, Environment};
 use crate::error::{BuildError, Error, OAuthError};
-use crate::retry::{self, Jitter, RetryPolicy};
+use crate::retry::{self, Jitter, RetryPolicy, Sleeper};
 
 /// The largest token endpoint answer read; a token response is a few hundred bytes.
 const MAX_BODY: usize = 64 * 1024;
@@ -41,6 +42,8 @@ pub struct TokenClient {
     clock: Clock,
     entry: Arc<CacheEntry>,
     jitter: Arc<Jitter>,
+    /// What waits out a `Retry-After` or a backoff.
+    sleeper: Sleeper,
 }
 
 impl fmt::Debug for TokenClient {
@@ -120,7 +123,7 @@ impl TokenClient {
                 Some(after) => after,
                 None => self.retry.backoff(attempt, &self.jitter),
             };
-            tokio::time::sleep(wait).await;
+            self.sleeper.sleep(wait).await;
             attempt += 1;
         }
     }
@@ -265,6 +268,7 @@ pub struct TokenClientBuilder {
     retry: RetryPolicy,
     skew: RefreshSkew,
     clock: Clock,
+    sleeper: Sleeper,
     cache: Option<TokenCache>,
 }
 
@@ -283,6 +287,7 @@ impl Default for TokenClientBuilder {
             retry: RetryPolicy::default(),
             skew: RefreshSkew::default(),
             clock: Clock::system(),
+            sleeper: Sleeper::default(),
             cache: None,
         }
     }
@@ -377,7 +382,8 @@ impl TokenClientBuilder {
 
     /// The clock that token lifetimes are measured by: the system's by default. A test gives
     /// a [`ManualClock`](crate::ManualClock) and moves it to a token's refresh point instead
-    /// of sleeping until then.
+    /// of sleeping until then, and a [`sleeper`](Self::sleeper) that moves it for the waits
+    /// between retries.
     ///
     /// Its monotonic reading ([`Clock::elapsed`]) is what counts, so stepping the wall clock
     /// neither ages nor rejuvenates a cached token. Clients that share a
@@ -385,6 +391,24 @@ impl TokenClientBuilder {
     /// the client that received it.
     pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
         self.clock = clock.into();
+        self
+    }
+
+    /// How the client waits out a `Retry-After` (RFC 9110 section 10.2.3) or a backoff
+    /// before it asks again: `sleep(wait)` is a future that ends when it may.
+    /// [`tokio::time::sleep`] by default.
+    ///
+    /// For tests: a sleeper that moves a [`ManualClock`](crate::ManualClock) by `wait` and
+    /// ends at once lets a test see a retry come `Retry-After` later without waiting for it.
+    /// Pausing tokio's time does the same only
+    /// for a test without real I/O: while a real server's answer is on its way the paused
+    /// runtime has nothing to do, so it jumps to its next timer and timeouts fire early.
+    pub fn sleeper<F, W>(mut self, sleep: F) -> Self
+    where
+        F: Fn(Duration) -> W + Send + Sync + 'static,
+        W: Future<Output = ()> + Send + 'static,
+    {
+        self.sleeper = Sleeper::new(sleep);
         self
     }
 
@@ -470,6 +494,7 @@ impl TokenClientBuilder {
             clock: self.clock,
             entry,
             jitter: Arc::new(Jitter::from_clock()),
+            sleeper: self.sleeper,
         })
     }
 }
