@@ -399,10 +399,11 @@ impl TokenClientBuilder {
     /// [`tokio::time::sleep`] by default.
     ///
     /// For tests: a sleeper that moves a [`ManualClock`](crate::ManualClock) by `wait` and
-    /// ends at once lets a test see a retry come `Retry-After` later without waiting for it.
-    /// Pausing tokio's time does the same only
-    /// for a test without real I/O: while a real server's answer is on its way the paused
-    /// runtime has nothing to do, so it jumps to its next timer and timeouts fire early.
+    /// ends at once lets a test see a retry come `Retry-After` later without waiting for it;
+    /// [the crate docs](crate#time-in-tests) show one. Pausing tokio's time does the same
+    /// only for a test without real I/O: while a real server's answer is on its way the
+    /// paused runtime has nothing to do, so it jumps to its next timer and timeouts fire
+    /// early.
     pub fn sleeper<F, W>(mut self, sleep: F) -> Self
     where
         F: Fn(Duration) -> W + Send + Sync + 'static,
