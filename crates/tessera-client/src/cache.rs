@@ -4,6 +4,10 @@
 //! (RFC 6749 section 5.1; the seed: "a client caches access_token for the period given by
 //! expires_in"), and replaced a little before that, by the [`RefreshSkew`], so that it does
 //! not expire on its way to the API.
+//!
+//! Lifetimes are measured by the [`Clock`] of the client that received the token (its
+//! monotonic reading, so that a stepped wall clock moves nothing), so a test can set the time
+//! instead of sleeping.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,8 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tessera_proto::{ClientId, ScopeSet};
-use tokio::time::Instant;
+use tessera_proto::{ClientId, Clock, ScopeSet};
 
 use crate::environment::Environment;
 use crate::error::Error;
@@ -88,32 +91,56 @@ impl RefreshSkew {
 /// The least time between two tokens forgotten on an API's word.
 pub(crate) const INVALIDATE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Lifetimes beyond this are taken as this, so that instants cannot overflow.
-const LONGEST_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// A moment read from a clock, which tells the time since by that same clock. Clients that
+/// share a cache may each have a clock of their own (two system clocks count from different
+/// origins), so a time kept in the cache carries the clock it was read from.
+#[derive(Debug, Clone)]
+pub(crate) struct Stamp {
+    clock: Clock,
+    /// The clock's monotonic reading at the moment.
+    at: Duration,
+}
+
+impl Stamp {
+    /// Now, by `clock`.
+    pub(crate) fn now(clock: &Clock) -> Self {
+        Self {
+            clock: clock.clone(),
+            at: clock.elapsed(),
+        }
+    }
+
+    /// The time since; zero if the clock was set back.
+    fn elapsed(&self) -> Duration {
+        self.clock.elapsed().saturating_sub(self.at)
+    }
+}
 
 /// A token and when it stops being served from the cache.
 #[derive(Debug, Clone)]
 pub(crate) struct CachedToken {
     pub(crate) token: AccessToken,
-    /// `received_at + expires_in`: after this the server refuses it.
-    expires_at: Instant,
-    /// `expires_at - skew`: from here on a call refreshes it.
-    refresh_at: Instant,
+    /// When its response was received.
+    received: Stamp,
+    /// `expires_in`: this long after `received` the server refuses it.
+    lifetime: Duration,
+    /// `lifetime - skew`: from this long after `received` on, a call refreshes it.
+    refresh_after: Duration,
 }
 
 impl CachedToken {
     pub(crate) fn new(
         token: AccessToken,
         expires_in: u64,
-        received_at: Instant,
+        received: Stamp,
         skew: RefreshSkew,
     ) -> Self {
-        let lifetime = Duration::from_secs(expires_in).min(LONGEST_LIFETIME);
-        let refresh_at = received_at + (lifetime - skew.for_lifetime(lifetime));
+        let lifetime = Duration::from_secs(expires_in);
         Self {
             token,
-            expires_at: received_at + lifetime,
-            refresh_at,
+            received,
+            lifetime,
+            refresh_after: lifetime - skew.for_lifetime(lifetime),
         }
     }
 }
@@ -165,18 +192,18 @@ struct State {
     /// How the last finished refresh failed, for those who waited on it.
     failure: Option<Error>,
     /// When a token was last forgotten on an API's word; see [`CacheEntry::invalidate`].
-    last_invalidated: Option<Instant>,
+    last_invalidated: Option<Stamp>,
 }
 
 impl State {
-    fn fresh(&self, now: Instant) -> Option<AccessToken> {
+    fn fresh(&self) -> Option<AccessToken> {
         let t = self.token.as_ref()?;
-        (now < t.refresh_at).then(|| t.token.clone())
+        (t.received.elapsed() < t.refresh_after).then(|| t.token.clone())
     }
 
-    fn unexpired(&self, now: Instant) -> Option<AccessToken> {
+    fn unexpired(&self) -> Option<AccessToken> {
         let t = self.token.as_ref()?;
-        (now < t.expires_at).then(|| t.token.clone())
+        (t.received.elapsed() < t.lifetime).then(|| t.token.clone())
     }
 }
 
@@ -192,7 +219,7 @@ impl CacheEntry {
     {
         let seen = {
             let state = lock(&self.state);
-            if let Some(token) = state.fresh(Instant::now()) {
+            if let Some(token) = state.fresh() {
                 return Ok(token);
             }
             state.finished
@@ -200,15 +227,14 @@ impl CacheEntry {
         let _flight = self.flight.lock().await;
         {
             let state = lock(&self.state);
-            let now = Instant::now();
-            if let Some(token) = state.fresh(now) {
+            if let Some(token) = state.fresh() {
                 return Ok(token);
             }
             // A refresh ended while we waited and failed: take its outcome. (A cancelled one
             // does not count as ended, so its waiters try for themselves.)
             if state.finished != seen {
                 if let Some(failure) = &state.failure {
-                    return state.unexpired(now).ok_or_else(|| failure.clone());
+                    return state.unexpired().ok_or_else(|| failure.clone());
                 }
             }
         }
@@ -224,7 +250,7 @@ impl CacheEntry {
             }
             Err(error) => {
                 state.failure = Some(error.clone());
-                state.unexpired(Instant::now()).ok_or(error)
+                state.unexpired().ok_or(error)
             }
         }
     }
@@ -234,19 +260,20 @@ impl CacheEntry {
     /// same old token cause one refresh. At most one token is forgotten per
     /// [`INVALIDATE_INTERVAL`]: an API that refuses every token (a wrong audience, say) must
     /// not turn each of its calls into a token request against the issuer's rate limit.
-    pub(crate) fn invalidate(&self, token: &AccessToken) -> bool {
+    /// `clock` is the caller's.
+    pub(crate) fn invalidate(&self, token: &AccessToken, clock: &Clock) -> bool {
         let mut state = lock(&self.state);
-        let now = Instant::now();
         if state
             .last_invalidated
-            .is_some_and(|at| now.duration_since(at) < INVALIDATE_INTERVAL)
+            .as_ref()
+            .is_some_and(|at| at.elapsed() < INVALIDATE_INTERVAL)
         {
             return false;
         }
         let current = state.token.as_ref().is_some_and(|t| t.token == *token);
         if current {
             state.token = None;
-            state.last_invalidated = Some(now);
+            state.last_invalidated = Some(Stamp::now(clock));
         }
         current
     }
@@ -267,16 +294,29 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use reqwest::StatusCode;
+    use tessera_proto::ManualClock;
 
     use super::*;
 
-    fn token(n: u32, expires_in: u64) -> CachedToken {
+    /// Token `n`, received now by `clock`.
+    fn token_at(n: u32, expires_in: u64, clock: &Clock) -> CachedToken {
         CachedToken::new(
             AccessToken::new(&format!("token-{n}")),
             expires_in,
-            Instant::now(),
+            Stamp::now(clock),
             RefreshSkew::default(),
         )
+    }
+
+    /// Token `n`, for tests where its lifetime does not matter.
+    fn token(n: u32, expires_in: u64) -> CachedToken {
+        token_at(n, expires_in, &Clock::system())
+    }
+
+    /// A clock standing still and the handle that moves it.
+    fn manual() -> (ManualClock, Clock) {
+        let manual = ManualClock::at(1_800_000_000);
+        (manual.clone(), manual.into())
     }
 
     fn unavailable() -> Error {
@@ -308,21 +348,22 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn served_from_cache_until_the_skew_then_refreshed() {
+        let (time, clock) = manual();
         let entry = CacheEntry::default();
         let fetches = AtomicU32::new(0);
         let fetch = || async {
             let n = fetches.fetch_add(1, Ordering::SeqCst) + 1;
-            Ok(token(n, 100))
+            Ok(token_at(n, 100, &clock))
         };
         let first = entry.get(fetch).await.unwrap();
         assert_eq!(first.expose(), "token-1");
         // 100 s lifetime: the skew is 10 s, so the token is served for 90 s.
-        tokio::time::advance(Duration::from_millis(89_900)).await;
+        time.advance(Duration::from_millis(89_900));
         assert_eq!(entry.get(fetch).await.unwrap(), first);
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
-        tokio::time::advance(Duration::from_millis(200)).await;
+        time.advance(Duration::from_millis(200));
         assert_eq!(entry.get(fetch).await.unwrap().expose(), "token-2");
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
     }
@@ -406,23 +447,25 @@ mod tests {
         assert_eq!(waiter.await.unwrap().unwrap().expose(), "token-2");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_failed_refresh_serves_the_unexpired_token() {
+        let (time, clock) = manual();
         let entry = CacheEntry::default();
-        entry.put(token(1, 100));
-        tokio::time::advance(Duration::from_secs(95)).await;
+        entry.put(token_at(1, 100, &clock));
+        time.advance(Duration::from_secs(95));
         let served = entry.get(|| async { Err(unavailable()) }).await.unwrap();
         assert_eq!(served.expose(), "token-1");
-        tokio::time::advance(Duration::from_secs(5)).await;
+        time.advance(Duration::from_secs(5));
         assert!(entry.get(|| async { Err(unavailable()) }).await.is_err());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn invalidating_forgets_only_the_current_token() {
+        let clock = Clock::system();
         let entry = CacheEntry::default();
         entry.put(token(1, 3600));
-        assert!(!entry.invalidate(&AccessToken::new("token-0")));
-        assert!(entry.invalidate(&AccessToken::new("token-1")));
+        assert!(!entry.invalidate(&AccessToken::new("token-0"), &clock));
+        assert!(entry.invalidate(&AccessToken::new("token-1"), &clock));
         let next = entry.get(|| async { Ok(token(2, 3600)) }).await.unwrap();
         assert_eq!(next.expose(), "token-2");
     }
@@ -465,19 +508,22 @@ mod tests {
         assert!(printed.contains("[redacted]"));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_api_refusing_every_token_forces_one_refresh_per_interval() {
+    #[test]
+    fn an_api_refusing_every_token_forces_one_refresh_per_interval() {
+        let (time, clock) = manual();
         let entry = CacheEntry::default();
-        let first = token(1, 3600);
+        let first = token_at(1, 3600, &clock);
         entry.put(first.clone());
-        assert!(entry.invalidate(&first.token));
-        let second = token(2, 3600);
+        assert!(entry.invalidate(&first.token, &clock));
+        let second = token_at(2, 3600, &clock);
         entry.put(second.clone());
         assert!(
-            !entry.invalidate(&second.token),
+            !entry.invalidate(&second.token, &clock),
             "a second refusal right away is ignored"
         );
-        tokio::time::advance(INVALIDATE_INTERVAL).await;
-        assert!(entry.invalidate(&second.token));
+        time.advance(INVALIDATE_INTERVAL - Duration::from_millis(1));
+        assert!(!entry.invalidate(&second.token, &clock));
+        time.advance(Duration::from_millis(1));
+        assert!(entry.invalidate(&second.token, &clock));
     }
 }

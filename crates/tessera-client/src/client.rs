@@ -2,20 +2,22 @@
 //! 4.4.2), its retries, and the cache in front of it.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{redirect, Response, StatusCode, Url};
 use tessera_proto::{
-    form, BasicCredentials, ClientId, ClientSecret, ErrorResponse, ScopeSet, TokenResponse,
+    form, BasicCredentials, ClientId, ClientSecret, Clock, ErrorResponse, ScopeSet, TokenResponse,
 };
-use tokio::time::Instant;
 
-use crate::cache::{AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, TokenCache};
+use crate::cache::{
+    AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, Stamp, TokenCache,
+};
 use crate::environment::{BaseUrls, Environment};
 use crate::error::{BuildError, Error, OAuthError};
-use crate::retry::{self, Jitter, RetryPolicy};
+use crate::retry::{self, Jitter, RetryPolicy, Sleeper};
 
 /// The largest token endpoint answer read; a token response is a few hundred bytes.
 const MAX_BODY: usize = 64 * 1024;
@@ -36,8 +38,12 @@ pub struct TokenClient {
     body: String,
     retry: RetryPolicy,
     skew: RefreshSkew,
+    /// What token lifetimes are measured by.
+    clock: Clock,
     entry: Arc<CacheEntry>,
     jitter: Arc<Jitter>,
+    /// What waits out a `Retry-After` or a backoff.
+    sleeper: Sleeper,
 }
 
 impl fmt::Debug for TokenClient {
@@ -55,7 +61,7 @@ impl fmt::Debug for TokenClient {
 
 impl TokenClient {
     /// A builder with the defaults: 10 s request timeout, [`RetryPolicy::default`],
-    /// [`RefreshSkew::default`], a cache of its own.
+    /// [`RefreshSkew::default`], the system clock, a cache of its own.
     pub fn builder() -> TokenClientBuilder {
         TokenClientBuilder::default()
     }
@@ -87,7 +93,7 @@ impl TokenClient {
     /// Drops `token` from the cache if it is still the cached one, so that the next
     /// [`token`](Self::token) asks for a new one. Call it when an API refuses the token.
     pub fn invalidate(&self, token: &AccessToken) {
-        self.entry.invalidate(token);
+        self.entry.invalidate(token, &self.clock);
     }
 
     /// What the cached token is for.
@@ -101,7 +107,7 @@ impl TokenClient {
     }
 
     /// Asks the token endpoint, retrying as the [`RetryPolicy`] says.
-    async fn fetch(&self) -> Result<(TokenResponse, Instant), Error> {
+    async fn fetch(&self) -> Result<(TokenResponse, Stamp), Error> {
         let attempts = self.retry.attempts();
         let mut attempt = 1;
         loop {
@@ -117,7 +123,7 @@ impl TokenClient {
                 Some(after) => after,
                 None => self.retry.backoff(attempt, &self.jitter),
             };
-            tokio::time::sleep(wait).await;
+            self.sleeper.sleep(wait).await;
             attempt += 1;
         }
     }
@@ -149,7 +155,7 @@ impl TokenClient {
             }
         };
         // The lifetime counts from here (RFC 6749 section 5.1, `expires_in`).
-        let received_at = Instant::now();
+        let received_at = Stamp::now(&self.clock);
         let status = response.status();
         let retry_after = retry::retry_after(response.headers());
         let body = match read_limited(response).await {
@@ -212,8 +218,8 @@ impl TokenClient {
         &self,
         status: StatusCode,
         body: &[u8],
-        received_at: Instant,
-    ) -> Result<(TokenResponse, Instant), Error> {
+        received_at: Stamp,
+    ) -> Result<(TokenResponse, Stamp), Error> {
         let unexpected = |detail: String| Error::UnexpectedResponse { status, detail };
         let response: TokenResponse = serde_json::from_slice(body)
             .map_err(|e| unexpected(format!("not a token response: {e}")))?;
@@ -226,7 +232,7 @@ impl TokenClient {
 
 enum Outcome {
     /// A token or an error that another attempt would not change.
-    Done(Result<(TokenResponse, Instant), Error>),
+    Done(Result<(TokenResponse, Stamp), Error>),
     /// Worth another attempt, after `after` if the server said.
     Retry {
         error: Error,
@@ -261,6 +267,8 @@ pub struct TokenClientBuilder {
     connect_timeout: Duration,
     retry: RetryPolicy,
     skew: RefreshSkew,
+    clock: Clock,
+    sleeper: Sleeper,
     cache: Option<TokenCache>,
 }
 
@@ -278,6 +286,8 @@ impl Default for TokenClientBuilder {
             connect_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
             skew: RefreshSkew::default(),
+            clock: Clock::system(),
+            sleeper: Sleeper::default(),
             cache: None,
         }
     }
@@ -370,6 +380,39 @@ impl TokenClientBuilder {
         self
     }
 
+    /// The clock that token lifetimes are measured by: the system's by default. A test gives
+    /// a [`ManualClock`](crate::ManualClock) and moves it to a token's refresh point instead
+    /// of sleeping until then, and a [`sleeper`](Self::sleeper) that moves it for the waits
+    /// between retries.
+    ///
+    /// Its monotonic reading ([`Clock::elapsed`]) is what counts, so stepping the wall clock
+    /// neither ages nor rejuvenates a cached token. Clients that share a
+    /// [`cache`](Self::cache) may each have their own clock: a token is timed by the clock of
+    /// the client that received it.
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// How the client waits out a `Retry-After` (RFC 9110 section 10.2.3) or a backoff
+    /// before it asks again: `sleep(wait)` is a future that ends when it may.
+    /// [`tokio::time::sleep`] by default.
+    ///
+    /// For tests: a sleeper that moves a [`ManualClock`](crate::ManualClock) by `wait` and
+    /// ends at once lets a test see a retry come `Retry-After` later without waiting for it;
+    /// [the crate docs](crate#time-in-tests) show one. Pausing tokio's time does the same
+    /// only for a test without real I/O: while a real server's answer is on its way the
+    /// paused runtime has nothing to do, so it jumps to its next timer and timeouts fire
+    /// early.
+    pub fn sleeper<F, W>(mut self, sleep: F) -> Self
+    where
+        F: Fn(Duration) -> W + Send + Sync + 'static,
+        W: Future<Output = ()> + Send + 'static,
+    {
+        self.sleeper = Sleeper::new(sleep);
+        self
+    }
+
     /// Keep tokens in `cache`, shared with other clients built with it; clients with equal
     /// [`CacheKey`]s then share one token and one refresh.
     pub fn cache(mut self, cache: &TokenCache) -> Self {
@@ -449,8 +492,10 @@ impl TokenClientBuilder {
             body,
             retry: self.retry,
             skew: self.skew,
+            clock: self.clock,
             entry,
             jitter: Arc::new(Jitter::from_clock()),
+            sleeper: self.sleeper,
         })
     }
 }
@@ -504,13 +549,13 @@ mod tests {
         ));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn debug_hides_the_secret_and_the_token() {
         let client = builder().build_with(|_| None).unwrap();
         client.entry.put(CachedToken::new(
             AccessToken::new("eyJ.token.sig"),
             3600,
-            Instant::now(),
+            Stamp::now(&client.clock),
             RefreshSkew::default(),
         ));
         assert_eq!(client.token().await.unwrap().expose(), "eyJ.token.sig");

@@ -13,9 +13,10 @@
 //!   and refreshes once when the API says the token is invalid (`bearer.rs`).
 //! - [`Environment`] (`environment.rs`): production, staging or a URL of your own; where the
 //!   token endpoint is.
-//! - [`TokenCache`], [`CacheKey`], [`AccessToken`], [`RefreshSkew`] (`cache.rs`): lifetimes
-//!   and the single-flight refresh.
-//! - [`RetryPolicy`] (`retry.rs`): `Retry-After`, jittered exponential backoff.
+//! - [`TokenCache`], [`CacheKey`], [`AccessToken`], [`RefreshSkew`] (`cache.rs`): lifetimes,
+//!   measured by the client's [`Clock`], and the single-flight refresh.
+//! - [`RetryPolicy`] (`retry.rs`): `Retry-After`, jittered exponential backoff, and the
+//!   sleeper that waits them out.
 //! - [`Error`], [`OAuthError`], [`BuildError`] (`error.rs`).
 //!
 //! Nothing here follows a redirect: a token request carries the client secret, and RFC 6749
@@ -48,6 +49,47 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Time in tests
+//!
+//! The client decides by time in two places: whether a cached token is still fresh, and how
+//! long to wait before a retry. It reads the first from a [`Clock`] and waits through a
+//! sleeper, both the system's unless the builder is given others
+//! ([`clock`](TokenClientBuilder::clock), [`sleeper`](TokenClientBuilder::sleeper)). A test
+//! gives a [`ManualClock`] and a sleeper that moves it: it then moves the clock past a
+//! token's refresh point instead of sleeping until then, and a retry after `Retry-After: 30`
+//! comes at once, with the clock 30 s further on. Tessera's own tests give the server under
+//! test that same clock, so both sides see one time.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tessera_client::{
+//!     ClientId, ClientSecret, Environment, ManualClock, ScopeSet, TokenClient, Url,
+//! };
+//!
+//! # fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let time = ManualClock::starting_now();
+//! let waits = time.clone();
+//! let tokens = TokenClient::builder()
+//!     .environment(Environment::Custom(Url::parse("http://127.0.0.1:8080")?))
+//!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
+//!     .client_secret(ClientSecret::new("test-secret"))
+//!     .scopes(ScopeSet::parse("news-api")?)
+//!     .clock(time.clone())
+//!     // Waiting moves the clock and takes no time.
+//!     .sleeper(move |wait| {
+//!         waits.advance(wait);
+//!         std::future::ready(())
+//!     })
+//!     .build()?;
+//! // Get a token with `tokens.token().await`; then, instead of sleeping for an hour:
+//! time.advance(Duration::from_secs(3600));
+//! // the next `tokens.token().await` asks for a new one.
+//! # drop(tokens);
+//! # Ok(())
+//! # }
+//! # run().unwrap();
+//! ```
 
 mod bearer;
 mod cache;
@@ -63,4 +105,6 @@ pub use error::{BuildError, Error, OAuthError};
 pub use retry::RetryPolicy;
 
 pub use reqwest::Url;
-pub use tessera_proto::{ClientId, ClientSecret, ErrorCode, Scope, ScopeSet, TokenResponse};
+pub use tessera_proto::{
+    ClientId, ClientSecret, Clock, ErrorCode, ManualClock, Scope, ScopeSet, TokenResponse,
+};

@@ -1,7 +1,12 @@
 //! When to ask the token endpoint again: `Retry-After` on 429 (RFC 6585 section 4,
-//! RFC 9110 section 10.2.3), jittered exponential backoff on server and network errors.
+//! RFC 9110 section 10.2.3), jittered exponential backoff on server and network errors; and
+//! the [`Sleeper`] that waits until then.
 
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
@@ -61,6 +66,40 @@ impl RetryPolicy {
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     value.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// How the client waits before a retry: [`tokio::time::sleep`] unless the builder was given
+/// another (a test's, which moves a manual clock instead of waiting).
+#[derive(Clone)]
+pub(crate) struct Sleeper(Arc<dyn Fn(Duration) -> Wait + Send + Sync>);
+
+type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl Sleeper {
+    pub(crate) fn new<F, W>(sleep: F) -> Self
+    where
+        F: Fn(Duration) -> W + Send + Sync + 'static,
+        W: Future<Output = ()> + Send + 'static,
+    {
+        Self(Arc::new(move |wait| Box::pin(sleep(wait))))
+    }
+
+    /// Ends after `wait`, as this sleeper counts time.
+    pub(crate) async fn sleep(&self, wait: Duration) {
+        (self.0)(wait).await;
+    }
+}
+
+impl Default for Sleeper {
+    fn default() -> Self {
+        Self::new(tokio::time::sleep)
+    }
+}
+
+impl fmt::Debug for Sleeper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Sleeper")
+    }
 }
 
 /// A small pseudo-random source for backoff jitter, seeded from the clock. Not for secrets.
@@ -128,6 +167,17 @@ mod tests {
             let late = policy.backoff(40, &jitter);
             assert!((500..=1000).contains(&late.as_millis()), "{late:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_sleeper_waits_in_tokio_time() {
+        let started = tokio::time::Instant::now();
+        Sleeper::default().sleep(Duration::from_secs(7)).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(7) && waited < Duration::from_millis(7_010),
+            "{waited:?}"
+        );
     }
 
     #[test]

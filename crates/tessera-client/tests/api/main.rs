@@ -1,11 +1,15 @@
 //! The client kit against the real server: every test starts its own Tessera on port 0 with a
-//! fresh database, behind a middleware that counts token requests and can answer some of
-//! them itself (a 429 or a 503) before the real endpoint sees them.
+//! fresh database, behind a middleware that notes when token requests come and can answer
+//! some of them itself (a 429 or a 503) before the real endpoint sees them.
+//!
+//! Server and clients read one manual clock, which nothing moves but the test and the
+//! clients' waits: a client's `Retry-After` or backoff moves it by the wait and takes no real
+//! time, so a test sees when a retry came without sleeping for it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -15,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tessera_client::{
-    ClientId, ClientSecret, Environment, Error, ErrorCode, RetryPolicy, ScopeSet, TokenCache,
-    TokenClient, TokenClientBuilder, Url,
+    ClientId, ClientSecret, Clock, Environment, Error, ErrorCode, ManualClock, RetryPolicy,
+    ScopeSet, TokenCache, TokenClient, TokenClientBuilder, Url,
 };
 use tessera_testkit::TestApp;
 use tokio::net::TcpListener;
@@ -28,43 +32,33 @@ type Canned = (StatusCode, Vec<(header::HeaderName, &'static str)>);
 struct TestServer {
     app: TestApp,
     url: Url,
-    /// Token requests that reached the middleware, canned answers included.
-    token_requests: Arc<AtomicUsize>,
+    /// When token requests reached the middleware, canned answers included, by the clock.
+    token_requests: Arc<Mutex<Vec<Duration>>>,
     /// Answers given before the real endpoint is asked, first come first served.
     canned: Arc<Mutex<VecDeque<Canned>>>,
+    /// The waits of this server's clients before their retries, in order.
+    waits: Arc<Mutex<Vec<Duration>>>,
 }
 
 impl TestServer {
     /// A server with plan `pro` (market-data-api, news-api; tokens live `ttl` seconds).
     async fn spawn(ttl: u32) -> TestServer {
-        let token_requests = Arc::new(AtomicUsize::new(0));
+        let token_requests = Arc::new(Mutex::new(Vec::new()));
         let canned = Arc::new(Mutex::new(VecDeque::<Canned>::new()));
-        let (count, answers) = (token_requests.clone(), canned.clone());
+        let (seen, answers) = (token_requests.clone(), canned.clone());
         let app = tessera_testkit::spawn_with(|s| {
             s.pro_ttl = Some(ttl);
-            // The server's clock stands still, except that a 429 of its own moves it by
-            // the Retry-After it sent: the time the client waits out passes for the server
-            // exactly then, however slow this machine is.
-            let clock = s.clock.clone();
+            let clock = Clock::from(s.clock.clone());
             let middleware = middleware::from_fn(move |request: Request, next: Next| {
-                let (count, answers, clock) = (count.clone(), answers.clone(), clock.clone());
+                let (seen, answers, clock) = (seen.clone(), answers.clone(), clock.clone());
                 async move {
                     if request.uri().path() != "/connect/token" {
                         return next.run(request).await;
                     }
-                    count.fetch_add(1, Ordering::SeqCst);
+                    seen.lock().unwrap().push(clock.elapsed());
                     let answer = answers.lock().unwrap().pop_front();
                     let Some((status, headers)) = answer else {
-                        let response = next.run(request).await;
-                        if response.status() == StatusCode::TOO_MANY_REQUESTS {
-                            let retry: u64 = response.headers()[header::RETRY_AFTER]
-                                .to_str()
-                                .unwrap()
-                                .parse()
-                                .unwrap();
-                            clock.advance(Duration::from_secs(retry));
-                        }
-                        return response;
+                        return next.run(request).await;
                     };
                     let mut response =
                         Response::new(Body::from(r#"{"error":"temporarily_unavailable"}"#));
@@ -83,7 +77,13 @@ impl TestServer {
             app,
             token_requests,
             canned,
+            waits: Arc::default(),
         }
+    }
+
+    /// The clock the server and its clients read.
+    fn clock(&self) -> &ManualClock {
+        &self.app.clock
     }
 
     /// Registers a client of plan `pro` and makes the running registry see it.
@@ -92,15 +92,28 @@ impl TestServer {
     }
 
     fn requests(&self) -> usize {
-        self.token_requests.load(Ordering::SeqCst)
+        self.token_requests.lock().unwrap().len()
+    }
+
+    /// The time between each token request and the one before it, by the clock.
+    fn gaps(&self) -> Vec<Duration> {
+        let seen = self.token_requests.lock().unwrap();
+        seen.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    /// The waits before retries so far, and forgets them.
+    fn take_waits(&self) -> Vec<Duration> {
+        std::mem::take(&mut self.waits.lock().unwrap())
     }
 
     fn answer_first_with(&self, answers: impl IntoIterator<Item = Canned>) {
         self.canned.lock().unwrap().extend(answers);
     }
 
-    /// A builder for this server's base URL, with quick retries.
+    /// A builder for this server's base URL, with quick retries, on the server's clock: a
+    /// wait moves the clock, is noted, and takes no real time.
     fn builder(&self, id: &ClientId, secret: &ClientSecret, scopes: &str) -> TokenClientBuilder {
+        let (clock, waits) = (self.clock().clone(), self.waits.clone());
         TokenClient::builder()
             .environment(Environment::Custom(self.url.clone()))
             .client_id(id.clone())
@@ -109,6 +122,12 @@ impl TestServer {
             .retry(RetryPolicy {
                 base_delay: Duration::from_millis(50),
                 ..RetryPolicy::default()
+            })
+            .clock(self.clock().clone())
+            .sleeper(move |wait| {
+                waits.lock().unwrap().push(wait);
+                clock.advance(wait);
+                std::future::ready(())
             })
     }
 
@@ -141,25 +160,15 @@ async fn no_request_before_expiry_and_one_after() {
     // Two seconds of lifetime: the skew is 10% (0.2 s), so the token is served for 1.8 s.
     let server = TestServer::spawn(2).await;
     let client = server.token_client("news-api").await;
-    let started = Instant::now();
     let first = client.token().await.unwrap();
     assert_eq!(client.token().await.unwrap(), first);
-    assert_eq!(server.requests(), 1, "a request before expiry");
-    // Wait for the renewal itself (a generous bound); it can never come early.
-    let second = loop {
-        let token = client.token().await.unwrap();
-        if token != first {
-            break token;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "never renewed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(
-        started.elapsed() >= Duration::from_millis(1800),
-        "renewed {:?} after the first request, before its refresh point",
-        started.elapsed()
-    );
-    assert_eq!(server.requests(), 2);
+    server.clock().advance(Duration::from_millis(1_799));
+    assert_eq!(client.token().await.unwrap(), first, "renewed before 1.8 s");
+    assert_eq!(server.requests(), 1, "a request before the refresh point");
+    server.clock().advance(Duration::from_millis(1));
+    let second = client.token().await.unwrap();
+    assert_ne!(second, first, "not renewed at 1.8 s");
+    assert_eq!(server.requests(), 2, "one request at the refresh point");
     assert_eq!(client.token().await.unwrap(), second);
     assert_eq!(server.requests(), 2);
 }
@@ -172,12 +181,11 @@ async fn a_429_is_retried_after_its_retry_after() {
         StatusCode::TOO_MANY_REQUESTS,
         vec![(header::RETRY_AFTER, "1")],
     )]);
-    let started = Instant::now();
     client.token().await.unwrap();
-    let waited = started.elapsed();
-    assert!(waited >= Duration::from_secs(1), "{waited:?}");
-    assert!(waited < Duration::from_secs(3), "{waited:?}");
     assert_eq!(server.requests(), 2);
+    // The retry came when Retry-After said, not before and not later.
+    assert_eq!(server.gaps(), [Duration::from_secs(1)]);
+    assert_eq!(server.take_waits(), [Duration::from_secs(1)]);
 }
 
 #[tokio::test]
@@ -210,11 +218,23 @@ async fn a_503_is_retried_with_backoff() {
     let client = server.token_client("news-api").await;
     let unavailable = (StatusCode::SERVICE_UNAVAILABLE, vec![]);
     server.answer_first_with([unavailable.clone(), unavailable]);
-    let started = Instant::now();
     client.token().await.unwrap();
-    // Backoff of 25-50 ms, then 50-100 ms.
-    assert!(started.elapsed() >= Duration::from_millis(75));
     assert_eq!(server.requests(), 3);
+    // Backoff of 25-50 ms, then 50-100 ms, each before the next request.
+    let waits = server.take_waits();
+    assert_backoff(&waits, &[25..=50, 50..=100]);
+    assert_eq!(server.gaps(), waits);
+}
+
+/// Asserts that `waits` were backoffs within `bounds`, in milliseconds.
+fn assert_backoff(waits: &[Duration], bounds: &[std::ops::RangeInclusive<u128>]) {
+    assert_eq!(waits.len(), bounds.len(), "{waits:?}");
+    for (wait, bound) in waits.iter().zip(bounds) {
+        assert!(
+            bound.contains(&wait.as_millis()),
+            "{wait:?} not in {bound:?} ms"
+        );
+    }
 }
 
 #[tokio::test]
@@ -453,18 +473,16 @@ async fn the_servers_own_rate_limit_is_waited_out() {
     let client = server.token_client("news-api").await;
     let first = client.token().await.unwrap();
     client.invalidate(&first);
-    let started = Instant::now();
     let second = client.token().await.unwrap();
     assert_ne!(second, first);
-    assert!(
-        started.elapsed() >= Duration::from_millis(900),
-        "waited for Retry-After"
-    );
     assert_eq!(
         server.requests(),
         3,
         "one refused with 429, then one granted"
     );
+    // The server said Retry-After: 1, and the client waited that long by the server's clock.
+    assert_eq!(server.take_waits(), [Duration::from_secs(1)]);
+    assert_eq!(server.gaps()[1], Duration::from_secs(1));
 }
 
 /// A front for the server at `target`: it accepts and at once drops the first `dropped`
@@ -501,13 +519,12 @@ async fn network_errors_are_retried_with_backoff() {
         .environment(Environment::Custom(front))
         .build()
         .unwrap();
-    let started = Instant::now();
     client.token().await.unwrap();
     // Two dropped connections, then the one that reached the server; between them the
     // backoff of 25-50 ms, then 50-100 ms.
     assert_eq!(accepted.load(Ordering::SeqCst), 3);
     assert_eq!(server.requests(), 1);
-    assert!(started.elapsed() >= Duration::from_millis(75));
+    assert_backoff(&server.take_waits(), &[25..=50, 50..=100]);
 }
 
 #[tokio::test]
@@ -536,19 +553,19 @@ async fn network_errors_give_up_after_the_last_attempt() {
     );
     assert_eq!(accepted.load(Ordering::SeqCst), 3);
     assert_eq!(server.requests(), 0);
+    assert_backoff(&server.take_waits(), &[5..=10, 10..=20]);
 
     // Nothing listening at all: connections refused, as many attempts.
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let nobody = Url::parse(&format!("http://{}", closed.local_addr().unwrap())).unwrap();
     drop(closed);
-    let started = Instant::now();
     let err = for_url(nobody).token().await.unwrap_err();
     assert!(
         matches!(err, Error::Transport { attempts: 3, .. }),
         "{err:?}"
     );
     // Backoff of 5-10 ms, then 10-20 ms.
-    assert!(started.elapsed() >= Duration::from_millis(15));
+    assert_backoff(&server.take_waits(), &[5..=10, 10..=20]);
 }
 
 #[tokio::test]
