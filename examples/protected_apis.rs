@@ -2,6 +2,12 @@
 //! order management. Each requires its own scope and audience; one order endpoint needs a
 //! user, so an application's token is refused there (seed section 5.3, RFC 9470).
 //!
+//! DPoP-bound tokens (RFC 9449) are accepted only as `Authorization: DPoP` with a fresh proof of
+//! their key for this request; a replayed proof is refused. Each API serves its protected
+//! resource metadata (RFC 9728) at `/.well-known/oauth-protected-resource/<api>`, and its
+//! challenges point there; `--public-url` is the URL clients reach the APIs at (by default
+//! the address listened on).
+//!
 //! Tokens bound to a client certificate (RFC 8705 section 3) are accepted only with that
 //! certificate: the extractors look for a [`ClientCertificate`] in the request. Behind a
 //! TLS-terminating proxy (`--client-cert-header NAME --trusted-proxy IP`), it comes from the
@@ -85,20 +91,34 @@ async fn my_orders(_scope: Scoped<Oms>, user: UserToken) -> Json<Value> {
     Json(json!({ "user": user.sub, "orders": [] }))
 }
 
-/// The three APIs, each verifying tokens of `issuer` for its own audience.
-pub(crate) fn app(issuer: &str) -> Result<Router, ConfigError> {
-    let verifier = |audience: &str| Verifier::builder(issuer, audience).build();
+/// The three APIs at `public_url`, each verifying tokens of `issuer` for its own audience and
+/// serving its protected resource metadata (RFC 9728): resource `{public_url}/market-data`
+/// and so on.
+pub(crate) fn app(issuer: &str, public_url: &str) -> Result<Router, ConfigError> {
+    let public_url = public_url.trim_end_matches('/');
+    let verifier = |audience: &str, path: &str| {
+        Verifier::builder(issuer, audience)
+            .resource_url(format!("{public_url}/{path}"))
+            .build()
+    };
+    let market = verifier(MarketData::SCOPE, "market-data")?;
+    let news = verifier(News::SCOPE, "news")?;
+    let oms = verifier(Oms::SCOPE, "oms")?;
+    let metadata = market
+        .protected_resource_router(&[MarketData::SCOPE])
+        .merge(news.protected_resource_router(&[News::SCOPE]))
+        .merge(oms.protected_resource_router(&[Oms::SCOPE]));
     let market = Router::new()
         .route("/market-data/v1/quotes", get(quotes))
-        .with_state(verifier(MarketData::SCOPE)?);
+        .with_state(market);
     let news = Router::new()
         .route("/news/v1/headlines", get(headlines))
-        .with_state(verifier(News::SCOPE)?);
+        .with_state(news);
     let oms = Router::new()
         .route("/oms/v1/orders", get(orders))
         .route("/oms/v1/me/orders", get(my_orders))
-        .with_state(verifier(Oms::SCOPE)?);
-    Ok(market.merge(news).merge(oms))
+        .with_state(oms);
+    Ok(market.merge(news).merge(oms).merge(metadata))
 }
 
 /// Where a trusted proxy puts the client certificate, and who that proxy is.
@@ -138,6 +158,10 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9090")]
     listen: SocketAddr,
+    /// The URL clients reach these APIs at (DPoP proofs name it; the protected resource
+    /// metadata says it); by default the address listened on.
+    #[arg(long)]
+    public_url: Option<String>,
     /// Behind a TLS-terminating proxy: the header with the client certificate (URL-escaped
     /// PEM), for certificate-bound tokens.
     #[arg(long, requires = "trusted_proxy")]
@@ -217,19 +241,23 @@ async fn serve_tls(
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let mut app = app(&args.issuer)?;
-    if let (Some(header), Some(address)) = (args.client_cert_header.clone(), args.trusted_proxy) {
-        let proxy = Arc::new(Proxy { header, address });
-        app = app.layer(axum::middleware::from_fn(move |request, next| {
-            certificate_from_proxy(proxy.clone(), request, next)
-        }));
-    }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let scheme = if args.tls_cert.is_some() {
         "https"
     } else {
         "http"
     };
+    let public_url = match &args.public_url {
+        Some(url) => url.clone(),
+        None => format!("{scheme}://{}", listener.local_addr()?),
+    };
+    let mut app = app(&args.issuer, &public_url)?;
+    if let (Some(header), Some(address)) = (args.client_cert_header.clone(), args.trusted_proxy) {
+        let proxy = Arc::new(Proxy { header, address });
+        app = app.layer(axum::middleware::from_fn(move |request, next| {
+            certificate_from_proxy(proxy.clone(), request, next)
+        }));
+    }
     println!(
         "protected APIs on {scheme}://{} for issuer {}",
         listener.local_addr()?,

@@ -2,6 +2,8 @@
 //! both on port 0: every answer of RFC 6750 section 3 and RFC 9470, and the isolation of
 //! staging from production (seed section 4).
 
+mod dpop;
+
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tessera_store::AuthMethod;
 use tessera_testkit::TestApp;

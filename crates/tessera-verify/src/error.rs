@@ -69,6 +69,13 @@ pub enum VerifyError {
     /// and the request came without that certificate.
     #[error("the token is bound to a client certificate this request did not present")]
     CertificateMismatch,
+    /// The token is bound to a DPoP key (RFC 9449 section 6) and came with the `Bearer`
+    /// scheme: it must come as `DPoP` with a proof (section 7.1).
+    #[error("the token is bound to a DPoP key; send it with the DPoP scheme and a proof")]
+    DpopBound,
+    /// The token came with the `DPoP` scheme but is not bound to a key (section 7.2).
+    #[error("the token is not DPoP-bound; send it with the Bearer scheme")]
+    NotDpopBound,
     /// `exp` has passed, leeway included (RFC 7519 section 4.1.4).
     #[error("the token has expired")]
     Expired,
@@ -113,6 +120,9 @@ pub enum ConfigError {
     /// The configured `jwks_uri` is not an http or https URL.
     #[error("the jwks_uri must be an http or https URL")]
     JwksUri,
+    /// The resource URL is not an absolute `http` or `https` URL without query or fragment.
+    #[error("the resource URL must be an absolute http or https URL without query or fragment")]
+    ResourceUrl,
     /// The issuer (when keys are discovered) or the `jwks_uri` is plain `http://` to a host
     /// that is not loopback, and
     /// [`allow_insecure_http`](crate::VerifierBuilder::allow_insecure_http) was not given:

@@ -14,7 +14,13 @@
 //! For a check the types cannot express, [`VerifiedToken::require_scope`] and
 //! [`VerifiedToken::require_user`] return the same rejections from inside a handler.
 //!
-//! The token is read only from the `Authorization: Bearer` header (RFC 6750 section 2.1):
+//! The token is read only from the `Authorization` header, `Bearer` (RFC 6750 section 2.1)
+//! or `DPoP` (RFC 9449 section 7.1). A token bound to a DPoP key (`cnf.jkt`) is accepted only
+//! as `DPoP` with one `DPoP` proof header that passes RFC 9449 section 4.3 for this request
+//! (method, URI, `ath` of this token, `iat` within 60 s), is signed by the token's key and was
+//! not seen before (a bounded replay memory); anything else is 401 `invalid_dpop_proof` or
+//! `invalid_token` with a `DPoP` challenge. An unbound token sent as `DPoP` is refused too.
+//! Otherwise:
 //!
 //! - no header, or another scheme (`Basic` ..): 401 with a bare challenge, no error code;
 //! - `Bearer` with an empty or non-`b64token` value, or two `Authorization` headers:
@@ -32,14 +38,14 @@
 
 use std::marker::PhantomData;
 use std::ops::Deref;
-use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts, Query};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use tessera_proto::AccessTokenClaims;
 
-use crate::rejection::{AuthError, AuthRejection};
+use crate::dpop::{check_proof, DpopError, ProofRequest};
+use crate::rejection::{AuthError, AuthRejection, Challenge};
 use crate::Verifier;
 
 /// The claims of a token that passed every check of [`Verifier::verify`]. Only this crate can
@@ -47,7 +53,7 @@ use crate::Verifier;
 #[derive(Debug, Clone)]
 pub struct VerifiedToken {
     claims: AccessTokenClaims,
-    realm: Arc<str>,
+    challenge: Challenge,
 }
 
 impl VerifiedToken {
@@ -80,7 +86,7 @@ impl VerifiedToken {
     }
 
     fn reject(&self, error: AuthError) -> AuthRejection {
-        AuthRejection::new(Arc::clone(&self.realm), error)
+        AuthRejection::new(self.challenge.clone(), error)
     }
 }
 
@@ -121,8 +127,8 @@ async fn verified(
             };
         }
     }
-    let reject = |error| AuthRejection::new(verifier.realm_arc(), error);
-    let token = bearer_token(parts).map_err(reject)?;
+    let reject = |error| AuthRejection::new(verifier.challenge(), error);
+    let (scheme, token) = access_token(parts).map_err(reject)?;
     let audience = scope.is_none().then(|| verifier.audience());
     let claims = verifier.verify_for(token, audience).await.map_err(|e| {
         tracing::debug!(error = %e, "bearer token refused");
@@ -140,6 +146,24 @@ async fn verified(
             )));
         }
     }
+    // RFC 9449 section 7: a DPoP-bound token only as DPoP, with a proof of its key.
+    match (scheme, claims.cnf.as_ref().and_then(|c| c.jkt.as_deref())) {
+        (Scheme::Bearer, None) => {}
+        (Scheme::Bearer, Some(_)) => {
+            return Err(reject(AuthError::InvalidToken(
+                crate::VerifyError::DpopBound,
+            )))
+        }
+        (Scheme::DPoP, None) => {
+            return Err(reject(AuthError::InvalidToken(
+                crate::VerifyError::NotDpopBound,
+            )))
+        }
+        (Scheme::DPoP, Some(jkt)) => {
+            check_dpop(parts, verifier, token, jkt)
+                .map_err(|e| reject(AuthError::InvalidDpopProof(e)))?;
+        }
+    }
     if let Some(scope) = scope {
         if !claims.has_scope(scope) {
             return Err(reject(AuthError::InsufficientScope(scope.into())));
@@ -152,7 +176,7 @@ async fn verified(
     }
     let token = VerifiedToken {
         claims,
-        realm: verifier.realm_arc(),
+        challenge: verifier.challenge(),
     };
     parts.extensions.insert(VerifiedBy {
         verifier: verifier.clone(),
@@ -266,9 +290,17 @@ where
     }
 }
 
-/// The token of the `Authorization: Bearer` header (RFC 6750 section 2.1), after refusing a
-/// token in the query (section 2.3, see the module docs).
-fn bearer_token(parts: &Parts) -> Result<&str, AuthError> {
+/// How the token came (RFC 6750 section 2.1, RFC 9449 section 7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scheme {
+    Bearer,
+    DPoP,
+}
+
+/// The token of the `Authorization` header, `Bearer` (RFC 6750 section 2.1) or `DPoP`
+/// (RFC 9449 section 7.1), after refusing a token in the query (section 2.3, see the module
+/// docs).
+fn access_token(parts: &Parts) -> Result<(Scheme, &str), AuthError> {
     if parts.uri.query().is_some() {
         let in_query = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
             .is_ok_and(|Query(pairs)| pairs.iter().any(|(k, _)| k == "access_token"));
@@ -292,20 +324,90 @@ fn bearer_token(parts: &Parts) -> Result<&str, AuthError> {
         Some(i) => (&value[..i], &value[i..]),
         None => (value, &[][..]),
     };
-    // The scheme is case-insensitive (RFC 7235 section 2.1); another one is no bearer token.
-    if !scheme.eq_ignore_ascii_case(b"Bearer") {
+    // The scheme is case-insensitive (RFC 7235 section 2.1); another one is no token.
+    let scheme = if scheme.eq_ignore_ascii_case(b"Bearer") {
+        Scheme::Bearer
+    } else if scheme.eq_ignore_ascii_case(b"DPoP") {
+        Scheme::DPoP
+    } else {
         return Err(AuthError::MissingToken);
-    }
-    // credentials = "Bearer" 1*SP b64token
+    };
+    // credentials = scheme 1*SP b64token (token68 for DPoP, the same characters)
     let spaces = credentials.iter().take_while(|&&b| b == b' ').count();
     let token = &credentials[spaces..];
     if spaces == 0 || !is_b64token(token) {
         return Err(AuthError::InvalidRequest(
-            "the Bearer credentials are not a b64token (RFC 6750 section 2.1)",
+            "the credentials are not a b64token (RFC 6750 section 2.1)",
         ));
     }
     // is_b64token admits ASCII only.
-    std::str::from_utf8(token).map_err(|_| AuthError::InvalidRequest("not ASCII"))
+    let token = std::str::from_utf8(token).map_err(|_| AuthError::InvalidRequest("not ASCII"))?;
+    Ok((scheme, token))
+}
+
+/// The DPoP proof of a request with a token bound to `jkt` (RFC 9449 section 7.1): one
+/// `DPoP` header whose proof passes the checks of section 4.3 for this request's method and
+/// URI and this token, signed by the key the token is bound to, and never seen before.
+fn check_dpop(parts: &Parts, verifier: &Verifier, token: &str, jkt: &str) -> Result<(), DpopError> {
+    let mut headers = parts.headers.get_all("dpop").iter();
+    let proof = headers.next().ok_or(DpopError::Missing)?;
+    if headers.next().is_some() {
+        return Err(DpopError::Repeated);
+    }
+    let proof = proof
+        .to_str()
+        .map_err(|_| DpopError::Header(tessera_proto::dpop::ProofError::MalformedHeader))?;
+    let now = verifier.now();
+    let path = parts.uri.path();
+    // With a resource URL, its origin and the path; without, the request's host and path
+    // under either scheme (the API may sit behind TLS termination).
+    let candidates: Vec<String> = match verifier.resource_url() {
+        Some(resource) => {
+            let origin = resource
+                .split_once("://")
+                .map_or(resource.len(), |(scheme, rest)| {
+                    scheme.len() + 3 + rest.find('/').unwrap_or(rest.len())
+                });
+            vec![format!("{}{path}", &resource[..origin])]
+        }
+        None => {
+            let host = parts
+                .uri
+                .authority()
+                .map(|a| a.as_str().to_owned())
+                .or_else(|| {
+                    parts
+                        .headers
+                        .get(axum::http::header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                        .map(str::to_owned)
+                })
+                .ok_or(DpopError::Uri)?;
+            ["https", "http"]
+                .iter()
+                .filter_map(|scheme| tessera_proto::dpop::htu(&format!("{scheme}://{host}{path}")))
+                .collect()
+        }
+    };
+    let mut outcome = Err(DpopError::Uri);
+    for htu in &candidates {
+        let request = ProofRequest {
+            method: parts.method.as_str(),
+            htu,
+            access_token: Some(token),
+            nonce: None,
+            window_secs: crate::dpop::DEFAULT_WINDOW_SECS,
+        };
+        outcome = check_proof(proof, &request, now);
+        if !matches!(outcome, Err(DpopError::Uri)) {
+            break;
+        }
+    }
+    let checked = outcome?;
+    if checked.jkt != jkt {
+        return Err(DpopError::KeyMismatch);
+    }
+    verifier.replay().first_use(&checked.jkt, &checked.jti, now)
 }
 
 /// `b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`
@@ -333,7 +435,7 @@ mod tests {
 
     #[test]
     fn bearer_header_grammar() {
-        let ok = |v: &[u8]| bearer_token(&parts("/", &[v])).map(str::to_owned);
+        let ok = |v: &[u8]| access_token(&parts("/", &[v])).map(|(_, t)| t.to_owned());
         assert_eq!(ok(b"Bearer a.b-c_d~e+f/g==").unwrap(), "a.b-c_d~e+f/g==");
         assert_eq!(ok(b"bearer   abc").unwrap(), "abc");
         for missing in [
@@ -357,9 +459,13 @@ mod tests {
                 "{malformed:?}"
             );
         }
-        assert_eq!(bearer_token(&parts("/", &[])), Err(AuthError::MissingToken));
+        assert_eq!(
+            access_token(&parts("/", &[b"dpop  abc"])),
+            Ok((Scheme::DPoP, "abc"))
+        );
+        assert_eq!(access_token(&parts("/", &[])), Err(AuthError::MissingToken));
         assert!(matches!(
-            bearer_token(&parts("/", &[b"Bearer a", b"Bearer b"])),
+            access_token(&parts("/", &[b"Bearer a", b"Bearer b"])),
             Err(AuthError::InvalidRequest(_))
         ));
     }
@@ -373,12 +479,12 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    bearer_token(&parts(uri, &[b"Bearer abc"])),
+                    access_token(&parts(uri, &[b"Bearer abc"])),
                     Err(AuthError::InvalidRequest(_))
                 ),
                 "{uri}"
             );
         }
-        assert!(bearer_token(&parts("/?token=abc", &[b"Bearer abc"])).is_ok());
+        assert!(access_token(&parts("/?token=abc", &[b"Bearer abc"])).is_ok());
     }
 }

@@ -23,6 +23,8 @@
 //!   (RFC 8705 section 3), which the extractors check.
 //! - [`dpop`]: DPoP proof checks (RFC 9449 section 4.3) and the bounded replay cache,
 //!   used by the extractors for DPoP-bound tokens and by Tessera's token endpoint.
+//! - [`resource`]: protected resource metadata (RFC 9728), served by the API and named in
+//!   its challenges.
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
 //!   (RFC 6750 section 3, RFC 9470 section 3).
 //! - `fuzzing`: hidden entry points to the document readers, for `fuzz/` only.
@@ -74,6 +76,7 @@ pub mod extract;
 pub mod fuzzing;
 mod jwks;
 pub mod rejection;
+pub mod resource;
 mod validate;
 pub mod verifier;
 

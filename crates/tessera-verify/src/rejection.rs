@@ -28,6 +28,9 @@ pub enum AuthError {
     /// 401 `insufficient_user_authentication` (RFC 9470 section 3): the resource needs a user
     /// and the token represents an application alone.
     UserRequired,
+    /// 401 `invalid_dpop_proof` with a `DPoP` challenge (RFC 9449 section 7.1): the token is
+    /// DPoP-bound and the proof is missing or fails.
+    InvalidDpopProof(crate::dpop::DpopError),
 }
 
 impl AuthError {
@@ -36,9 +39,10 @@ impl AuthError {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::InsufficientScope(_) => StatusCode::FORBIDDEN,
-            Self::MissingToken | Self::InvalidToken(_) | Self::UserRequired => {
-                StatusCode::UNAUTHORIZED
-            }
+            Self::MissingToken
+            | Self::InvalidToken(_)
+            | Self::UserRequired
+            | Self::InvalidDpopProof(_) => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -50,7 +54,18 @@ impl AuthError {
             Self::InvalidToken(_) => Some(ErrorCode::InvalidToken),
             Self::InsufficientScope(_) => Some(ErrorCode::InsufficientScope),
             Self::UserRequired => Some(ErrorCode::InsufficientUserAuthentication),
+            Self::InvalidDpopProof(_) => Some(ErrorCode::InvalidDpopProof),
         }
+    }
+
+    /// Whether the answer challenges with the `DPoP` scheme (RFC 9449 section 7.1): the
+    /// request or the token was DPoP's.
+    fn is_dpop(&self) -> bool {
+        matches!(
+            self,
+            Self::InvalidDpopProof(_)
+                | Self::InvalidToken(VerifyError::DpopBound | VerifyError::NotDpopBound)
+        )
     }
 
     fn description(&self) -> Cow<'static, str> {
@@ -62,21 +77,34 @@ impl AuthError {
             Self::UserRequired => {
                 "this resource acts for a user; an application-only token cannot use it".into()
             }
+            Self::InvalidDpopProof(e) => e.to_string().into(),
         }
     }
 }
+
+/// What every challenge of one verifier names: its realm (RFC 6750 section 3) and, when the
+/// API has a resource URL, where its protected resource metadata is (RFC 9728 section 5.1).
+/// Both are quoted-string safe.
+#[derive(Debug, Clone)]
+pub(crate) struct Challenge {
+    pub(crate) realm: Arc<str>,
+    pub(crate) resource_metadata: Option<Arc<str>>,
+}
+
+/// The `algs` of a `DPoP` challenge (RFC 9449 section 7.1).
+const DPOP_ALGS: &str = "EdDSA ES256 RS256 PS256";
 
 /// A refused request: the [`AuthError`] and the realm to challenge with. The rejection of
 /// every extractor in [`crate::extract`]; handlers may return it too.
 #[derive(Debug, Clone)]
 pub struct AuthRejection {
-    realm: Arc<str>,
+    challenge: Challenge,
     error: AuthError,
 }
 
 impl AuthRejection {
-    pub(crate) fn new(realm: Arc<str>, error: AuthError) -> Self {
-        Self { realm, error }
+    pub(crate) fn new(challenge: Challenge, error: AuthError) -> Self {
+        Self { challenge, error }
     }
 
     /// Why.
@@ -96,13 +124,30 @@ impl std::error::Error for AuthRejection {}
 impl IntoResponse for AuthRejection {
     fn into_response(self) -> Response {
         let status = self.error.status();
-        let mut challenge = format!("Bearer realm=\"{}\"", self.realm);
+        let scheme = if self.error.is_dpop() {
+            "DPoP"
+        } else {
+            "Bearer"
+        };
+        let mut challenge = format!("{scheme} realm=\"{}\"", self.challenge.realm);
+        if let Some(url) = &self.challenge.resource_metadata {
+            challenge.push_str(&format!(", resource_metadata=\"{url}\""));
+        }
         let Some(code) = self.error.code() else {
-            return (
+            // No token: both schemes this API takes (RFC 9449 section 7.1).
+            let dpop = format!(
+                "DPoP realm=\"{}\", algs=\"{DPOP_ALGS}\"",
+                self.challenge.realm
+            );
+            let mut response = (
                 status,
                 [(header::WWW_AUTHENTICATE, header_value(challenge))],
             )
                 .into_response();
+            response
+                .headers_mut()
+                .append(header::WWW_AUTHENTICATE, header_value(dpop));
+            return response;
         };
         // ErrorResponse::new keeps the description to the characters RFC 6750 section 3 allows
         // in the quoted string, so the same text goes in the header and the body.
@@ -117,6 +162,9 @@ impl IntoResponse for AuthRejection {
                 .map(|c| if c == '"' || c == '\\' { '?' } else { c })
                 .collect();
             challenge.push_str(&format!(", scope=\"{scope}\""));
+        }
+        if self.error.is_dpop() {
+            challenge.push_str(&format!(", algs=\"{DPOP_ALGS}\""));
         }
         (
             status,
@@ -141,7 +189,11 @@ mod tests {
     use super::*;
 
     fn challenge(error: AuthError) -> (StatusCode, String) {
-        let r = AuthRejection::new("api".into(), error).into_response();
+        let challenge = Challenge {
+            realm: "api".into(),
+            resource_metadata: None,
+        };
+        let r = AuthRejection::new(challenge, error).into_response();
         let h = r.headers()[header::WWW_AUTHENTICATE].to_str().unwrap();
         (r.status(), h.to_owned())
     }
@@ -165,5 +217,17 @@ mod tests {
         assert_eq!(status, StatusCode::FORBIDDEN);
         assert!(h.ends_with(", scope=\"a?b\""), "{h}");
         assert!(!h.contains("a\"b"), "{h}");
+        assert_eq!(
+            challenge(AuthError::InvalidDpopProof(
+                crate::dpop::DpopError::Replayed
+            )),
+            (
+                StatusCode::UNAUTHORIZED,
+                "DPoP realm=\"api\", error=\"invalid_dpop_proof\", \
+                 error_description=\"the DPoP proof was used before\", \
+                 algs=\"EdDSA ES256 RS256 PS256\""
+                    .into()
+            )
+        );
     }
 }

@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use tessera_proto::{jws, AccessTokenClaims, Algorithm, Clock, JwkSet};
 
+use crate::dpop::ReplayCache;
 use crate::error::{ConfigError, KeySourceError, VerifyError};
 use crate::jwks::{self, KeyCache, KeySet, Remote, Transport};
+use crate::rejection::Challenge;
 use crate::validate::{self, Expected};
 
 /// The defaults, each small enough to be safe and large enough not to get in the way.
@@ -58,9 +60,32 @@ pub struct VerifierBuilder {
     keys: KeysFrom,
     clock: Clock,
     allow_insecure_http: bool,
+    resource_url: Option<String>,
+    dpop_replay_capacity: usize,
 }
 
 impl VerifierBuilder {
+    /// The URL clients call this API at, such as `https://api.example.com/market`: its
+    /// resource identifier (RFC 9728 section 1.2). DPoP proofs must name it plus the
+    /// request's path in `htu` (RFC 9449 section 4.3 step 9), the API can serve its
+    /// protected resource metadata ([`Verifier::protected_resource_router`]), and every
+    /// challenge points there (`resource_metadata`, RFC 9728 section 5.1).
+    ///
+    /// Without it, a proof's `htu` is compared with the request's `Host` and path, under
+    /// either scheme; behind a proxy that rewrites the host, set it.
+    pub fn resource_url(mut self, url: impl Into<String>) -> Self {
+        self.resource_url = Some(url.into());
+        self
+    }
+
+    /// How many DPoP proofs are remembered against replay per two-minute generation
+    /// (default 100,000; RFC 9449 section 11.1). Past it, new proofs are refused until the
+    /// generation turns over, rather than replays let through.
+    pub fn dpop_replay_capacity(mut self, proofs: usize) -> Self {
+        self.dpop_replay_capacity = proofs;
+        self
+    }
+
     /// Fetch the keys from this URL instead of discovering it from the issuer's metadata.
     pub fn jwks_uri(mut self, uri: impl Into<String>) -> Self {
         self.keys = KeysFrom::JwksUri(uri.into());
@@ -177,6 +202,15 @@ impl VerifierBuilder {
         if self.leeway > MAX_LEEWAY {
             return Err(ConfigError::Leeway);
         }
+        let resource = match &self.resource_url {
+            None => None,
+            Some(url) if url.contains(['?', '#']) => return Err(ConfigError::ResourceUrl),
+            Some(url) => Some(
+                tessera_proto::dpop::htu(url)
+                    .filter(|u| !u.contains('"'))
+                    .ok_or(ConfigError::ResourceUrl)?,
+            ),
+        };
         let cache = match self.keys {
             KeysFrom::Static(jwks) => {
                 let keys = KeySet::new(&jwks.keys);
@@ -219,11 +253,22 @@ impl VerifierBuilder {
                 _ => '?',
             })
             .collect::<String>();
+        let challenge = Challenge {
+            realm: realm.into(),
+            resource_metadata: resource
+                .as_deref()
+                .map(|r| crate::resource::metadata_url(r).into()),
+        };
         Ok(Verifier {
             inner: Arc::new(Inner {
                 issuer: self.issuer,
                 audience: self.audience,
-                realm: realm.into(),
+                challenge,
+                resource,
+                replay: ReplayCache::new(
+                    crate::dpop::DEFAULT_WINDOW_SECS,
+                    self.dpop_replay_capacity,
+                ),
                 algorithms: self.algorithms,
                 leeway: self.leeway.as_secs(),
                 max_token_size: self.max_token_size,
@@ -247,8 +292,12 @@ struct Inner {
     issuer: String,
     /// Must be among `aud` (RFC 9068 section 4 step 4).
     audience: String,
-    /// For the `WWW-Authenticate` challenge; quoted-string safe.
-    realm: Arc<str>,
+    /// For the `WWW-Authenticate` challenges.
+    challenge: Challenge,
+    /// The API's URL in `htu` form (RFC 9449 section 4.3), when configured.
+    resource: Option<String>,
+    /// DPoP proofs seen (RFC 9449 section 11.1).
+    replay: ReplayCache,
     algorithms: Vec<Algorithm>,
     /// Seconds.
     leeway: u64,
@@ -279,6 +328,8 @@ impl Verifier {
             keys: KeysFrom::Discovery,
             clock: Clock::system(),
             allow_insecure_http: false,
+            resource_url: None,
+            dpop_replay_capacity: 100_000,
         }
     }
 
@@ -357,7 +408,21 @@ impl Verifier {
 
     /// The `realm` of the `WWW-Authenticate` challenge.
     pub fn realm(&self) -> &str {
-        &self.inner.realm
+        &self.inner.challenge.realm
+    }
+
+    /// The API's resource URL ([`VerifierBuilder::resource_url`]), normalised.
+    pub fn resource_url(&self) -> Option<&str> {
+        self.inner.resource.as_deref()
+    }
+
+    /// Now, by the verifier's clock, in seconds since the epoch.
+    pub(crate) fn now(&self) -> i64 {
+        self.inner.clock.now()
+    }
+
+    pub(crate) fn replay(&self) -> &ReplayCache {
+        &self.inner.replay
     }
 
     /// Whether `other` is a clone of this verifier.
@@ -365,8 +430,8 @@ impl Verifier {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    pub(crate) fn realm_arc(&self) -> Arc<str> {
-        Arc::clone(&self.inner.realm)
+    pub(crate) fn challenge(&self) -> Challenge {
+        self.inner.challenge.clone()
     }
 }
 
