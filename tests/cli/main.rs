@@ -940,6 +940,35 @@ fn plan_set_stores_every_rate_unit_the_burst_and_reuse() {
         ],
     );
     assert_eq!(introspect(d), false);
+
+    // --dpop: stored, said, kept by a change that does not name it; another value refused.
+    let dpop = |d: &Path| plans(d)["api"]["dpop"].clone();
+    assert_eq!(dpop(d), "allowed");
+    let said = ok(
+        d,
+        &[
+            "plan", "set", "api", "--scopes", "news-api", "--dpop", "required",
+        ],
+    );
+    assert!(said.contains("DPoP required"), "{said}");
+    assert_eq!(dpop(d), "required");
+    ok(d, &["plan", "set", "api", "--scopes", "news-api oms-api"]);
+    assert_eq!(dpop(d), "required");
+    ok(
+        d,
+        &[
+            "plan", "set", "api", "--scopes", "news-api", "--dpop", "off",
+        ],
+    );
+    assert_eq!(dpop(d), "off");
+    let err = fails(
+        d,
+        &[
+            "plan", "set", "api", "--scopes", "news-api", "--dpop", "maybe",
+        ],
+    );
+    assert!(err.contains("--dpop"), "{err}");
+    assert_eq!(dpop(d), "off");
 }
 
 /// A token request with the credentials in the form body (`client_secret_post`).

@@ -54,13 +54,21 @@ async fn admin_commands_through_the_api_match_the_database() {
         "60/min",
         "--reuse-percent",
         "40",
+        "--dpop",
+        "required",
         "--json",
     ]);
     assert_eq!(plan["scopes"], serde_json::json!(["news-api", "oms-api"]));
+    assert_eq!(plan["dpop"], "required", "{plan}");
     let plan = remote(&["plan", "set", "pro", "--scopes", "news-api", "--json"]);
     assert_eq!(plan["scopes"], serde_json::json!(["news-api"]));
     assert_eq!(plan["token_rate"]["count"], 60, "{plan}");
     assert_eq!(plan["reuse_percent"], 40, "{plan}");
+    assert_eq!(plan["dpop"], "required", "{plan}");
+    let plan = remote(&[
+        "plan", "set", "pro", "--scopes", "news-api", "--dpop", "allowed", "--json",
+    ]);
+    assert_eq!(plan["dpop"], "allowed", "{plan}");
     remote(&["plan", "set", "other", "--scopes", "oms-api", "--json"]);
     let human = ok_with(r, &env, &["plan", "list"]);
     assert!(
