@@ -89,6 +89,11 @@ pub(crate) struct ServeArgs {
     /// Limits how long a proof made ahead of time stays usable.
     #[arg(long, env = "TESSERA_DPOP_NONCE")]
     dpop_nonce: bool,
+    /// Let private_key_jwt clients' jwks_uri point at loopback, private or link-local
+    /// addresses, and use plain http: for closed networks. Off by default, so that
+    /// registering a client cannot make Tessera probe its own network.
+    #[arg(long, env = "TESSERA_ALLOW_PRIVATE_JWKS_URI")]
+    allow_private_jwks_uri: bool,
 }
 
 pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
@@ -142,6 +147,7 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     config.trusted_proxies = args.trusted_proxies.clone();
     config.console = !args.no_console;
     config.dpop_nonce = args.dpop_nonce;
+    config.allow_private_jwks_uri = args.allow_private_jwks_uri;
     if let Some(cap) = args.max_connections_per_address {
         config.max_connections_per_address = cap;
     }

@@ -84,9 +84,10 @@ pub(crate) enum ClientCommand {
         /// A label for people.
         #[arg(long, default_value = "")]
         name: String,
-        /// client_secret_basic (default), client_secret_post, or with a certificate
+        /// client_secret_basic (default), client_secret_post; with a certificate
         /// (RFC 8705): tls_client_auth (with --tls-subject-dn, --tls-san-dns or
-        /// --tls-san-uri) or self_signed_tls_client_auth (with --jwks-file).
+        /// --tls-san-uri) or self_signed_tls_client_auth (with --jwks-file); with signed
+        /// assertions (RFC 7523): private_key_jwt (with --jwks-file or --jwks-uri).
         #[arg(long, default_value = "client_secret_basic", value_parser = parse_method)]
         auth_method: AuthMethod,
         /// tls_client_auth: the subject DN its certificate must carry (RFC 4514).
@@ -98,9 +99,14 @@ pub(crate) enum ClientCommand {
         /// tls_client_auth: a URI its certificate must carry as a SAN (a SPIFFE ID).
         #[arg(long, group = "certificate")]
         tls_san_uri: Option<String>,
-        /// self_signed_tls_client_auth: a JWK Set file with the certificate's public key.
+        /// self_signed_tls_client_auth: a JWK Set file with the certificate's public key;
+        /// private_key_jwt: with the public keys its assertions are signed with.
         #[arg(long, group = "certificate")]
         jwks_file: Option<std::path::PathBuf>,
+        /// private_key_jwt: the https URL where the client publishes its JWK Set (fetched
+        /// when needed, so a key rollover there needs no admin action).
+        #[arg(long, group = "certificate")]
+        jwks_uri: Option<String>,
         /// How many clients to create: in one transaction, or over --admin-url one request
         /// each.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -281,7 +287,7 @@ fn parse_method(s: &str) -> Result<AuthMethod, String> {
     AuthMethod::parse(s).ok_or_else(|| {
         format!(
             "unknown method {s:?}: use client_secret_basic, client_secret_post, \
-             tls_client_auth or self_signed_tls_client_auth"
+             private_key_jwt, tls_client_auth or self_signed_tls_client_auth"
         )
     })
 }
@@ -393,6 +399,7 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
             tls_san_dns,
             tls_san_uri,
             jwks_file,
+            jwks_uri,
             count,
             json,
         } => {
@@ -414,7 +421,20 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                 tls_client_auth_san_dns: tls_san_dns,
                 tls_client_auth_san_uri: tls_san_uri,
                 jwks,
+                jwks_uri,
             };
+            if auth_method.is_keyed() && new.certificate().is_none() {
+                anyhow::bail!(
+                    "{} needs its keys: --jwks-file{}",
+                    auth_method.as_str(),
+                    match auth_method {
+                        AuthMethod::PrivateKeyJwt => " or --jwks-uri",
+                        AuthMethod::TlsClientAuth =>
+                            ", --tls-subject-dn, --tls-san-dns or --tls-san-uri",
+                        _ => "",
+                    }
+                );
+            }
             // Each client is printed (and flushed) as soon as it exists, so that a failure
             // part way over HTTP loses no secret.
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -101,9 +101,12 @@ pub(crate) struct NewClient {
     pub(crate) tls_client_auth_san_dns: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tls_client_auth_san_uri: Option<String>,
-    /// For `self_signed_tls_client_auth`: a JWK Set.
+    /// For `self_signed_tls_client_auth` and `private_key_jwt`: a JWK Set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) jwks: Option<serde_json::Value>,
+    /// For `private_key_jwt`: where the client publishes its keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) jwks_uri: Option<String>,
 }
 
 impl NewClient {
@@ -114,6 +117,7 @@ impl NewClient {
             .or_else(|| self.tls_client_auth_san_dns.clone().map(M::SanDns))
             .or_else(|| self.tls_client_auth_san_uri.clone().map(M::SanUri))
             .or_else(|| self.jwks.as_ref().map(|j| M::Jwks(j.to_string())))
+            .or_else(|| self.jwks_uri.clone().map(M::JwksUri))
     }
 }
 

@@ -119,8 +119,14 @@ impl PublicKey {
         jwk
     }
 
+    /// The public key of a JWK object, or `None` when it has a private or symmetric member
+    /// or is not a complete Ed25519, P-256 or RSA public key of base64url members.
+    pub fn from_jwk(jwk: &Map<String, Value>) -> Option<Self> {
+        public_key(jwk)
+    }
+
     /// Whether this is a key of `alg`'s type (RFC 8725 section 3.1: the key decides).
-    fn fits(&self, alg: Algorithm) -> bool {
+    pub fn fits(&self, alg: Algorithm) -> bool {
         matches!(
             (self, alg),
             (Self::Ed25519 { .. }, Algorithm::EdDSA)

@@ -195,6 +195,73 @@ pub(crate) fn split(token: &str, max_len: usize) -> Result<Parts<'_>, JwsError> 
     Ok(parts)
 }
 
+/// A client assertion (RFC 7523 section 3) whose form and header passed; its signature is not
+/// checked yet.
+#[derive(Debug)]
+pub struct UnverifiedAssertion<'a> {
+    /// What the signature covers.
+    pub signing_input: &'a [u8],
+    /// The decoded payload.
+    pub payload: Vec<u8>,
+    /// The decoded signature.
+    pub signature: Vec<u8>,
+    /// The algorithm, one of those the caller allowed.
+    pub alg: Algorithm,
+    /// The key identifier, when there is one (RFC 7523 does not require it).
+    pub kid: Option<String>,
+}
+
+/// Checks the form and the header of a client assertion (RFC 7523 section 3, RFC 7515
+/// section 5.2): as [`parse`], but `kid` is optional and `typ` may be absent or anything but
+/// the types of Tessera's own tokens and proofs (`at+jwt`, `dpop+jwt`), so that an access
+/// token or a DPoP proof is never taken for an assertion (RFC 8725 section 3.11).
+pub fn parse_assertion<'a>(
+    token: &'a str,
+    max_len: usize,
+    allowed: &[Algorithm],
+) -> Result<UnverifiedAssertion<'a>, JwsError> {
+    let Parts {
+        signing_input,
+        header,
+        payload,
+        signature,
+    } = split(token, max_len)?;
+    let header: Header = serde_json::from_slice(&header).map_err(|_| JwsError::MalformedHeader)?;
+    if header.jku || header.jwk || header.x5u || header.x5c {
+        return Err(JwsError::UntrustedKeyReference);
+    }
+    if header.crit {
+        return Err(JwsError::CriticalHeader);
+    }
+    let alg = header
+        .alg
+        .parse::<Algorithm>()
+        .ok()
+        .filter(|a| allowed.contains(a))
+        .ok_or(JwsError::AlgorithmNotAllowed)?;
+    if header.typ.as_deref().is_some_and(|t| {
+        is_at_jwt(t)
+            || t.eq_ignore_ascii_case("dpop+jwt")
+            || t.eq_ignore_ascii_case("application/dpop+jwt")
+    }) {
+        return Err(JwsError::WrongType);
+    }
+    if header
+        .kid
+        .as_deref()
+        .is_some_and(|kid| !is_reasonable_kid(kid))
+    {
+        return Err(JwsError::BadKeyId);
+    }
+    Ok(UnverifiedAssertion {
+        signing_input,
+        payload,
+        signature,
+        alg,
+        kid: header.kid,
+    })
+}
+
 /// Reads a verified payload as the claims `T`, or `None` when it is not a JSON object of
 /// them (RFC 7519 section 7.2 step 10, RFC 9068 section 2.2): a claim missing, of the wrong
 /// type, or repeated.

@@ -30,6 +30,9 @@ pub struct AuthorizationServerMetadata {
     /// RFC 8705 section 3.3: the server binds tokens to client certificates.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls_client_certificate_bound_access_tokens: bool,
+    /// RFC 8414 section 2: the algorithms `private_key_jwt` assertions may be signed with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_endpoint_auth_signing_alg_values_supported: Vec<String>,
     /// RFC 9449 section 5.1: the algorithms DPoP proofs may be signed with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dpop_signing_alg_values_supported: Vec<String>,

@@ -248,9 +248,11 @@ impl<'a> Admin<'a> {
         (client, secret)
     }
 
-    /// Registers a client that authenticates with a certificate (RFC 8705): `tls_client_auth`
-    /// with a subject DN or SAN to match, or `self_signed_tls_client_auth` with a JWK Set. It
-    /// has no secret (the one stored is random and never shown, so no secret matches).
+    /// Registers a client that authenticates with a key of its own: a certificate (RFC 8705),
+    /// `tls_client_auth` with a subject DN or SAN to match or `self_signed_tls_client_auth`
+    /// with a JWK Set; or signed assertions (`private_key_jwt`, RFC 7523 section 2.2) with a
+    /// JWK Set or a `jwks_uri`. It has no secret (the one stored is random and never shown,
+    /// so no secret matches).
     pub async fn create_certificate_client(
         &self,
         secrets: &Secrets,
@@ -285,7 +287,29 @@ impl<'a> Admin<'a> {
                 }
                 true
             }
-            (CertificateMatch::Jwks(_), _) | (_, AuthMethod::SelfSignedTlsClientAuth) => false,
+            // RFC 7523 section 2.2: the keys inline, or where the client publishes them.
+            (CertificateMatch::Jwks(jwks), AuthMethod::PrivateKeyJwt) => {
+                if !crate::assertion::has_usable_key(jwks) {
+                    return Err(AdminError::BadCertificate(
+                        "jwks must be a JWK Set with at least one public EdDSA, ES256 or RSA key",
+                    ));
+                }
+                true
+            }
+            (CertificateMatch::JwksUri(uri), AuthMethod::PrivateKeyJwt) => {
+                if !(uri.starts_with("https://") || uri.starts_with("http://"))
+                    || uri.len() > 2048
+                    || uri.contains(char::is_whitespace)
+                {
+                    return Err(AdminError::BadCertificate(
+                        "jwks_uri must be an https URL of at most 2048 characters",
+                    ));
+                }
+                true
+            }
+            (_, AuthMethod::PrivateKeyJwt) => false,
+            (CertificateMatch::Jwks(_) | CertificateMatch::JwksUri(_), _)
+            | (_, AuthMethod::SelfSignedTlsClientAuth) => false,
             (CertificateMatch::SubjectDn(v), AuthMethod::TlsClientAuth)
             | (CertificateMatch::SanDns(v), AuthMethod::TlsClientAuth)
             | (CertificateMatch::SanUri(v), AuthMethod::TlsClientAuth) => {
@@ -296,7 +320,8 @@ impl<'a> Admin<'a> {
         if !fits {
             return Err(AdminError::BadCertificate(
                 "tls_client_auth needs one of a subject DN, a DNS SAN or a URI SAN; \
-                 self_signed_tls_client_auth needs a JWK Set",
+                 self_signed_tls_client_auth needs a JWK Set; \
+                 private_key_jwt needs a JWK Set or a jwks_uri",
             ));
         }
         let (mut client, _never_shown) = self.new_client(secrets, plan, label, auth_method);

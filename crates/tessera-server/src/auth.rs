@@ -37,6 +37,9 @@ enum Proof {
     /// The client certificate of the TLS connection (RFC 8705 section 2), with `client_id`
     /// in the body.
     Certificate(PeerCertificate),
+    /// A JWT signed by the client's key (`private_key_jwt`, RFC 7523 section 2.2), checked
+    /// by [`crate::assertion`] before [`authenticate`].
+    Assertion(String),
 }
 
 impl Presented {
@@ -45,7 +48,15 @@ impl Presented {
     pub fn certificate(&self) -> Option<&PeerCertificate> {
         match &self.proof {
             Proof::Certificate(certificate) => Some(certificate),
-            Proof::Secret { .. } => None,
+            Proof::Secret { .. } | Proof::Assertion(_) => None,
+        }
+    }
+
+    /// The client assertion, when the client authenticated with one (`private_key_jwt`).
+    pub fn assertion(&self) -> Option<&str> {
+        match &self.proof {
+            Proof::Assertion(assertion) => Some(assertion),
+            _ => None,
         }
     }
 }
@@ -67,6 +78,10 @@ pub enum CredentialsError {
     MalformedBasic,
     /// A `client_id` in the body that differs from the header's.
     ConflictingId,
+    /// A `client_assertion_type` other than the JWT bearer type (RFC 7523 section 2.2).
+    AssertionType,
+    /// A `client_assertion` without `client_id` whose `sub` cannot be read.
+    AssertionWithoutClient,
 }
 
 /// Why presented credentials were refused. The answer is `invalid_client` for each, with
@@ -81,6 +96,9 @@ pub enum AuthFailure {
     WrongMethod(AuthMethod),
     /// The right secret of a disabled client.
     Disabled,
+    /// A client assertion that failed (RFC 7523 section 3): said, since the client proved
+    /// nothing by it that the answer could help an attacker with.
+    Assertion(crate::assertion::AssertionError),
 }
 
 /// Finds the credentials in the `Authorization` header or the body (`client_id` and
@@ -88,14 +106,37 @@ pub enum AuthFailure {
 /// the connection's client certificate (RFC 8705 section 2).
 pub fn presented(
     headers: &HeaderMap,
-    body_id: Option<&ClientId>,
-    body_secret: Option<&ClientSecret>,
+    body: FromBody<'_>,
     certificate: Option<&PeerCertificate>,
 ) -> Result<Presented, CredentialsError> {
+    let FromBody {
+        client_id: body_id,
+        client_secret: body_secret,
+        assertion,
+    } = body;
     let mut authorization = headers.get_all(header::AUTHORIZATION).iter();
     let first = authorization.next();
     if authorization.next().is_some() {
         return Err(CredentialsError::RepeatedHeader);
+    }
+    // RFC 7521 section 4.2: the assertion is the only credential of the request.
+    if let Some(assertion) = assertion {
+        if first.is_some() || body_secret.is_some() {
+            return Err(CredentialsError::TwoMethods);
+        }
+        if assertion.kind != Some(crate::assertion::JWT_BEARER) {
+            return Err(CredentialsError::AssertionType);
+        }
+        let client_id = match body_id {
+            Some(id) => id.clone(),
+            None => crate::assertion::claimed_client(assertion.jwt)
+                .and_then(|sub| ClientId::parse(&sub))
+                .ok_or(CredentialsError::AssertionWithoutClient)?,
+        };
+        return Ok(Presented {
+            client_id,
+            proof: Proof::Assertion(assertion.jwt.to_owned()),
+        });
     }
     let Some(value) = first else {
         return match (body_id, body_secret, certificate) {
@@ -136,6 +177,26 @@ pub fn presented(
     })
 }
 
+/// The credentials a request body may carry (RFC 6749 section 2.3.1, RFC 7521 section 4.2).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FromBody<'a> {
+    /// `client_id`.
+    pub client_id: Option<&'a ClientId>,
+    /// `client_secret`.
+    pub client_secret: Option<&'a ClientSecret>,
+    /// `client_assertion` with its type.
+    pub assertion: Option<Assertion<'a>>,
+}
+
+/// `client_assertion` and `client_assertion_type` of a request body (RFC 7521 section 4.2).
+#[derive(Debug, Clone, Copy)]
+pub struct Assertion<'a> {
+    /// `client_assertion_type`, when sent.
+    pub kind: Option<&'a str>,
+    /// `client_assertion`.
+    pub jwt: &'a str,
+}
+
 /// A dummy hash to check unknown clients against, so that they cost the same.
 const DUMMY_HASH: [u8; 32] = [0; 32];
 
@@ -163,6 +224,12 @@ pub fn authenticate(
                     return Err(AuthFailure::WrongSecret);
                 }
                 if client.auth_method != *method {
+                    return Err(AuthFailure::WrongMethod(client.auth_method));
+                }
+            }
+            // The signature and claims were checked by `crate::assertion` already.
+            Proof::Assertion(_) => {
+                if client.auth_method != AuthMethod::PrivateKeyJwt {
                     return Err(AuthFailure::WrongMethod(client.auth_method));
                 }
             }

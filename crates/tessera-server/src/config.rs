@@ -59,6 +59,10 @@ pub struct Config {
     /// section 8; `tessera serve --dpop-nonce`). Nonces are derived from the master key, so
     /// instances sharing it accept each other's.
     pub dpop_nonce: bool,
+    /// Whether a `private_key_jwt` client's `jwks_uri` may point at loopback, private or
+    /// link-local addresses (and use plain http); off, so that registering a client cannot
+    /// make Tessera probe its own network (`tessera serve --allow-private-jwks-uri`).
+    pub allow_private_jwks_uri: bool,
     /// How often usage counts are written to the store and limiter state is pruned.
     pub housekeeping_interval: Duration,
     /// Redis for rate limits shared by every instance (`redis://…`); `None` counts in memory.
@@ -119,6 +123,7 @@ impl Config {
             metrics_on_main_listener: true,
             console: true,
             dpop_nonce: false,
+            allow_private_jwks_uri: false,
             // Usage upserts one row per active client: every 30 s keeps that cheap with
             // 100,000 clients, and metering needs no finer grain.
             housekeeping_interval: Duration::from_secs(30),

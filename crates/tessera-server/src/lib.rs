@@ -23,12 +23,14 @@
 //! - [`admin`]: the operations behind the CLI's `plan`, `client` and `keys` commands.
 
 pub mod admin;
+mod assertion;
 pub mod audit;
 pub mod auth;
 pub mod clock;
 mod config;
 mod dpop;
 pub mod error;
+mod fetch;
 pub mod keys;
 pub mod limits;
 pub mod metrics;

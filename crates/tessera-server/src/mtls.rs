@@ -55,6 +55,7 @@ pub fn encode_match(certificate: &CertificateMatch) -> Vec<u8> {
         CertificateMatch::SanDns(v) => (b'n', v),
         CertificateMatch::SanUri(v) => (b'u', v),
         CertificateMatch::Jwks(v) => (b'j', v),
+        CertificateMatch::JwksUri(v) => (b'k', v),
     };
     let mut bytes = Vec::with_capacity(1 + text.len());
     bytes.push(kind);
@@ -71,6 +72,7 @@ pub fn decode_match(bytes: &[u8]) -> Option<CertificateMatch> {
         b'n' => CertificateMatch::SanDns(text),
         b'u' => CertificateMatch::SanUri(text),
         b'j' => CertificateMatch::Jwks(text),
+        b'k' => CertificateMatch::JwksUri(text),
         _ => return None,
     })
 }
@@ -122,7 +124,7 @@ fn names_match(
         CertificateMatch::SanUri(uri) => {
             sans(&cert).any(|san| matches!(san, GeneralName::URI(u) if *u == uri.as_str()))
         }
-        CertificateMatch::Jwks(_) => false,
+        CertificateMatch::Jwks(_) | CertificateMatch::JwksUri(_) => false,
     }
 }
 

@@ -531,7 +531,7 @@ impl Live {
             return;
         };
         let secret_hash = match &client.certificate {
-            Some(certificate) if client.auth_method.is_mtls() => {
+            Some(certificate) if client.auth_method.is_keyed() => {
                 crate::mtls::encode_match(certificate)
             }
             _ => client.secret_hash,

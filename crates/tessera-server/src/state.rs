@@ -41,6 +41,7 @@ struct Inner {
     admin_guard: AdminGuard,
     refusals: crate::refusals::Refusals,
     dpop: crate::dpop::Dpop,
+    assertions: crate::assertion::Assertions,
 }
 
 impl AppState {
@@ -68,8 +69,10 @@ impl AppState {
         };
         let live = Live::load(store.as_ref(), &secrets, clock.clone()).await?;
         let dpop = crate::dpop::Dpop::new(config.dpop_nonce.then(|| secrets.nonce_key().clone()));
+        let assertions = crate::assertion::Assertions::new(config.allow_private_jwks_uri);
         Ok(Self {
             inner: Arc::new(Inner {
+                assertions,
                 throttle: AuthThrottle::new(limiter.clone(), config.auth_failures),
                 limiter,
                 redis,
@@ -126,6 +129,10 @@ impl AppState {
     }
 
     /// Recent refusals of identified clients, in this instance's memory.
+    pub(crate) fn assertions(&self) -> &crate::assertion::Assertions {
+        &self.inner.assertions
+    }
+
     pub(crate) fn dpop(&self) -> &crate::dpop::Dpop {
         &self.inner.dpop
     }

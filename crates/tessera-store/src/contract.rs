@@ -265,6 +265,13 @@ async fn admin_contract(store: &dyn Store) {
     mtls.certificate = Some(CertificateMatch::Jwks("{\"keys\":[]}".into()));
     assert!(store.update_client(&mtls).await.unwrap());
     assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
+    // A private_key_jwt client keeps where its keys are published.
+    mtls.auth_method = AuthMethod::PrivateKeyJwt;
+    mtls.certificate = Some(CertificateMatch::JwksUri(
+        "https://keys.example/jwks".into(),
+    ));
+    assert!(store.update_client(&mtls).await.unwrap());
+    assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
     assert!(store.delete_client(&mtls.id).await.unwrap());
 
     // Hourly totals add up per hour and are pruned by hour.

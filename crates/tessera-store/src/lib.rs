@@ -220,6 +220,9 @@ pub enum AuthMethod {
     TlsClientAuth,
     /// A self-signed client certificate whose key the client registered (RFC 8705 2.2).
     SelfSignedTlsClientAuth,
+    /// A JWT the client signs with its own private key (RFC 7523 section 2.2, OpenID Connect
+    /// Core section 9); its public keys are registered inline or at a `jwks_uri`.
+    PrivateKeyJwt,
 }
 
 impl AuthMethod {
@@ -230,6 +233,7 @@ impl AuthMethod {
             Self::ClientSecretPost => "client_secret_post",
             Self::TlsClientAuth => "tls_client_auth",
             Self::SelfSignedTlsClientAuth => "self_signed_tls_client_auth",
+            Self::PrivateKeyJwt => "private_key_jwt",
         }
     }
 
@@ -240,8 +244,15 @@ impl AuthMethod {
             "client_secret_post" => Some(Self::ClientSecretPost),
             "tls_client_auth" => Some(Self::TlsClientAuth),
             "self_signed_tls_client_auth" => Some(Self::SelfSignedTlsClientAuth),
+            "private_key_jwt" => Some(Self::PrivateKeyJwt),
             _ => None,
         }
+    }
+
+    /// Whether the client proves itself with a key of its own (a certificate or a signed
+    /// assertion) rather than a secret.
+    pub fn is_keyed(self) -> bool {
+        self.is_mtls() || self == Self::PrivateKeyJwt
     }
 
     /// Whether the client proves itself with a certificate rather than a secret.
@@ -260,8 +271,11 @@ pub enum CertificateMatch {
     SanDns(String),
     /// `tls_client_auth_san_uri`: a URI there, e.g. a SPIFFE ID.
     SanUri(String),
-    /// `jwks`: for a self-signed certificate, the public keys it may carry (a JWK Set).
+    /// `jwks`: for a self-signed certificate, the public keys it may carry; for
+    /// `private_key_jwt`, the keys its assertions may be signed with (a JWK Set).
     Jwks(String),
+    /// `jwks_uri`: for `private_key_jwt`, where the client publishes its keys.
+    JwksUri(String),
 }
 
 /// A registered client. The secret itself is never stored, only its keyed hash.
@@ -279,7 +293,8 @@ pub struct Client {
     pub previous_secret: Option<(Vec<u8>, Timestamp)>,
     /// How the client authenticates.
     pub auth_method: AuthMethod,
-    /// What its certificate must match, for the certificate methods.
+    /// What its certificate must match, for the certificate methods; its keys, for
+    /// `private_key_jwt`.
     pub certificate: Option<CertificateMatch>,
     /// A disabled client gets `invalid_client`.
     pub enabled: bool,

@@ -101,7 +101,8 @@ where
     })
 }
 
-/// The one of `tls_subject_dn`, `tls_san_dns`, `tls_san_uri` and `jwks` that is set.
+/// The one of `tls_subject_dn`, `tls_san_dns`, `tls_san_uri`, `jwks` and `jwks_uri` that
+/// is set.
 fn certificate<R>(row: &R) -> Result<Option<CertificateMatch>, StoreError>
 where
     R: Row,
@@ -109,11 +110,12 @@ where
     Option<String>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
     type Make = fn(String) -> CertificateMatch;
-    let columns: [(&str, Make); 4] = [
+    let columns: [(&str, Make); 5] = [
         ("tls_subject_dn", CertificateMatch::SubjectDn),
         ("tls_san_dns", CertificateMatch::SanDns),
         ("tls_san_uri", CertificateMatch::SanUri),
         ("jwks", CertificateMatch::Jwks),
+        ("jwks_uri", CertificateMatch::JwksUri),
     ];
     for (column, make) in columns {
         if let Some(value) = get::<R, Option<String>>(row, column)? {
@@ -123,14 +125,15 @@ where
     Ok(None)
 }
 
-/// The four certificate columns of a client, in the order of [`certificate`].
-pub(crate) fn certificate_columns(client: &Client) -> [Option<&str>; 4] {
-    let mut columns = [None; 4];
+/// The five key columns of a client, in the order of [`certificate`].
+pub(crate) fn certificate_columns(client: &Client) -> [Option<&str>; 5] {
+    let mut columns = [None; 5];
     match &client.certificate {
         Some(CertificateMatch::SubjectDn(v)) => columns[0] = Some(v.as_str()),
         Some(CertificateMatch::SanDns(v)) => columns[1] = Some(v.as_str()),
         Some(CertificateMatch::SanUri(v)) => columns[2] = Some(v.as_str()),
         Some(CertificateMatch::Jwks(v)) => columns[3] = Some(v.as_str()),
+        Some(CertificateMatch::JwksUri(v)) => columns[4] = Some(v.as_str()),
         None => {}
     }
     columns

@@ -261,12 +261,12 @@ where
         }
         for client in clients {
             let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
-            let [dn, dns, uri, jwks] = rows::certificate_columns(client);
+            let [dn, dns, uri, jwks, jwks_uri] = rows::certificate_columns(client);
             sqlx::query(
                 "INSERT INTO clients (id, plan, label, secret_hash, previous_secret_hash, \
                  previous_secret_expires_at, auth_method, enabled, created_at, updated_at, \
-                 tls_subject_dn, tls_san_dns, tls_san_uri, jwks) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                 tls_subject_dn, tls_san_dns, tls_san_uri, jwks, jwks_uri) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
             )
             .bind(client.id.as_str())
             .bind(client.plan.as_str())
@@ -282,6 +282,7 @@ where
             .bind(dns)
             .bind(uri)
             .bind(jwks)
+            .bind(jwks_uri)
             .execute(&mut *tx)
             .await
             .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
@@ -351,12 +352,12 @@ where
 
     async fn update_client(&self, client: &Client) -> Result<bool> {
         let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
-        let [dn, dns, uri, jwks] = rows::certificate_columns(client);
+        let [dn, dns, uri, jwks, jwks_uri] = rows::certificate_columns(client);
         let changed = sqlx::query(
             "UPDATE clients SET plan = $2, label = $3, secret_hash = $4, \
              previous_secret_hash = $5, previous_secret_expires_at = $6, auth_method = $7, \
              enabled = $8, updated_at = $9, tls_subject_dn = $10, tls_san_dns = $11, \
-             tls_san_uri = $12, jwks = $13 WHERE id = $1 RETURNING id",
+             tls_san_uri = $12, jwks = $13, jwks_uri = $14 WHERE id = $1 RETURNING id",
         )
         .bind(client.id.as_str())
         .bind(client.plan.as_str())
@@ -371,6 +372,7 @@ where
         .bind(dns)
         .bind(uri)
         .bind(jwks)
+        .bind(jwks_uri)
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;

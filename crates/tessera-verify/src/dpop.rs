@@ -16,8 +16,6 @@ use tessera_proto::jws::decode_claims;
 use tessera_proto::ErrorCode;
 use thiserror::Error;
 
-use crate::jwks::VerifyingKey;
-
 /// How far a proof's `iat` may be from the verifier's clock, either way, by default.
 pub const DEFAULT_WINDOW_SECS: i64 = 60;
 
@@ -134,9 +132,12 @@ pub fn check_proof(
     now: i64,
 ) -> Result<CheckedProof, DpopError> {
     let unverified = parse_proof(proof).map_err(DpopError::Header)?;
-    let key = VerifyingKey::from_jwk(&unverified.key.to_jwk(unverified.alg, "dpop"))
-        .ok_or(DpopError::Header(ProofError::BadKey))?;
-    if !key.verify(unverified.signing_input, &unverified.signature) {
+    if !crate::verify_signature(
+        &unverified.key,
+        unverified.alg,
+        unverified.signing_input,
+        &unverified.signature,
+    ) {
         return Err(DpopError::Signature);
     }
     let claims: ProofClaims = decode_claims(&unverified.payload).ok_or(DpopError::Claims)?;

@@ -111,6 +111,21 @@ impl VerifyingKey {
     }
 }
 
+/// Whether `signature` over `message` verifies with the public `key` under `alg`: for keys
+/// that come with the request or the client rather than from the issuer (a DPoP proof's
+/// `jwk`, RFC 9449 section 4.3; a `private_key_jwt` client's keys, RFC 7523 section 3). The
+/// key must be of `alg`'s type, and an RSA key at least 2048 bits.
+pub fn verify_signature(
+    key: &tessera_proto::dpop::PublicKey,
+    alg: Algorithm,
+    message: &[u8],
+    signature: &[u8],
+) -> bool {
+    key.fits(alg)
+        && VerifyingKey::from_jwk(&key.to_jwk(alg, "key"))
+            .is_some_and(|k| k.verify(message, signature))
+}
+
 /// The usable keys of one JWK Set, by `kid`.
 #[derive(Debug, Default)]
 pub(crate) struct KeySet {

@@ -83,6 +83,7 @@ pub mod verifier;
 pub use binding::ClientCertificate;
 pub use error::{ConfigError, KeySourceError, VerifyError};
 pub use extract::{RequiredScope, Scoped, UserToken, VerifiedToken};
+pub use jwks::verify_signature;
 pub use rejection::{AuthError, AuthRejection};
 pub use tessera_proto::{AccessTokenClaims, Algorithm, JwkSet};
 pub use verifier::{defaults, Verifier, VerifierBuilder};

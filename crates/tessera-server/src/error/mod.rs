@@ -46,6 +46,7 @@ impl OAuthError {
                 format!("this client must authenticate with {}", method.as_str())
             }
             AuthFailure::Disabled => "client is disabled".to_owned(),
+            AuthFailure::Assertion(e) => e.to_string(),
         };
         Self::invalid_client(realm, description)
     }
@@ -71,6 +72,15 @@ impl OAuthError {
             CredentialsError::ConflictingId => {
                 invalid("client_id in the body differs from the Authorization header")
             }
+            // RFC 7521 section 4.2.1: an assertion that cannot be used is invalid_client.
+            CredentialsError::AssertionType => Self::invalid_client(
+                realm,
+                crate::assertion::AssertionError::UnsupportedType.to_string(),
+            ),
+            CredentialsError::AssertionWithoutClient => Self::invalid_client(
+                realm,
+                "the client assertion names no client: send client_id or a sub",
+            ),
         }
     }
 

@@ -48,6 +48,10 @@ async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMeta
         introspection_endpoint: Some(format!("{issuer}/connect/introspect")),
         revocation_endpoint: Some(format!("{issuer}/connect/revocation")),
         tls_client_certificate_bound_access_tokens: mtls_on(&state),
+        token_endpoint_auth_signing_alg_values_supported: crate::assertion::ALGORITHMS
+            .iter()
+            .map(|a| a.as_str().to_owned())
+            .collect(),
         dpop_signing_alg_values_supported: tessera_proto::dpop::ALGORITHMS
             .iter()
             .map(|a| a.as_str().to_owned())
@@ -65,7 +69,11 @@ fn mtls_on(state: &AppState) -> bool {
 /// The client authentication methods (RFC 8414 section 2), with those of RFC 8705 when
 /// client certificates are asked for.
 fn auth_methods(state: &AppState) -> Vec<String> {
-    let mut methods = vec!["client_secret_basic".into(), "client_secret_post".into()];
+    let mut methods = vec![
+        "client_secret_basic".into(),
+        "client_secret_post".into(),
+        "private_key_jwt".into(),
+    ];
     if mtls_on(state) {
         methods.push("tls_client_auth".into());
         methods.push("self_signed_tls_client_auth".into());

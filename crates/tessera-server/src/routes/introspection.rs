@@ -97,7 +97,14 @@ impl TokenRequestOfClient {
         parts: &Parts,
         body: Result<Bytes, OAuthError>,
     ) -> Result<Self, OAuthError> {
-        let names = ["token", "token_type_hint", "client_id", "client_secret"];
+        let names = [
+            "token",
+            "token_type_hint",
+            "client_id",
+            "client_secret",
+            "client_assertion",
+            "client_assertion_type",
+        ];
         let pairs = read_form(parts, body, &names)?;
         single(&pairs, "token_type_hint")?;
         let token = single(&pairs, "token")?
@@ -110,14 +117,22 @@ impl TokenRequestOfClient {
             })
             .transpose()?;
         let secret = single(&pairs, "client_secret")?.map(ClientSecret::new);
+        let assertion = single(&pairs, "client_assertion")?;
+        let assertion_type = single(&pairs, "client_assertion_type")?;
         let registry = state.registry();
         let authenticated = authenticate_client(
             state,
             &registry,
             &parts.headers,
             client_ip(state, parts),
-            id.as_ref(),
-            secret.as_ref(),
+            crate::auth::FromBody {
+                client_id: id.as_ref(),
+                client_secret: secret.as_ref(),
+                assertion: assertion.map(|jwt| crate::auth::Assertion {
+                    kind: assertion_type,
+                    jwt,
+                }),
+            },
             crate::routes::peer_certificate(state, parts).as_ref(),
         )
         .await;

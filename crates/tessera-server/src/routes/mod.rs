@@ -10,7 +10,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Router;
-use tessera_proto::{form, ClientId, ClientSecret};
+use tessera_proto::form;
 use tessera_store::Plan;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -220,6 +220,44 @@ pub(crate) fn single<'a>(
     Ok(first.filter(|v| !v.is_empty()))
 }
 
+/// Checks presented credentials: a client assertion first with the client's registered keys
+/// (`crate::assertion`, which may fetch them), then what every method shares.
+async fn check(
+    state: &AppState,
+    registry: &Registry,
+    presented: &auth::Presented,
+    now: tessera_store::Timestamp,
+    client_ca: Option<&dyn rustls::server::danger::ClientCertVerifier>,
+) -> Result<Arc<Plan>, AuthFailure> {
+    let clients = state.live().clients();
+    if let Some(assertion) = presented.assertion() {
+        let id = presented.client_id.as_str();
+        let registered = clients.with(id, |client| {
+            (client.auth_method == tessera_store::AuthMethod::PrivateKeyJwt)
+                .then(|| crate::mtls::decode_match(&client.secret_hash))
+                .flatten()
+        });
+        match registered {
+            None => return Err(AuthFailure::Unknown),
+            // Another method: said only once the client proved itself, as for a secret.
+            Some(None) => return Err(AuthFailure::WrongSecret),
+            Some(Some(keys)) => state
+                .assertions()
+                .verify(state, id, &keys, assertion)
+                .await
+                .map_err(AuthFailure::Assertion)?,
+        }
+    }
+    auth::authenticate(
+        registry,
+        clients,
+        state.secrets(),
+        presented,
+        now,
+        client_ca,
+    )
+}
+
 /// The calling client, authenticated (RFC 6749 2.3.1) with brute-force protection per
 /// source address: wrong credentials count against the address, a request without any (a
 /// client waiting for the challenge) does not. Also the id presented, whatever the outcome,
@@ -239,13 +277,12 @@ pub(crate) async fn authenticate_client(
     registry: &Registry,
     headers: &HeaderMap,
     ip: Option<IpAddr>,
-    body_id: Option<&ClientId>,
-    body_secret: Option<&ClientSecret>,
+    body: auth::FromBody<'_>,
     certificate: Option<&crate::mtls::PeerCertificate>,
 ) -> Caller {
     let throttle = state.throttle();
     let realm = &state.config().realm;
-    let presented = match auth::presented(headers, body_id, body_secret, certificate) {
+    let presented = match auth::presented(headers, body, certificate) {
         Ok(presented) => presented,
         Err(error) => {
             return Caller {
@@ -260,16 +297,8 @@ pub(crate) async fn authenticate_client(
         .certificate()
         .and_then(|_| state.config().client_ca());
     let client_ca = client_ca.as_deref();
-    let clients = state.live().clients();
     let now = state.clock().now();
-    let mut result = auth::authenticate(
-        registry,
-        clients,
-        state.secrets(),
-        &presented,
-        now,
-        client_ca,
-    );
+    let mut result = check(state, registry, &presented, now, client_ca).await;
     // An id of the generated shape may name a client created a moment ago by the CLI or
     // another instance: the store is read (coalesced and bounded) before it is refused.
     // Client ids are not secret (RFC 6749 section 2.2), so that this answer may take longer
@@ -279,14 +308,7 @@ pub(crate) async fn authenticate_client(
         && state.refresh_for_unknown().await
     {
         let registry = state.registry();
-        result = auth::authenticate(
-            &registry,
-            clients,
-            state.secrets(),
-            &presented,
-            now,
-            client_ca,
-        );
+        result = check(state, &registry, &presented, now, client_ca).await;
     }
     // An id that names no client is the caller's to choose (a secret, swapped with the id):
     // it is logged as a digest only.

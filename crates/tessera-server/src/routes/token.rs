@@ -201,7 +201,14 @@ impl Attempt {
         body: Result<Bytes, OAuthError>,
     ) -> Result<Issued, OAuthError> {
         let config = state.config();
-        let names = ["grant_type", "scope", "client_id", "client_secret"];
+        let names = [
+            "grant_type",
+            "scope",
+            "client_id",
+            "client_secret",
+            "client_assertion",
+            "client_assertion_type",
+        ];
         let pairs = read_form(parts, body, &names)?;
         let request = TokenRequest::from_form(&pairs).map_err(|e| {
             let description = e.error_description.unwrap_or_default();
@@ -214,14 +221,22 @@ impl Attempt {
             self.scope.clone_from(scope);
         }
 
+        let assertion = crate::routes::single(&pairs, "client_assertion")?;
+        let assertion_type = crate::routes::single(&pairs, "client_assertion_type")?;
         let registry = state.registry();
         let caller = authenticate_client(
             state,
             &registry,
             &parts.headers,
             source,
-            request.client_id.as_ref(),
-            request.client_secret.as_ref(),
+            crate::auth::FromBody {
+                client_id: request.client_id.as_ref(),
+                client_secret: request.client_secret.as_ref(),
+                assertion: assertion.map(|jwt| crate::auth::Assertion {
+                    kind: assertion_type,
+                    jwt,
+                }),
+            },
             crate::routes::peer_certificate(state, parts).as_ref(),
         )
         .await;

@@ -2,6 +2,7 @@
 //! file per test.
 
 mod admin;
+mod assertion;
 mod audit;
 mod cluster;
 mod console;

@@ -151,7 +151,7 @@ pub(crate) struct ClientView {
     name: String,
     /// Whether it may get tokens.
     enabled: bool,
-    /// `client_secret_basic`, `client_secret_post` (RFC 7591 section 2),
+    /// `client_secret_basic`, `client_secret_post`, `private_key_jwt` (RFC 7591 section 2),
     /// `tls_client_auth` or `self_signed_tls_client_auth` (RFC 8705 section 2).
     token_endpoint_auth_method: String,
     /// Until when the secret replaced by the last rotation still works (RFC 3339).
@@ -169,10 +169,14 @@ pub(crate) struct ClientView {
     /// See `tls_client_auth_subject_dn`.
     #[serde(skip_serializing_if = "Option::is_none")]
     tls_client_auth_san_uri: Option<String>,
-    /// The keys of a `self_signed_tls_client_auth` client's certificate, a JWK Set.
+    /// The keys of a `self_signed_tls_client_auth` client's certificate, or of a
+    /// `private_key_jwt` client's assertions: a JWK Set.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     jwks: Option<serde_json::Value>,
+    /// Where a `private_key_jwt` client publishes its keys (RFC 7591 section 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jwks_uri: Option<String>,
 }
 
 /// A client with its new secret: the only time the secret is shown. A client that
@@ -205,10 +209,11 @@ pub(crate) struct ClientInput {
     #[schema(max_length = 256)]
     name: String,
     /// `client_secret_basic` (default), `client_secret_post`, `tls_client_auth` (with one
-    /// of the three `tls_client_auth_*`) or `self_signed_tls_client_auth` (with `jwks`).
+    /// of the three `tls_client_auth_*`), `self_signed_tls_client_auth` (with `jwks`) or
+    /// `private_key_jwt` (with `jwks` or `jwks_uri`).
     #[serde(default)]
     #[schema(
-        pattern = "^(client_secret_basic|client_secret_post|tls_client_auth|self_signed_tls_client_auth)$"
+        pattern = "^(client_secret_basic|client_secret_post|tls_client_auth|self_signed_tls_client_auth|private_key_jwt)$"
     )]
     token_endpoint_auth_method: Option<String>,
     /// RFC 8705 section 2.1.2: the certificate's subject DN, RFC 4514 form.
@@ -220,10 +225,15 @@ pub(crate) struct ClientInput {
     /// A URI among the certificate's SANs, e.g. a SPIFFE ID.
     #[serde(default)]
     tls_client_auth_san_uri: Option<String>,
-    /// For `self_signed_tls_client_auth`: the certificate's public keys, a JWK Set.
+    /// For `self_signed_tls_client_auth`: the certificate's public keys; for
+    /// `private_key_jwt`: the keys its assertions are signed with. A JWK Set.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     jwks: Option<serde_json::Value>,
+    /// For `private_key_jwt`: an https URL where the client publishes its JWK Set.
+    #[serde(default)]
+    #[schema(max_length = 2048)]
+    jwks_uri: Option<String>,
 }
 
 impl ClientInput {
@@ -242,11 +252,14 @@ impl ClientInput {
         if let Some(v) = &self.jwks {
             given.push(CertificateMatch::Jwks(v.to_string()));
         }
+        if let Some(v) = &self.jwks_uri {
+            given.push(CertificateMatch::JwksUri(v.clone()));
+        }
         if given.len() > 1 {
             return Err(Problem::invalid_field(
                 "tls_client_auth_subject_dn",
                 "give one of tls_client_auth_subject_dn, tls_client_auth_san_dns, \
-                 tls_client_auth_san_uri and jwks",
+                 tls_client_auth_san_uri, jwks and jwks_uri",
             ));
         }
         Ok(given.pop())
@@ -295,6 +308,10 @@ fn view(c: &Client) -> ClientView {
             _ => None,
         })
         .and_then(|v| serde_json::from_str(&v).ok()),
+        jwks_uri: text(|m| match m {
+            CertificateMatch::JwksUri(v) => Some(v),
+            _ => None,
+        }),
         client_id: c.id.to_string(),
         plan: c.plan.clone(),
         name: c.label.clone(),
@@ -449,11 +466,12 @@ pub(crate) async fn create_client(
                 )?,
                 None,
             ),
-            None if method.is_mtls() => {
+            None if method.is_keyed() => {
                 return Err(Problem::invalid_field(
                     "token_endpoint_auth_method",
                     "tls_client_auth needs a tls_client_auth_* field; \
-                     self_signed_tls_client_auth needs jwks",
+                     self_signed_tls_client_auth needs jwks; private_key_jwt needs jwks or \
+                     jwks_uri",
                 ))
             }
             None => {

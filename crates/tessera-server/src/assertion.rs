@@ -1,0 +1,389 @@
+//! `private_key_jwt` client authentication (RFC 7523 section 2.2, RFC 7521 section 4.2,
+//! OpenID Connect Core section 9): the client signs a short-lived JWT with its own key and
+//! sends it as `client_assertion`; Tessera checks it with the public keys the client
+//! registered, inline or at its `jwks_uri`.
+//!
+//! Rules (RFC 7523 section 3): `iss` and `sub` are the client id; `aud` names this issuer or
+//! its token endpoint URL (the issuer alone is the unambiguous value, see the README); `exp`
+//! is present, not past and at most 5 minutes ahead; `nbf` and `iat` not in the future
+//! (60 s leeway); `jti` is present and used once until `exp` (remembered in this process,
+//! and in Redis when configured so that another instance refuses the replay too); the
+//! algorithm is EdDSA, ES256, RS256 or PS256 and fits the key. Every failure is
+//! `invalid_client` with a description that helps and never repeats the assertion.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tessera_proto::dpop::PublicKey;
+use tessera_proto::jws::{decode_claims, parse_assertion};
+use tessera_proto::Algorithm;
+use tessera_store::CertificateMatch;
+use tessera_verify::dpop::{proof_digest, ReplayCache};
+
+use crate::AppState;
+
+/// `client_assertion_type` of a JWT assertion (RFC 7523 section 2.2).
+pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/// The algorithms an assertion may be signed with; never `none` or HMAC.
+pub(crate) const ALGORITHMS: [Algorithm; 4] = [
+    Algorithm::EdDSA,
+    Algorithm::ES256,
+    Algorithm::RS256,
+    Algorithm::PS256,
+];
+
+/// The longest assertion read: a platform token with many claims fits in 8 KiB.
+const MAX_ASSERTION_LEN: usize = 8192;
+/// How far ahead `exp` may be.
+const MAX_LIFETIME_SECS: i64 = 300;
+/// Clock skew allowed on `exp`, `nbf` and `iat`.
+const LEEWAY_SECS: i64 = 60;
+/// Assertions remembered per generation in this process.
+const REPLAY_CAPACITY: usize = 200_000;
+/// Keys fetched from a `jwks_uri` are used this long before they are fetched again.
+const KEYS_LIFETIME_SECS: i64 = 3600;
+/// An unknown `kid` fetches a client's keys again at most this often.
+const REFETCH_SECS: i64 = 30;
+/// The most clients whose fetched keys are held.
+const MAX_CACHED_CLIENTS: usize = 10_000;
+
+/// Why an assertion was refused: the `error_description` of its `invalid_client`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AssertionError {
+    /// `client_assertion_type` is not the JWT bearer type.
+    #[error(
+        "client_assertion_type must be urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+    )]
+    UnsupportedType,
+    /// Not a compact JWS with an acceptable header.
+    #[error("the client assertion is not a signed JWT with an accepted header")]
+    Malformed,
+    /// The algorithm is not accepted.
+    #[error("the client assertion algorithm is not one of EdDSA, ES256, RS256, PS256")]
+    Algorithm,
+    /// No registered key has the `kid` (or fits the algorithm).
+    #[error("the client assertion is signed with a key the client has not registered")]
+    UnknownKey,
+    /// The signature does not verify.
+    #[error("the client assertion signature does not verify")]
+    Signature,
+    /// The claims are not a JSON object of the expected types.
+    #[error("the client assertion claims are malformed")]
+    Claims,
+    /// `iss` or `sub` is not the client id.
+    #[error("the client assertion iss and sub must both be the client id")]
+    Subject,
+    /// `aud` names neither the issuer nor the token endpoint.
+    #[error("the client assertion aud must be this server's issuer identifier")]
+    Audience,
+    /// `exp` is missing.
+    #[error("the client assertion has no exp")]
+    NoExpiry,
+    /// `exp` has passed.
+    #[error("the client assertion has expired")]
+    Expired,
+    /// `exp` is more than 5 minutes ahead.
+    #[error("the client assertion lives longer than 5 minutes")]
+    TooLong,
+    /// `nbf` or `iat` is in the future.
+    #[error("the client assertion is not valid yet")]
+    NotYetValid,
+    /// `jti` is missing.
+    #[error("the client assertion has no jti")]
+    NoJti,
+    /// The `jti` was used before.
+    #[error("the client assertion was used before")]
+    Replayed,
+    /// Too many assertions at once to remember another.
+    #[error("too many client assertions at once; retry")]
+    Busy,
+    /// The client's `jwks_uri` could not be read.
+    #[error("the client's keys could not be fetched from its jwks_uri")]
+    KeysUnavailable,
+    /// `client_id` in the body differs from the assertion's `sub`.
+    #[error("client_id differs from the client assertion's sub")]
+    ConflictingId,
+}
+
+/// The claims read (RFC 7523 section 3).
+#[derive(Debug, Deserialize)]
+struct Claims {
+    iss: String,
+    sub: String,
+    aud: Audience,
+    #[serde(default)]
+    exp: Option<i64>,
+    #[serde(default)]
+    nbf: Option<i64>,
+    #[serde(default)]
+    iat: Option<i64>,
+    #[serde(default)]
+    jti: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Audience {
+    fn names(&self, wanted: &[&str]) -> bool {
+        let matches = |a: &str| wanted.iter().any(|w| a.trim_end_matches('/') == *w);
+        match self {
+            Self::One(a) => matches(a),
+            Self::Many(all) => all.iter().any(|a| matches(a)),
+        }
+    }
+}
+
+/// The `sub` of an assertion, read without verifying it: only to find which client's keys
+/// to verify it with when the body names no `client_id` (RFC 7523 section 3: `sub` is the
+/// client id). Nothing else is believed before the signature.
+pub(crate) fn claimed_client(assertion: &str) -> Option<String> {
+    use base64::Engine;
+    if assertion.len() > MAX_ASSERTION_LEN {
+        return None;
+    }
+    let payload = assertion.split('.').nth(1)?;
+    let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    let claims: Map<String, Value> = decode_claims(&payload)?;
+    claims.get("sub")?.as_str().map(str::to_owned)
+}
+
+/// One registered key: its `kid` and `alg` when the JWK names them.
+#[derive(Debug)]
+struct ClientKey {
+    kid: Option<String>,
+    alg: Option<String>,
+    key: PublicKey,
+}
+
+/// The usable public keys of a JWK Set; private, symmetric and unknown keys are skipped.
+fn keys_of(jwks: &str) -> Vec<ClientKey> {
+    let Ok(set) = serde_json::from_str::<Value>(jwks) else {
+        return Vec::new();
+    };
+    set["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object)
+        .filter(|jwk| {
+            jwk.get("use")
+                .and_then(Value::as_str)
+                .is_none_or(|u| u == "sig")
+        })
+        .filter_map(|jwk| {
+            Some(ClientKey {
+                kid: jwk.get("kid").and_then(Value::as_str).map(str::to_owned),
+                alg: jwk.get("alg").and_then(Value::as_str).map(str::to_owned),
+                key: PublicKey::from_jwk(jwk)?,
+            })
+        })
+        .collect()
+}
+
+/// Whether a JWK Set has at least one key an assertion could be verified with.
+pub(crate) fn has_usable_key(jwks: &str) -> bool {
+    !keys_of(jwks).is_empty()
+}
+
+/// Keys fetched from clients' `jwks_uri`s.
+#[derive(Debug, Default)]
+struct Fetched {
+    keys: Arc<Vec<ClientKey>>,
+    /// When they were fetched (server clock).
+    at: i64,
+    /// The last attempt, successful or not.
+    tried: i64,
+}
+
+/// The `private_key_jwt` state of one server.
+#[derive(Debug)]
+pub(crate) struct Assertions {
+    replay: ReplayCache,
+    fetched: Mutex<HashMap<String, Fetched>>,
+    http: crate::fetch::Fetcher,
+}
+
+impl Assertions {
+    /// Fetches from private and loopback addresses only when `allow_private`.
+    pub(crate) fn new(allow_private: bool) -> Self {
+        Self {
+            replay: ReplayCache::new(MAX_LIFETIME_SECS + LEEWAY_SECS, REPLAY_CAPACITY),
+            fetched: Mutex::new(HashMap::new()),
+            http: crate::fetch::Fetcher::new(allow_private),
+        }
+    }
+
+    /// Verifies `assertion` as client `client_id`'s, whose keys are `registered`.
+    pub(crate) async fn verify(
+        &self,
+        state: &AppState,
+        client_id: &str,
+        registered: &CertificateMatch,
+        assertion: &str,
+    ) -> Result<(), AssertionError> {
+        let now = state.clock().now();
+        let unverified =
+            parse_assertion(assertion, MAX_ASSERTION_LEN, &ALGORITHMS).map_err(|e| match e {
+                tessera_proto::jws::JwsError::AlgorithmNotAllowed => AssertionError::Algorithm,
+                _ => AssertionError::Malformed,
+            })?;
+        let pick = |keys: &[ClientKey]| -> Option<bool> {
+            let candidates: Vec<&ClientKey> = keys
+                .iter()
+                .filter(|k| match (&unverified.kid, &k.kid) {
+                    (Some(wanted), Some(kid)) => wanted == kid,
+                    (Some(_), None) => false,
+                    (None, _) => true,
+                })
+                .filter(|k| k.key.fits(unverified.alg))
+                .filter(|k| {
+                    k.alg
+                        .as_deref()
+                        .is_none_or(|a| a == unverified.alg.as_str())
+                })
+                .collect();
+            if candidates.is_empty() {
+                return None;
+            }
+            Some(candidates.iter().any(|k| {
+                tessera_verify::verify_signature(
+                    &k.key,
+                    unverified.alg,
+                    unverified.signing_input,
+                    &unverified.signature,
+                )
+            }))
+        };
+        let verified = match registered {
+            CertificateMatch::Jwks(jwks) => pick(&keys_of(jwks)),
+            CertificateMatch::JwksUri(url) => {
+                let first = self.keys(client_id, url, now, false).await;
+                match first.as_deref().and_then(|keys| pick(keys)) {
+                    Some(verified) => Some(verified),
+                    // An unknown kid: the client may have rolled its keys over.
+                    None => match self.keys(client_id, url, now, true).await {
+                        Some(keys) => pick(&keys),
+                        None if first.is_none() => return Err(AssertionError::KeysUnavailable),
+                        None => None,
+                    },
+                }
+            }
+            _ => None,
+        };
+        match verified {
+            None => return Err(AssertionError::UnknownKey),
+            Some(false) => return Err(AssertionError::Signature),
+            Some(true) => {}
+        }
+
+        let claims: Claims = decode_claims(&unverified.payload).ok_or(AssertionError::Claims)?;
+        if claims.iss != client_id || claims.sub != client_id {
+            return Err(AssertionError::Subject);
+        }
+        let issuer = state.config().issuer.trim_end_matches('/');
+        let endpoint = format!("{issuer}/connect/token");
+        if !claims.aud.names(&[issuer, endpoint.as_str()]) {
+            return Err(AssertionError::Audience);
+        }
+        let exp = claims.exp.ok_or(AssertionError::NoExpiry)?;
+        if exp + LEEWAY_SECS <= now {
+            return Err(AssertionError::Expired);
+        }
+        if exp > now + MAX_LIFETIME_SECS + LEEWAY_SECS {
+            return Err(AssertionError::TooLong);
+        }
+        if [claims.nbf, claims.iat]
+            .into_iter()
+            .flatten()
+            .any(|t| t > now + LEEWAY_SECS)
+        {
+            return Err(AssertionError::NotYetValid);
+        }
+        let jti = claims
+            .jti
+            .filter(|j| !j.is_empty() && j.len() <= 256)
+            .ok_or(AssertionError::NoJti)?;
+        let digest = proof_digest(client_id, &jti);
+        let shared = match state.redis() {
+            Some(redis) => {
+                let ttl = (exp + LEEWAY_SECS - now).max(1) as u64;
+                redis.first_use(&format!("jti:{digest:032x}"), ttl).await
+            }
+            None => None,
+        };
+        match shared {
+            Some(true) => Ok(()),
+            Some(false) => Err(AssertionError::Replayed),
+            None => self
+                .replay
+                .first_use(client_id, &jti, now)
+                .map_err(|e| match e {
+                    tessera_verify::dpop::DpopError::Busy => AssertionError::Busy,
+                    _ => AssertionError::Replayed,
+                }),
+        }
+    }
+
+    /// The keys at `url` for `client_id`: cached for [`KEYS_LIFETIME_SECS`]; with `again`,
+    /// fetched anew if the last attempt is more than [`REFETCH_SECS`] old. `None` when there
+    /// are none to use (`again` and too soon gives `None` too, and the caller keeps what it had).
+    async fn keys(
+        &self,
+        client_id: &str,
+        url: &str,
+        now: i64,
+        again: bool,
+    ) -> Option<Arc<Vec<ClientKey>>> {
+        let (cached, tried) = {
+            let fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
+            match fetched.get(client_id) {
+                Some(f) => (
+                    (now - f.at < KEYS_LIFETIME_SECS).then(|| f.keys.clone()),
+                    f.tried,
+                ),
+                None => (None, i64::MIN / 2),
+            }
+        };
+        match (again, cached) {
+            (false, Some(keys)) => return Some(keys),
+            (true, _) if now - tried < REFETCH_SECS => return None,
+            _ => {}
+        }
+        let answer = self.http.get(url).await;
+        let mut fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
+        if fetched.len() >= MAX_CACHED_CLIENTS && !fetched.contains_key(client_id) {
+            // Bounded: the oldest fetch makes room.
+            if let Some(oldest) = fetched
+                .iter()
+                .min_by_key(|(_, f)| f.tried)
+                .map(|(id, _)| id.clone())
+            {
+                fetched.remove(&oldest);
+            }
+        }
+        let entry = fetched.entry(client_id.to_owned()).or_default();
+        entry.tried = now;
+        match answer {
+            Ok(body) => {
+                let keys = Arc::new(std::str::from_utf8(&body).map(keys_of).unwrap_or_default());
+                entry.keys = keys.clone();
+                entry.at = now;
+                Some(keys)
+            }
+            Err(e) => {
+                tracing::warn!(client_id, error = %e, "cannot fetch a client's jwks_uri");
+                (!entry.keys.is_empty()).then(|| entry.keys.clone())
+            }
+        }
+    }
+}

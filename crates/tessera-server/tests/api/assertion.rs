@@ -1,0 +1,415 @@
+//! `private_key_jwt` (RFC 7523 section 2.2) over real HTTP: assertions signed by
+//! `jsonwebtoken` with keys registered inline or served at a `jwks_uri` by a local server,
+//! every rule broken in turn, replay across instances, key rollover and the SSRF guard.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use tessera_proto::ClientId;
+use tessera_store::{AuthMethod, CertificateMatch};
+use tessera_testkit::dpop::ProofKey;
+use tessera_testkit::{basic, error_of, spawn_app, spawn_with, TestApp};
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/// A client key with a `kid`, and its JWK Set.
+fn jwks(keys: &[(&ProofKey, &str)]) -> Value {
+    let keys: Vec<Value> = keys
+        .iter()
+        .map(|(key, kid)| {
+            let mut jwk = key.jwk().clone();
+            jwk["kid"] = json!(kid);
+            jwk["use"] = json!("sig");
+            jwk
+        })
+        .collect();
+    json!({ "keys": keys })
+}
+
+async fn register(app: &TestApp, keys: CertificateMatch) -> ClientId {
+    let client = app
+        .admin()
+        .create_certificate_client(&app.secrets, "pro", "pk", AuthMethod::PrivateKeyJwt, keys)
+        .await
+        .unwrap();
+    app.sync().await;
+    client.id
+}
+
+/// Claims that pass, for `id` at `app`.
+fn good_claims(app: &TestApp, id: &ClientId) -> Value {
+    let now = app.clock.now();
+    let mut jti = [0u8; 12];
+    aws_lc_rs::rand::fill(&mut jti).unwrap();
+    json!({
+        "iss": id.as_str(), "sub": id.as_str(), "aud": app.state.config().issuer,
+        "iat": now, "exp": now + 60, "jti": format!("{jti:?}"),
+    })
+}
+
+fn sign(key: &ProofKey, kid: &str, claims: &Value) -> String {
+    key.sign(
+        &json!({ "alg": key.alg(), "kid": kid, "typ": "JWT" }),
+        claims,
+    )
+}
+
+async fn with_assertion(
+    app: &TestApp,
+    assertion: &str,
+    extra: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut form = vec![
+        ("grant_type", "client_credentials"),
+        ("scope", "news-api"),
+        ("client_assertion_type", JWT_BEARER),
+        ("client_assertion", assertion),
+    ];
+    form.extend_from_slice(extra);
+    app.http
+        .post(app.url("/connect/token"))
+        .form(&form)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_assertion_rule_is_enforced() {
+    // Two dozen refusals of one client from one address: above the failure throttle's
+    // default allowance, which is not what this test is about.
+    let app = spawn_with(|s| {
+        let many = tessera_store::RateLimit {
+            count: 1000,
+            period_secs: 60,
+            burst: 1000,
+        };
+        s.config.auth_failures.per_source_and_client = many;
+        s.config.auth_failures.per_client = many;
+    })
+    .await;
+    let key = ProofKey::ed25519();
+    let stranger = ProofKey::ed25519();
+    let id = register(
+        &app,
+        CertificateMatch::Jwks(jwks(&[(&key, "k1")]).to_string()),
+    )
+    .await;
+
+    let answer = with_assertion(&app, &sign(&key, "k1", &good_claims(&app, &id)), &[]).await;
+    assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(
+        tessera_testkit::claims_of(body["access_token"].as_str().unwrap())["client_id"],
+        id.as_str()
+    );
+    // The token endpoint URL is an audience too, alone or in an array; client_id may be sent.
+    for aud in [
+        json!(app.url("/connect/token")),
+        json!(["https://other", app.base]),
+    ] {
+        let mut claims = good_claims(&app, &id);
+        claims["aud"] = aud;
+        let answer = with_assertion(
+            &app,
+            &sign(&key, "k1", &claims),
+            &[("client_id", id.as_str())],
+        )
+        .await;
+        assert_eq!(answer.status(), 200);
+    }
+
+    let now = app.clock.now();
+    let replayed = sign(&key, "k1", &good_claims(&app, &id));
+    assert_eq!(with_assertion(&app, &replayed, &[]).await.status(), 200);
+    let change = |name: &str, value: Value| {
+        let mut claims = good_claims(&app, &id);
+        if value.is_null() {
+            claims.as_object_mut().unwrap().remove(name);
+        } else {
+            claims[name] = value;
+        }
+        sign(&key, "k1", &claims)
+    };
+    let header = |header: Value| key.sign(&header, &good_claims(&app, &id));
+    type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        ("replayed", replayed.clone(), vec![], "used before"),
+        (
+            "iss",
+            change("iss", json!("tc_someoneelse0000000000")),
+            vec![],
+            "iss and sub",
+        ),
+        (
+            "sub",
+            change("sub", json!("tc_someoneelse0000000000")),
+            vec![("client_id", id.as_str())],
+            "iss and sub",
+        ),
+        (
+            "aud",
+            change("aud", json!("https://elsewhere.example")),
+            vec![],
+            "aud",
+        ),
+        ("no exp", change("exp", Value::Null), vec![], "no exp"),
+        (
+            "expired",
+            change("exp", json!(now - 120)),
+            vec![],
+            "expired",
+        ),
+        (
+            "too long",
+            change("exp", json!(now + 3600)),
+            vec![],
+            "longer than 5 minutes",
+        ),
+        (
+            "nbf ahead",
+            change("nbf", json!(now + 600)),
+            vec![],
+            "not valid yet",
+        ),
+        (
+            "iat ahead",
+            change("iat", json!(now + 600)),
+            vec![],
+            "not valid yet",
+        ),
+        ("no jti", change("jti", Value::Null), vec![], "no jti"),
+        (
+            "unknown kid",
+            sign(&key, "k9", &good_claims(&app, &id)),
+            vec![],
+            "not registered",
+        ),
+        (
+            "another key under the kid",
+            sign(&stranger, "k1", &good_claims(&app, &id)),
+            vec![],
+            "signature",
+        ),
+        (
+            "HS256",
+            header(json!({"alg": "HS256", "kid": "k1"})),
+            vec![],
+            "algorithm",
+        ),
+        (
+            "none",
+            header(json!({"alg": "none", "kid": "k1"})),
+            vec![],
+            "algorithm",
+        ),
+        (
+            "an access token's typ",
+            header(json!({"alg": "EdDSA", "kid": "k1", "typ": "at+jwt"})),
+            vec![],
+            "not a signed JWT",
+        ),
+        (
+            "a key in the header",
+            header(json!({"alg": "EdDSA", "kid": "k1", "jwk": key.jwk()})),
+            vec![],
+            "not a signed JWT",
+        ),
+        (
+            "another client_id",
+            sign(&key, "k1", &good_claims(&app, &id)),
+            vec![("client_id", "tc_someoneelse0000000000")],
+            "client authentication failed",
+        ),
+        (
+            "garbage",
+            "a.b.c".to_owned(),
+            vec![("client_id", id.as_str())],
+            "not a signed JWT",
+        ),
+    ];
+    for (why, assertion, extra, said) in cases {
+        let (status, code, description) =
+            error_of(with_assertion(&app, &assertion, &extra).await).await;
+        assert_eq!((status, code.as_str()), (401, "invalid_client"), "{why}");
+        assert!(description.contains(said), "{why}: {description}");
+        assert!(
+            !description.contains(&assertion),
+            "{why}: the assertion is echoed"
+        );
+    }
+
+    // The assertion type must be the JWT bearer one.
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("scope", "news-api"),
+        ("client_assertion_type", "urn:example:saml"),
+        ("client_assertion", replayed.as_str()),
+    ];
+    let answer = app
+        .http
+        .post(app.url("/connect/token"))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    let (status, code, description) = error_of(answer).await;
+    assert_eq!((status, code.as_str()), (401, "invalid_client"));
+    assert!(
+        description.contains("client_assertion_type"),
+        "{description}"
+    );
+
+    // An assertion beside Basic credentials is two methods: invalid_request.
+    let (secret_id, secret) = app.client().await;
+    let answer = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("authorization", basic(&secret_id, &secret))
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_of(answer).await.1, "invalid_request");
+    // A secret client cannot authenticate with an assertion.
+    let mut claims = good_claims(&app, &secret_id);
+    claims["iss"] = json!(secret_id.as_str());
+    let (status, code, _) =
+        error_of(with_assertion(&app, &sign(&key, "k1", &claims), &[]).await).await;
+    assert_eq!((status, code.as_str()), (401, "invalid_client"));
+
+    let metadata: Value = app
+        .http
+        .get(app.url("/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(metadata["token_endpoint_auth_methods_supported"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("private_key_jwt")));
+    assert_eq!(
+        metadata["token_endpoint_auth_signing_alg_values_supported"],
+        json!(["EdDSA", "ES256", "RS256", "PS256"])
+    );
+}
+
+/// A JWKS server the test controls: the keys it serves and how often it was asked.
+struct KeyServer {
+    url: String,
+    keys: Arc<Mutex<Value>>,
+    hits: Arc<AtomicUsize>,
+}
+
+async fn key_server(keys: Value) -> KeyServer {
+    let keys = Arc::new(Mutex::new(keys));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let (served, counted) = (keys.clone(), hits.clone());
+    let router = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            let (served, counted) = (served.clone(), counted.clone());
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let keys = served.lock().unwrap().clone();
+                axum::Json(keys)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    KeyServer { url, keys, hits }
+}
+
+#[tokio::test]
+async fn keys_at_a_jwks_uri_roll_over_without_an_admin() {
+    let app = spawn_with(|s| s.config.allow_private_jwks_uri = true).await;
+    let old = ProofKey::ed25519();
+    let new = ProofKey::p256();
+    let server = key_server(jwks(&[(&old, "old")])).await;
+    let id = register(&app, CertificateMatch::JwksUri(server.url.clone())).await;
+
+    let app = &app;
+    let id = &id;
+    let token = |key: &ProofKey, kid: &str| {
+        let assertion = sign(key, kid, &good_claims(app, id));
+        async move { with_assertion(app, &assertion, &[]).await.status() }
+    };
+    assert_eq!(token(&old, "old").await, 200);
+    assert_eq!(token(&old, "old").await, 200);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 1, "keys are cached");
+
+    // The client rolls over at its jwks_uri; the first fetch was just now, so an unknown kid
+    // fetches again only 30 s after it.
+    *server.keys.lock().unwrap() = jwks(&[(&new, "new")]);
+    assert_eq!(token(&new, "new").await, 401);
+    assert_eq!(
+        server.hits.load(Ordering::SeqCst),
+        1,
+        "at most one fetch per 30 s"
+    );
+    app.clock.advance(std::time::Duration::from_secs(31));
+    app.sync().await;
+    assert_eq!(token(&new, "new").await, 200);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 2);
+    assert_eq!(token(&new, "new").await, 200);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_jwks_uri_on_a_private_address_is_never_fetched() {
+    let app = spawn_app().await;
+    let key = ProofKey::ed25519();
+    let server = key_server(jwks(&[(&key, "k")])).await;
+    let id = register(&app, CertificateMatch::JwksUri(server.url.clone())).await;
+    let assertion = sign(&key, "k", &good_claims(&app, &id));
+    let (status, code, description) = error_of(with_assertion(&app, &assertion, &[]).await).await;
+    assert_eq!((status, code.as_str()), (401, "invalid_client"));
+    assert!(
+        description.contains("could not be fetched"),
+        "{description}"
+    );
+    assert_eq!(server.hits.load(Ordering::SeqCst), 0, "no request was made");
+    // Nor through a name that resolves to loopback.
+    let by_name = server.url.replace("127.0.0.1", "localhost");
+    let id = register(&app, CertificateMatch::JwksUri(by_name)).await;
+    let assertion = sign(&key, "k", &good_claims(&app, &id));
+    assert_eq!(with_assertion(&app, &assertion, &[]).await.status(), 401);
+    assert_eq!(server.hits.load(Ordering::SeqCst), 0);
+    // The operator's log says why, without the assertion.
+    let log = app.log();
+    assert!(log.contains("jwks_uri"), "{log}");
+    assert!(!log.contains(&assertion));
+}
+
+#[tokio::test]
+async fn an_assertion_replayed_at_another_instance_is_refused_through_redis() {
+    let prefix = format!("tessera-test-jti-{}:", std::process::id());
+    let setup = |prefix: String, db: Option<String>| {
+        move |s: &mut tessera_testkit::Setup| {
+            s.config.issuer = "http://tessera.test".to_owned();
+            s.config.redis_url = Some("redis://127.0.0.1:6379".to_owned());
+            s.config.redis_prefix = prefix;
+            s.database_url = db;
+        }
+    };
+    let first = spawn_with(setup(prefix.clone(), None)).await;
+    let second = spawn_with(setup(prefix, Some(first.db_url.clone()))).await;
+    let key = ProofKey::ed25519();
+    let id = register(
+        &first,
+        CertificateMatch::Jwks(jwks(&[(&key, "k")]).to_string()),
+    )
+    .await;
+    second.sync().await;
+    let assertion = sign(&key, "k", &good_claims(&first, &id));
+    assert_eq!(with_assertion(&first, &assertion, &[]).await.status(), 200);
+    let (status, _, description) = error_of(with_assertion(&second, &assertion, &[]).await).await;
+    assert_eq!(status, 401);
+    assert!(description.contains("used before"), "{description}");
+}
