@@ -8,7 +8,8 @@
 //!   until a shutdown future resolves, so tests bind port 0 (`serve.rs`: the accept loop
 //!   and the background tasks; `signal.rs`: SIGINT and SIGTERM).
 //! - [`Config`] (`config.rs`): the settings; [`AppState`] (`state.rs`): what every request
-//!   shares, how a server is prepared, and its housekeeping.
+//!   shares and how a server is prepared; `housekeeping.rs`: usage written, limiter state
+//!   and expired rows pruned, every interval and on stop.
 //! - [`clock`]: where every decision by time reads it, settable in tests.
 //! - [`routes`]: one module per endpoint family.
 //! - Domain logic returns domain results: [`auth`] ([`auth::AuthFailure`]), [`limits`]
@@ -26,6 +27,7 @@ pub mod auth;
 pub mod clock;
 mod config;
 pub mod error;
+mod housekeeping;
 pub mod keys;
 pub mod limits;
 pub mod metrics;

@@ -51,20 +51,8 @@ pub async fn run_router(
 ) -> std::io::Result<()> {
     let sync_state = state.clone();
     let sync = tokio::spawn(async move { sync_state.sync_forever().await });
-    // Housekeeping is stopped between rounds, never inside one: a usage flush cancelled
-    // after it took the counts and before the store had them would lose them.
-    let (stop_housekeeping, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let house_state = state.clone();
-    let housekeeping = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(house_state.config().housekeeping_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => house_state.housekeeping().await,
-                _ = &mut stopped => break,
-            }
-        }
-    });
+    let (stop_housekeeping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let housekeeping = tokio::spawn(crate::housekeeping::every_interval(state.clone(), stopped));
     let served = serve(listener, router, state.config(), shutdown).await;
     sync.abort();
     let _ = stop_housekeeping.send(());
