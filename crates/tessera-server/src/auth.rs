@@ -20,7 +20,7 @@ use crate::secrets::Secrets;
 
 /// The credentials a request presents, and how.
 #[derive(Debug)]
-pub struct Presented {
+pub(crate) struct Presented {
     /// Who the caller claims to be.
     pub client_id: ClientId,
     proof: Proof,
@@ -42,7 +42,7 @@ enum Proof {
 impl Presented {
     /// The certificate the client authenticated with, when it did so (RFC 8705): what its
     /// token is bound to.
-    pub fn certificate(&self) -> Option<&PeerCertificate> {
+    pub(crate) fn certificate(&self) -> Option<&PeerCertificate> {
         match &self.proof {
             Proof::Certificate(certificate) => Some(certificate),
             Proof::Secret { .. } => None,
@@ -52,7 +52,7 @@ impl Presented {
 
 /// Why a request's credentials could not even be read (RFC 6749 2.3 and 3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CredentialsError {
+pub(crate) enum CredentialsError {
     /// No credentials at all: the client may be waiting for the challenge.
     Missing,
     /// An `Authorization` scheme other than Basic.
@@ -72,7 +72,7 @@ pub enum CredentialsError {
 /// Why presented credentials were refused. The answer is `invalid_client` for each, with
 /// the same words for the first two, so that it tells an attacker nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthFailure {
+pub(crate) enum AuthFailure {
     /// No such client (checked against a dummy hash all the same).
     Unknown,
     /// The secret is neither the current one nor a previous one within its grace period.
@@ -86,7 +86,7 @@ pub enum AuthFailure {
 /// Finds the credentials in the `Authorization` header or the body (`client_id` and
 /// `client_secret` form parameters), never both; or, with only a `client_id` in the body,
 /// the connection's client certificate (RFC 8705 section 2).
-pub fn presented(
+pub(crate) fn presented(
     headers: &HeaderMap,
     body_id: Option<&ClientId>,
     body_secret: Option<&ClientSecret>,
@@ -141,7 +141,7 @@ const DUMMY_HASH: [u8; 32] = [0; 32];
 
 /// Checks presented credentials against the clients at time `now`, and gives the client's
 /// plan from `registry`.
-pub fn authenticate(
+pub(crate) fn authenticate(
     registry: &Registry,
     clients: &Clients,
     secrets: &Secrets,
