@@ -4,14 +4,12 @@
 //! while a server runs on the same database), `token` gets a token as a client, and
 //! `completions` prints shell completions.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use clap::{CommandFactory, Parser, Subcommand};
 use tessera_proto::Algorithm;
-use tessera_server::secrets::{
-    key_file_beside, load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets,
-};
+use tessera_server::secrets::{load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets};
 
 mod admin;
 mod backup;
@@ -151,9 +149,8 @@ impl DataArgs {
     /// nothing.
     ///
     /// A write is refused, unless `--init` is given, when the default master key file lies
-    /// beside a missing or empty SQLite database: the key says a database was there, so it
-    /// was moved or lost (or `--database` is mistyped), and starting afresh would make a new
-    /// signing key with every client gone. A key file that is new too is a first start.
+    /// beside a missing or empty SQLite database (the master-key policy:
+    /// [`tessera_server::secrets::ExistingKeyFile`]).
     async fn store(&self, access: Access) -> Result<std::sync::Arc<dyn tessera_store::Store>> {
         if access == Access::Read {
             self.reads_only()?;
@@ -161,34 +158,19 @@ impl DataArgs {
                 .await
                 .map_err(|e| self.opening_error(e));
         }
-        let outlived = match self.master_key_choice() {
-            MasterKeyChoice::BesideDatabase(Some(database)) if !self.init => {
-                let key = key_file_beside(&database);
-                key.exists().then_some((database, key))
-            }
-            _ => None,
+        let key_file = if self.init {
+            None
+        } else {
+            self.master_key_choice().existing_key_file()
         };
-        let refuse = |database: &Path, key: &Path, state: &str| {
-            anyhow!(
-                "the database {} {state}, but the master key file {} beside it says a \
-                 database was there: if it moved, point --database at it or restore a backup \
-                 (README: Backup and restore); to start a new one under this key, pass --init",
-                database.display(),
-                key.display()
-            )
-        };
-        if let Some((database, key)) = &outlived {
-            if !database.exists() {
-                return Err(refuse(database, key, "is missing"));
-            }
+        if let Some(key_file) = &key_file {
+            key_file.refuse_missing_database()?;
         }
         let store = tessera_store::open(&self.database)
             .await
             .map_err(|e| self.opening_error(e))?;
-        if let Some((database, key)) = &outlived {
-            if store.is_empty().await? {
-                return Err(refuse(database, key, "is empty"));
-            }
+        if let Some(key_file) = &key_file {
+            key_file.refuse_empty_database(store.as_ref()).await?;
         }
         Ok(store)
     }

@@ -1765,3 +1765,120 @@ async fn serve_counts_its_share_while_redis_is_down() {
             .await;
     }
 }
+
+/// An address nothing listens on at the moment, for a second listener of `serve`.
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// A connection from `ip` to `server` that has been served one request (so it is open and
+/// counted against its address), or `None` when the server closed it at once.
+async fn held_connection(server: &Server, ip: [u8; 4]) -> Option<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr: std::net::SocketAddr = server
+        .base
+        .strip_prefix("http://")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::from((ip, 0))).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = [0u8; 512];
+    match stream.read(&mut buf).await {
+        Ok(n) if buf[..n].starts_with(b"HTTP/1.1 200") => Some(stream),
+        _ => None,
+    }
+}
+
+/// `serve`'s operating settings, once from the environment and once from flags: `/metrics`
+/// on a listener of its own and not on the main one, the connections one address may hold,
+/// the staleness bound (a database cut off behind a proxy makes the server unready within
+/// seconds, where the default bound is 5 minutes), and the console switched off.
+// Multi-threaded: the proxy forwards on the runtime while the test waits for the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_operating_settings_take_effect_from_the_environment_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key = master_key();
+    for from_env in [true, false] {
+        let schema = tessera_store::testing::scratch_postgres().await;
+        let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+        let proxy = tessera_testkit::CuttableProxy::to(real).await;
+        let url = schema
+            .url
+            .replace("127.0.0.1:5432", &proxy.addr.to_string());
+        assert_ne!(url, schema.url, "the test database is at 127.0.0.1:5432");
+        let metrics = free_address();
+        let mut env = vec![
+            ("TESSERA_DATABASE_URL", url.as_str()),
+            ("TESSERA_MASTER_KEY", key.as_str()),
+        ];
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        if from_env {
+            env.extend([
+                ("TESSERA_METRICS_LISTEN", metrics.as_str()),
+                ("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "2"),
+                ("TESSERA_MAX_STALENESS", "1"),
+            ]);
+        } else {
+            args.extend([
+                "--metrics-listen",
+                &metrics,
+                "--max-connections-per-address",
+                "2",
+                "--max-staleness",
+                "1",
+                "--no-console",
+            ]);
+        }
+        let server = Server::start_with(d, &env, &args);
+        let base = server.base.as_str();
+        let how = if from_env { "environment" } else { "flags" };
+
+        // Two connections from one address, and no third; another address is served.
+        let first = held_connection(&server, [127, 0, 0, 5]).await;
+        let second = held_connection(&server, [127, 0, 0, 5]).await;
+        assert!(first.is_some() && second.is_some(), "{how}");
+        assert!(
+            held_connection(&server, [127, 0, 0, 5]).await.is_none(),
+            "{how}: a third connection from the same address is closed"
+        );
+        assert!(held_connection(&server, [127, 0, 0, 6]).await.is_some());
+
+        let metrics = reqwest::get(format!("http://{metrics}/metrics"))
+            .await
+            .unwrap();
+        assert_eq!(metrics.status(), 200, "{how}");
+        assert!(metrics.text().await.unwrap().contains("tessera_store_up"));
+        // One client, so that its requests share one connection of 127.0.0.1's two.
+        let http = reqwest::Client::new();
+        let get = |path: &str| http.get(format!("{base}{path}")).send();
+        let main = get("/metrics").await.unwrap();
+        assert_eq!(main.status(), 404, "{how}: not on the main listener");
+        let console = get("/console/").await.unwrap();
+        let served = if from_env { 200 } else { 404 };
+        assert_eq!(console.status(), served, "{how}: --no-console");
+
+        proxy.cut();
+        let started = Instant::now();
+        loop {
+            let ready = get("/readyz").await.unwrap();
+            if ready.status() == 503 {
+                let text = ready.text().await.unwrap();
+                assert!(text.contains("staleness bound"), "{how}: {text}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{how}: still ready 20 s after the database was cut off"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -196,9 +196,7 @@ async fn the_plain_listener_answers_health_checks_only() {
     let d = dir.path();
     let pair = certificate();
     let (cert_path, key_path) = write_pair(d, &pair);
-    let health = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let health_addr = health.local_addr().unwrap().to_string();
-    drop(health);
+    let health_addr = super::free_address();
     let _server = start_tls(d, &cert_path, &key_path, &["--listen-http", &health_addr]);
     let ready = reqwest::get(format!("http://{health_addr}/readyz"))
         .await
@@ -636,4 +634,67 @@ async fn a_trusted_proxy_passes_the_client_certificate_on() {
         &["serve", "--listen", "127.0.0.1:0", "--client-ca", "ca.pem"],
     );
     assert!(err.contains("--client-ca needs TLS"), "{err}");
+}
+
+/// HTTPS, the client CA and the plain health listener read from `TESSERA_TLS_CERT`,
+/// `TESSERA_TLS_KEY`, `TESSERA_CLIENT_CA` and `TESSERA_LISTEN_HTTP`.
+#[tokio::test]
+async fn tls_settings_are_read_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = Pki::new("Acme Clients CA");
+    let ca = d.join("clients-ca.pem");
+    std::fs::write(&ca, pki.ca.pem()).unwrap();
+    let server_pair = certificate();
+    let (cert_path, key_path) = write_pair(d, &server_pair);
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let uri = "spiffe://example.org/ns/prod/sa/billing";
+    let created = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "tls_client_auth",
+            "--tls-san-uri",
+            uri,
+            "--json",
+        ],
+    );
+    let created: serde_json::Value = serde_json::from_str(created.trim()).unwrap();
+    let id = created["client_id"].as_str().unwrap().to_owned();
+    let health = super::free_address();
+    let server = Server::start_with(
+        d,
+        &[
+            ("TESSERA_TLS_CERT", cert_path.to_str().unwrap()),
+            ("TESSERA_TLS_KEY", key_path.to_str().unwrap()),
+            ("TESSERA_CLIENT_CA", ca.to_str().unwrap()),
+            ("TESSERA_LISTEN_HTTP", &health),
+        ],
+        &["serve", "--listen", "127.0.0.1:0"],
+    );
+    let base = server.base.as_str();
+    assert!(base.starts_with("https://"), "{base}");
+
+    // The certificate served is the one named, and a client certificate signed by the CA
+    // named authenticates its client.
+    let (cert, key, _) = pki.client(uri, false, false);
+    let (status, body) = mtls_token(&presenting(&server_pair.0, (&cert, &key)), base, &id).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(claims(&body)["cnf"]["x5t#S256"], thumbprint(&cert));
+
+    // Health checks in plain HTTP on the address named, and nothing else.
+    let ready = reqwest::get(format!("http://{health}/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let token = reqwest::Client::new()
+        .post(format!("http://{health}/connect/token"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(token.status(), 404);
 }

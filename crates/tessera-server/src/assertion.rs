@@ -52,7 +52,7 @@ const MAX_CACHED_CLIENTS: usize = 10_000;
 
 /// Why an assertion was refused: the `error_description` of its `invalid_client`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AssertionError {
+pub(crate) enum AssertionError {
     /// `client_assertion_type` is not the JWT bearer type.
     #[error(
         "client_assertion_type must be urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -103,9 +103,6 @@ pub enum AssertionError {
     /// The client's `jwks_uri` could not be read.
     #[error("the client's keys could not be fetched from its jwks_uri")]
     KeysUnavailable,
-    /// `client_id` in the body differs from the assertion's `sub`.
-    #[error("client_id differs from the client assertion's sub")]
-    ConflictingId,
 }
 
 /// The claims read (RFC 7523 section 3).

@@ -14,7 +14,7 @@ use tessera_proto::ErrorCode;
 
 /// What an audit event is about.
 #[derive(Debug, Default)]
-pub struct Subject<'a> {
+pub(crate) struct Subject<'a> {
     /// The client id presented or authenticated; empty when none.
     pub client_id: &'a str,
     /// Its plan, once known.
@@ -26,7 +26,7 @@ pub struct Subject<'a> {
 }
 
 /// A token was issued.
-pub fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
+pub(crate) fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
     tracing::info!(
         target: "tessera::audit",
         event = "token_issued",
@@ -40,7 +40,7 @@ pub fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
 }
 
 /// A token request was refused.
-pub fn refused(subject: &Subject<'_>, error: ErrorCode) {
+pub(crate) fn refused(subject: &Subject<'_>, error: ErrorCode) {
     tracing::info!(
         target: "tessera::audit",
         event = "token_refused",
@@ -54,7 +54,7 @@ pub fn refused(subject: &Subject<'_>, error: ErrorCode) {
 }
 
 /// A client revoked one of its tokens (RFC 7009); `scope` is the token's.
-pub fn revoked(subject: &Subject<'_>, jti: &str) {
+pub(crate) fn revoked(subject: &Subject<'_>, jti: &str) {
     tracing::info!(
         target: "tessera::audit",
         event = "token_revoked",
@@ -70,7 +70,7 @@ pub fn revoked(subject: &Subject<'_>, jti: &str) {
 /// An admin changed the registry through the admin API: `admin` is the admin client,
 /// `object` what changed (`plan:NAME`, `client:ID`, `key:KID`), `change` what was done.
 /// Never a secret: a new or rotated secret is named as such, not shown.
-pub fn admin_change(admin: &str, object: &str, change: &str) {
+pub(crate) fn admin_change(admin: &str, object: &str, change: &str) {
     tracing::info!(
         target: "tessera::audit",
         event = "admin",
@@ -82,7 +82,7 @@ pub fn admin_change(admin: &str, object: &str, change: &str) {
 
 /// How an unregistered value a caller presented appears in the log: a digest that tells
 /// equal values apart without revealing them (6 bytes of SHA-256).
-pub fn unregistered(value: &str) -> String {
+pub(crate) fn unregistered(value: &str) -> String {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, value.as_bytes());
     let hex: String = digest.as_ref()[..6]
         .iter()
@@ -92,7 +92,7 @@ pub fn unregistered(value: &str) -> String {
 }
 
 /// A requested scope as logged: the names `known` accepts as they are, others as digests.
-pub fn scope_for_log(scope: &str, known: impl Fn(&str) -> bool) -> String {
+pub(crate) fn scope_for_log(scope: &str, known: impl Fn(&str) -> bool) -> String {
     scope
         .split(' ')
         .map(|name| {

@@ -20,7 +20,7 @@ use crate::secrets::Secrets;
 
 /// The credentials a request presents, and how.
 #[derive(Debug)]
-pub struct Presented {
+pub(crate) struct Presented {
     /// Who the caller claims to be.
     pub client_id: ClientId,
     proof: Proof,
@@ -45,7 +45,7 @@ enum Proof {
 impl Presented {
     /// The certificate the client authenticated with, when it did so (RFC 8705): what its
     /// token is bound to.
-    pub fn certificate(&self) -> Option<&PeerCertificate> {
+    pub(crate) fn certificate(&self) -> Option<&PeerCertificate> {
         match &self.proof {
             Proof::Certificate(certificate) => Some(certificate),
             Proof::Secret { .. } | Proof::Assertion(_) => None,
@@ -53,7 +53,7 @@ impl Presented {
     }
 
     /// The client assertion, when the client authenticated with one (`private_key_jwt`).
-    pub fn assertion(&self) -> Option<&str> {
+    pub(crate) fn assertion(&self) -> Option<&str> {
         match &self.proof {
             Proof::Assertion(assertion) => Some(assertion),
             _ => None,
@@ -63,7 +63,7 @@ impl Presented {
 
 /// Why a request's credentials could not even be read (RFC 6749 2.3 and 3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CredentialsError {
+pub(crate) enum CredentialsError {
     /// No credentials at all: the client may be waiting for the challenge.
     Missing,
     /// An `Authorization` scheme other than Basic.
@@ -87,7 +87,7 @@ pub enum CredentialsError {
 /// Why presented credentials were refused. The answer is `invalid_client` for each, with
 /// the same words for the first two, so that it tells an attacker nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthFailure {
+pub(crate) enum AuthFailure {
     /// No such client (checked against a dummy hash all the same).
     Unknown,
     /// The secret is neither the current one nor a previous one within its grace period.
@@ -104,7 +104,7 @@ pub enum AuthFailure {
 /// Finds the credentials in the `Authorization` header or the body (`client_id` and
 /// `client_secret` form parameters), never both; or, with only a `client_id` in the body,
 /// the connection's client certificate (RFC 8705 section 2).
-pub fn presented(
+pub(crate) fn presented(
     headers: &HeaderMap,
     body: FromBody<'_>,
     certificate: Option<&PeerCertificate>,
@@ -179,7 +179,7 @@ pub fn presented(
 
 /// The credentials a request body may carry (RFC 6749 section 2.3.1, RFC 7521 section 4.2).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct FromBody<'a> {
+pub(crate) struct FromBody<'a> {
     /// `client_id`.
     pub client_id: Option<&'a ClientId>,
     /// `client_secret`.
@@ -190,7 +190,7 @@ pub struct FromBody<'a> {
 
 /// `client_assertion` and `client_assertion_type` of a request body (RFC 7521 section 4.2).
 #[derive(Debug, Clone, Copy)]
-pub struct Assertion<'a> {
+pub(crate) struct Assertion<'a> {
     /// `client_assertion_type`, when sent.
     pub kind: Option<&'a str>,
     /// `client_assertion`.
@@ -202,7 +202,7 @@ const DUMMY_HASH: [u8; 32] = [0; 32];
 
 /// Checks presented credentials against the clients at time `now`, and gives the client's
 /// plan from `registry`.
-pub fn authenticate(
+pub(crate) fn authenticate(
     registry: &Registry,
     clients: &Clients,
     secrets: &Secrets,

@@ -5,40 +5,51 @@
 //! # Layout
 //!
 //! - [`app`] builds the router from an [`AppState`]; [`run`] serves it on a bound listener
-//!   until a shutdown future resolves, so tests bind port 0 (`serve.rs`: the accept loop
-//!   and the background tasks; `signal.rs`: SIGINT and SIGTERM).
+//!   until a shutdown future resolves, so tests bind port 0 (`serve.rs`: the accept loop,
+//!   connection caps and keep-alive bounds; `signal.rs`: SIGINT and SIGTERM).
+//! - [`tls`]: HTTPS on that listener, certificates reloaded when their files change.
 //! - [`Config`] (`config.rs`): the settings; [`AppState`] (`state.rs`): what every request
-//!   shares, how a server is prepared, and its housekeeping.
+//!   shares and how a server is prepared; `housekeeping.rs`: usage written, limiter state
+//!   and expired rows pruned, every interval and on stop.
 //! - [`clock`]: where every decision by time reads it, settable in tests.
-//! - [`routes`]: one module per endpoint family.
-//! - Domain logic returns domain results: [`auth`] ([`auth::AuthFailure`]), [`limits`]
-//!   ([`limits::Decision`], [`limits::Busy`]); [`error`] is the only place they become
-//!   HTTP (status, `WWW-Authenticate`, rate limit fields, the RFC 6749 5.2 body).
+//! - `routes/`: one module per endpoint family; `routes/admin/` the admin API,
+//!   `routes/console/` the operator console over it, `routes/openapi.rs` the whole surface.
+//! - Domain logic returns domain results: `auth.rs` (client authentication, an
+//!   `AuthFailure`), `mtls.rs` (client certificates and bound tokens, RFC 8705),
+//!   `limits/` (rate limits in memory or in Redis, a `Decision`; the in-flight cap);
+//!   `error/` is the only place they become HTTP (status, `WWW-Authenticate`, rate limit
+//!   fields, the RFC 6749 5.2 body; RFC 9457 problems for the admin API).
 //! - [`registry`]: plans, clients and keys held in memory, kept fresh from the store.
 //! - [`keys`]: signing keys and the first key's bootstrap; [`secrets`]: the master key and
-//!   its policy, secret hashing, sealing.
-//! - [`metrics`], [`audit`], [`usage`]: what operators see; [`reuse`]: per-plan token reuse.
-//! - `dpop`: DPoP at the token endpoint (RFC 9449 section 5): proofs checked against the
+//!   its policy (the key file beside the database), secret hashing, sealing.
+//! - [`metrics`], `audit.rs`, [`usage`], `refusals.rs` (each client's last refusals, for
+//!   the console): what operators see; `reuse.rs`: per-plan token reuse.
+//! - `dpop.rs`: DPoP at the token endpoint (RFC 9449 section 5): proofs checked against the
 //!   token endpoint URL, remembered against replay (in Redis when configured), nonces.
+//! - `assertion.rs`: `private_key_jwt` (RFC 7523 section 2.2), the client's keys inline or
+//!   fetched from its `jwks_uri` through `fetch.rs`, which refuses private addresses (SSRF).
 //! - [`admin`]: the operations behind the CLI's `plan`, `client` and `keys` commands.
+//!
+//! Public are only the modules the binary, the test kit and the benchmark use.
 
 pub mod admin;
 mod assertion;
-pub mod audit;
-pub mod auth;
+mod audit;
+mod auth;
 pub mod clock;
 mod config;
 mod dpop;
-pub mod error;
+mod error;
 mod fetch;
+mod housekeeping;
 pub mod keys;
-pub mod limits;
+mod limits;
 pub mod metrics;
-pub mod mtls;
-pub mod refusals;
+mod mtls;
+mod refusals;
 pub mod registry;
-pub mod reuse;
-pub mod routes;
+mod reuse;
+mod routes;
 pub mod secrets;
 mod serve;
 mod signal;
@@ -47,6 +58,7 @@ pub mod tls;
 pub mod usage;
 
 pub use config::{redact_url, Config};
+pub use limits::FailureRates;
 pub use serve::{app, run, run_health, run_metrics, run_router};
 pub use signal::shutdown_signal;
 pub use state::AppState;

@@ -18,7 +18,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tessera_proto::ErrorCode;
 
-use crate::limits::redis::Health;
+/// The Redis limiter's state, as [`Gauges::redis`] reports it.
+pub use crate::limits::redis::Health;
 use crate::registry::SyncCounts;
 
 /// The content type of what [`Metrics::render`] writes.

@@ -29,27 +29,27 @@ use tessera_store::{AuthMethod, CertificateMatch};
 /// The certificate chain a client presented on its connection (or a trusted proxy passed
 /// on), end entity first; in the request's extensions.
 #[derive(Debug, Clone)]
-pub struct PeerCertificate(pub Arc<[CertificateDer<'static>]>);
+pub(crate) struct PeerCertificate(pub Arc<[CertificateDer<'static>]>);
 
 impl PeerCertificate {
     /// The end-entity certificate.
-    pub fn end_entity(&self) -> Option<&CertificateDer<'static>> {
+    pub(crate) fn end_entity(&self) -> Option<&CertificateDer<'static>> {
         self.0.first()
     }
 
     /// RFC 8705 section 3.1: `x5t#S256`, base64url SHA-256 of the DER certificate.
-    pub fn thumbprint(&self) -> Option<String> {
+    pub(crate) fn thumbprint(&self) -> Option<String> {
         self.end_entity().map(|cert| thumbprint(cert))
     }
 }
 
 /// `x5t#S256` of a DER certificate.
-pub fn thumbprint(cert: &[u8]) -> String {
+pub(crate) fn thumbprint(cert: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert))
 }
 
 /// A [`CertificateMatch`] as bytes, for the registry entry: a kind byte and the text.
-pub fn encode_match(certificate: &CertificateMatch) -> Vec<u8> {
+pub(crate) fn encode_match(certificate: &CertificateMatch) -> Vec<u8> {
     let (kind, text) = match certificate {
         CertificateMatch::SubjectDn(v) => (b'd', v),
         CertificateMatch::SanDns(v) => (b'n', v),
@@ -64,7 +64,7 @@ pub fn encode_match(certificate: &CertificateMatch) -> Vec<u8> {
 }
 
 /// [`encode_match`] read back.
-pub fn decode_match(bytes: &[u8]) -> Option<CertificateMatch> {
+pub(crate) fn decode_match(bytes: &[u8]) -> Option<CertificateMatch> {
     let (kind, text) = bytes.split_first()?;
     let text = std::str::from_utf8(text).ok()?.to_owned();
     Some(match kind {
@@ -80,7 +80,7 @@ pub fn decode_match(bytes: &[u8]) -> Option<CertificateMatch> {
 /// Whether `chain` authenticates a client registered with `method` and `expected`: for
 /// `tls_client_auth`, the chain leads to the client CA (`ca`), is valid at `now` and names
 /// what was registered; for `self_signed_tls_client_auth`, its key is a registered one.
-pub fn authenticates(
+pub(crate) fn authenticates(
     ca: Option<&dyn ClientCertVerifier>,
     chain: &[CertificateDer<'static>],
     method: AuthMethod,

@@ -13,18 +13,18 @@ use tessera_store::Timestamp;
 /// Refusals kept per client.
 const PER_CLIENT: usize = 10;
 /// Clients kept.
-pub const MAX_CLIENTS: usize = 10_000;
+pub(crate) const MAX_CLIENTS: usize = 10_000;
 
 /// One client's recent refusals, newest last.
 type Recent = VecDeque<(Timestamp, ErrorCode)>;
 
 /// Recent refusals by client id.
 #[derive(Debug, Default)]
-pub struct Refusals(Mutex<HashMap<Box<str>, Recent>>);
+pub(crate) struct Refusals(Mutex<HashMap<Box<str>, Recent>>);
 
 impl Refusals {
     /// Remembers that `client_id` was refused with `code` at `now`.
-    pub fn record(&self, client_id: &str, code: ErrorCode, now: Timestamp) {
+    pub(crate) fn record(&self, client_id: &str, code: ErrorCode, now: Timestamp) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if !map.contains_key(client_id) && map.len() >= MAX_CLIENTS {
             // Forget the client whose last refusal is the oldest.
@@ -44,7 +44,7 @@ impl Refusals {
     }
 
     /// A client's last refusals, newest first.
-    pub fn of(&self, client_id: &str) -> Vec<(Timestamp, ErrorCode)> {
+    pub(crate) fn of(&self, client_id: &str) -> Vec<(Timestamp, ErrorCode)> {
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         map.get(client_id)
             .map(|list| list.iter().rev().copied().collect())
@@ -53,7 +53,7 @@ impl Refusals {
 
     /// The clients refused by a rate limit since `since`: id, how many such refusals are
     /// kept, and the last one's time; the most recent first.
-    pub fn rate_limited_since(&self, since: Timestamp) -> Vec<(String, usize, Timestamp)> {
+    pub(crate) fn rate_limited_since(&self, since: Timestamp) -> Vec<(String, usize, Timestamp)> {
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let mut limited: Vec<_> = map
             .iter()

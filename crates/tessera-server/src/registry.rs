@@ -63,7 +63,7 @@ pub struct PlanSlot(u32);
 /// A client as the token endpoint needs it. `Debug` leaves the hashes out.
 pub struct ClientEntry {
     /// HMAC of the current secret; for a certificate method (RFC 8705), what the
-    /// certificate must match instead, encoded by [`crate::mtls::encode_match`] (one field
+    /// certificate must match instead, encoded by `mtls::encode_match` (one field
     /// for both keeps an entry at 64 bytes).
     pub secret_hash: Vec<u8>,
     /// HMAC of the previous secret and when it stops working.

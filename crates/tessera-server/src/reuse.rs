@@ -10,7 +10,7 @@ use tessera_store::Timestamp;
 
 /// A token kept for reuse. `Debug` leaves the token out.
 #[derive(Clone)]
-pub struct Kept {
+pub(crate) struct Kept {
     /// The token itself.
     pub token: Arc<str>,
     /// Its `jti`, checked against revocations.
@@ -31,12 +31,12 @@ impl std::fmt::Debug for Kept {
 
 /// Last token per (client, scope set).
 #[derive(Debug, Default)]
-pub struct ReuseCache(Mutex<HashMap<(String, String), Kept>>);
+pub(crate) struct ReuseCache(Mutex<HashMap<(String, String), Kept>>);
 
 impl ReuseCache {
     /// The kept token for `client` and `scope` if more than `percent` of `ttl` is left and
     /// `is_revoked` says no.
-    pub fn get(
+    pub(crate) fn get(
         &self,
         client: &str,
         scope: &str,
@@ -53,7 +53,7 @@ impl ReuseCache {
     }
 
     /// Keeps a new token.
-    pub fn put(&self, client: &str, scope: &str, kept: Kept) {
+    pub(crate) fn put(&self, client: &str, scope: &str, kept: Kept) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -61,7 +61,7 @@ impl ReuseCache {
     }
 
     /// Forgets a revoked token at once.
-    pub fn forget_jti(&self, jti: &str) {
+    pub(crate) fn forget_jti(&self, jti: &str) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -69,7 +69,7 @@ impl ReuseCache {
     }
 
     /// Drops expired entries.
-    pub fn prune(&self, now: Timestamp) {
+    pub(crate) fn prune(&self, now: Timestamp) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())

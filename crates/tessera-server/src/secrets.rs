@@ -71,6 +71,22 @@ pub enum MasterKeyError {
          secrets were sealed under another one"
     )]
     Mismatch,
+    /// The default key file outlived its database: see [`ExistingKeyFile`].
+    #[error(
+        "the database {} {state}, but the master key file {} beside it says a database was \
+         there: if it moved, point --database at it or restore a backup (README: Backup and \
+         restore); to start a new one under this key, pass --init",
+        database.display(),
+        key.display()
+    )]
+    Outlived {
+        /// The SQLite file.
+        database: PathBuf,
+        /// The key file beside it.
+        key: PathBuf,
+        /// What is wrong with the database: "is missing" or "is empty".
+        state: &'static str,
+    },
     /// The database failed.
     #[error(transparent)]
     Store(#[from] tessera_store::StoreError),
@@ -129,6 +145,60 @@ pub fn key_file_beside(database: &Path) -> PathBuf {
     let mut path = database.as_os_str().to_owned();
     path.push(".key");
     PathBuf::from(path)
+}
+
+impl MasterKeyChoice {
+    /// The default key file beside this choice's SQLite database, when it exists.
+    pub fn existing_key_file(&self) -> Option<ExistingKeyFile> {
+        let Self::BesideDatabase(Some(database)) = self else {
+            return None;
+        };
+        let key = key_file_beside(database);
+        key.exists().then(|| ExistingKeyFile {
+            database: database.clone(),
+            key,
+        })
+    }
+}
+
+/// The default master key file, found beside an SQLite database before `serve` or a command
+/// that writes opens it. The key says a database was there: a missing or empty one beside it
+/// was moved or lost (or `--database` is mistyped), and starting afresh would make a new
+/// signing key with every client gone, so both are refused (unless the operator says
+/// `--init`). A key file that is new too is a first start.
+#[derive(Debug, Clone)]
+pub struct ExistingKeyFile {
+    database: PathBuf,
+    key: PathBuf,
+}
+
+impl ExistingKeyFile {
+    /// Refuses a missing database; asked before opening it, which would create it.
+    pub fn refuse_missing_database(&self) -> Result<(), MasterKeyError> {
+        if self.database.exists() {
+            return Ok(());
+        }
+        Err(self.outlived("is missing"))
+    }
+
+    /// Refuses an empty database, once it is open.
+    pub async fn refuse_empty_database(
+        &self,
+        store: &dyn tessera_store::Store,
+    ) -> Result<(), MasterKeyError> {
+        if !store.is_empty().await? {
+            return Ok(());
+        }
+        Err(self.outlived("is empty"))
+    }
+
+    fn outlived(&self, state: &'static str) -> MasterKeyError {
+        MasterKeyError::Outlived {
+            database: self.database.clone(),
+            key: self.key.clone(),
+            state,
+        }
+    }
 }
 
 /// Where the master key comes from.

@@ -51,20 +51,8 @@ pub async fn run_router(
 ) -> std::io::Result<()> {
     let sync_state = state.clone();
     let sync = tokio::spawn(async move { sync_state.sync_forever().await });
-    // Housekeeping is stopped between rounds, never inside one: a usage flush cancelled
-    // after it took the counts and before the store had them would lose them.
-    let (stop_housekeeping, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let house_state = state.clone();
-    let housekeeping = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(house_state.config().housekeeping_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => house_state.housekeeping().await,
-                _ = &mut stopped => break,
-            }
-        }
-    });
+    let (stop_housekeeping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let housekeeping = tokio::spawn(crate::housekeeping::every_interval(state.clone(), stopped));
     let served = serve(listener, router, state.config(), shutdown).await;
     sync.abort();
     let _ = stop_housekeeping.send(());
@@ -138,10 +126,11 @@ async fn serve(
         let watcher = graceful.watcher();
         let (http1, http2, router) = (http1.clone(), http2.clone(), router.clone());
         let (tls, handshake_timeout) = (config.tls.clone(), config.header_timeout);
-        let bounds = (
-            config.max_requests_per_connection,
-            config.max_connection_age,
-        );
+        let bounds = KeepAlive {
+            max_requests: config.max_requests_per_connection,
+            max_age: config.max_connection_age,
+            clock: config.clock.clone(),
+        };
         tokio::spawn(async move {
             let _slots = (slot, address_slot);
             let Some(tls) = tls else {
@@ -194,6 +183,17 @@ async fn serve(
 
 use hyper_util::rt::TokioIo;
 
+/// How long an HTTP/1.1 connection may be kept alive, so that no caller holds one forever.
+#[derive(Clone)]
+struct KeepAlive {
+    /// Requests served before the answer says `Connection: close`.
+    max_requests: usize,
+    /// Age, by `clock`, past which the next answer says `Connection: close`.
+    max_age: Duration,
+    /// The state's clock: the age is a decision by time, so a test moves it.
+    clock: crate::clock::Clock,
+}
+
 /// The router as one connection's service: each request learns its peer (and the client
 /// certificate it presented, if any), and with
 /// `keep_alive` bounds (requests, age) an HTTP/1.1 answer says `Connection: close` once
@@ -201,7 +201,7 @@ use hyper_util::rt::TokioIo;
 fn service(
     router: axum::Router,
     peer: std::net::SocketAddr,
-    keep_alive: Option<(usize, Duration)>,
+    keep_alive: Option<KeepAlive>,
     certificate: Option<PeerCertificate>,
 ) -> hyper_util::service::TowerToHyperService<
     impl tower::Service<
@@ -214,7 +214,7 @@ fn service(
     use axum::extract::ConnectInfo;
     use tower::ServiceExt;
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let opened = std::time::Instant::now();
+    let keep_alive = keep_alive.map(|bounds| (bounds.clock.elapsed(), bounds));
     let service = router
         .map_request(move |mut request: axum::extract::Request<_>| {
             request.extensions_mut().insert(ConnectInfo(peer));
@@ -224,9 +224,10 @@ fn service(
             request
         })
         .map_response(move |mut response: axum::response::Response| {
-            if let Some((max_requests, max_age)) = keep_alive {
+            if let Some((opened, bounds)) = &keep_alive {
                 let count = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if count >= max_requests || opened.elapsed() >= max_age {
+                let age = bounds.clock.elapsed().saturating_sub(*opened);
+                if count >= bounds.max_requests || age >= bounds.max_age {
                     response.headers_mut().insert(
                         axum::http::header::CONNECTION,
                         axum::http::HeaderValue::from_static("close"),

@@ -1,5 +1,6 @@
-//! The state every request shares: settings, the live registry, limiters, counters; how a
-//! server is prepared (the first signing key included), and its periodic housekeeping.
+//! The state every request shares: settings, the live registry, limiters, counters; and how
+//! a server is prepared (the first signing key included). Its periodic housekeeping is in
+//! `housekeeping.rs`.
 
 use std::sync::Arc;
 
@@ -180,38 +181,6 @@ impl AppState {
 
     pub(crate) fn in_flight(&self) -> &limits::InFlight {
         &self.inner.in_flight
-    }
-
-    /// Writes usage counts, prunes limiter and reuse state, forgets expired revocations and
-    /// reads the live ones again.
-    pub async fn housekeeping(&self) {
-        let now = self.clock().now();
-        if let Err(error) = self.inner.usage.flush(self.store(), now).await {
-            tracing::warn!(%error, "writing usage counts failed; kept for the next try");
-        }
-        self.inner.limiter.prune();
-        self.inner.reuse.prune(now);
-        if let Err(error) = self.store().prune_revoked(now).await {
-            tracing::warn!(%error, "forgetting expired revocations failed");
-        }
-        let two_days_ago = tessera_proto::clock::utc_hour(now - 2 * 86_400);
-        if let Err(error) = self.store().prune_hourly_usage(&two_days_ago).await {
-            tracing::warn!(%error, "forgetting old hourly usage failed");
-        }
-        let remembered_since = now - crate::routes::admin::clients::IDEMPOTENCY_WINDOW;
-        if let Err(error) = self
-            .store()
-            .prune_idempotent_answers(remembered_since)
-            .await
-        {
-            tracing::warn!(%error, "forgetting old idempotent answers failed");
-        }
-        if let Err(error) = self.inner.live.reload_revocations(self.store()).await {
-            tracing::warn!(%error, "reading revocations failed");
-        }
-        if let Err(error) = self.inner.live.prune_changes(self.store()).await {
-            tracing::warn!(%error, "pruning the registry's change log failed");
-        }
     }
 
     /// Polls the store every `sync_interval` until the task is dropped.

@@ -45,7 +45,7 @@ pub struct TlsFiles {
     /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
     /// PEM: the CA(s) of `tls_client_auth` clients (RFC 8705 section 2.1). With it, the
-    /// handshake asks for a client certificate (see [`crate::mtls`]).
+    /// handshake asks for a client certificate (see `mtls.rs`).
     pub client_ca: Option<PathBuf>,
 }
 

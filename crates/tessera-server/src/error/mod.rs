@@ -12,12 +12,12 @@ use tessera_store::RateLimit;
 
 use crate::auth::{AuthFailure, CredentialsError};
 
-pub mod problem;
+pub(crate) mod problem;
 use crate::limits::{Busy, Decision};
 
 /// An OAuth error as the token endpoint sends it.
 #[derive(Debug)]
-pub struct OAuthError {
+pub(crate) struct OAuthError {
     status: StatusCode,
     body: ErrorResponse,
     /// Extra headers: `WWW-Authenticate` for 401 (RFC 6749 5.2), rate limit fields for 429.
@@ -27,7 +27,7 @@ pub struct OAuthError {
 
 impl OAuthError {
     /// 400 `invalid_request`: malformed, repeated or missing parameters.
-    pub fn invalid_request(description: impl Into<String>) -> Self {
+    pub(crate) fn invalid_request(description: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidRequest,
@@ -37,7 +37,7 @@ impl OAuthError {
 
     /// 401 `invalid_client` for credentials that were checked and refused. An unknown
     /// client and a wrong secret get the same words.
-    pub fn client_refused(failure: AuthFailure, realm: &str) -> Self {
+    pub(crate) fn client_refused(failure: AuthFailure, realm: &str) -> Self {
         let description = match failure {
             AuthFailure::Unknown | AuthFailure::WrongSecret => {
                 "client authentication failed".to_owned()
@@ -54,7 +54,7 @@ impl OAuthError {
     /// The answer to credentials that could not be read: 401 with a challenge when there
     /// are none or they are not Basic (RFC 6749 5.2), 400 `invalid_request` when they are
     /// malformed or sent twice (RFC 6749 2.3).
-    pub fn credentials(error: CredentialsError, realm: &str) -> Self {
+    pub(crate) fn credentials(error: CredentialsError, realm: &str) -> Self {
         let invalid = Self::invalid_request;
         match error {
             CredentialsError::Missing => {
@@ -102,7 +102,7 @@ impl OAuthError {
     }
 
     /// 400 `invalid_scope`: a scope that is malformed, missing or outside the plan.
-    pub fn invalid_scope(description: impl Into<String>) -> Self {
+    pub(crate) fn invalid_scope(description: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidScope,
@@ -111,7 +111,7 @@ impl OAuthError {
     }
 
     /// 400 `unsupported_grant_type`.
-    pub fn unsupported_grant_type(description: impl Into<String>) -> Self {
+    pub(crate) fn unsupported_grant_type(description: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::UnsupportedGrantType,
@@ -121,7 +121,7 @@ impl OAuthError {
 
     /// 429 `rate_limited` for a client over its plan's rate, with `Retry-After` and the
     /// rate limit fields.
-    pub fn over_plan_rate(rate: RateLimit, retry_after_secs: u64) -> Self {
+    pub(crate) fn over_plan_rate(rate: RateLimit, retry_after_secs: u64) -> Self {
         Self::rate_limited(
             format!(
                 "too many token requests; retry after {retry_after_secs} s and cache tokens \
@@ -133,7 +133,7 @@ impl OAuthError {
     }
 
     /// 429 `rate_limited` for an address over its allowance of failed authentications.
-    pub fn throttled(rate: RateLimit, retry_after_secs: u64) -> Self {
+    pub(crate) fn throttled(rate: RateLimit, retry_after_secs: u64) -> Self {
         Self::rate_limited(
             "too many failed client authentications from this address",
             rate,
@@ -155,7 +155,7 @@ impl OAuthError {
     }
 
     /// Adds headers to the answer.
-    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+    pub(crate) fn with_headers(mut self, headers: HeaderMap) -> Self {
         if !headers.is_empty() {
             self.headers.get_or_insert_default().extend(headers);
         }
@@ -164,7 +164,7 @@ impl OAuthError {
 
     /// 400 `invalid_target` (RFC 8707 section 2): a `resource` the client's plan does not
     /// cover, or one that is malformed.
-    pub fn invalid_target(description: impl Into<String>) -> Self {
+    pub(crate) fn invalid_target(description: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidTarget,
@@ -174,7 +174,7 @@ impl OAuthError {
 
     /// 400 `invalid_dpop_proof` or `use_dpop_nonce` (RFC 9449 sections 5 and 8), the latter
     /// with the nonce to use in `DPoP-Nonce`.
-    pub fn dpop(error: &tessera_verify::dpop::DpopError, nonce: Option<&str>) -> Self {
+    pub(crate) fn dpop(error: &tessera_verify::dpop::DpopError, nonce: Option<&str>) -> Self {
         let mut e = Self::new(StatusCode::BAD_REQUEST, error.code(), error.to_string());
         if let Some(value) = nonce.and_then(|n| HeaderValue::from_str(n).ok()) {
             let mut headers = HeaderMap::new();
@@ -185,7 +185,7 @@ impl OAuthError {
     }
 
     /// 413: the body is over the limit; still an `invalid_request` body.
-    pub fn too_large(limit: usize) -> Self {
+    pub(crate) fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidRequest,
@@ -194,7 +194,7 @@ impl OAuthError {
     }
 
     /// 503 `temporarily_unavailable`: the server cannot issue now (no active signing key).
-    pub fn unavailable(description: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(description: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::TemporarilyUnavailable,
@@ -204,20 +204,10 @@ impl OAuthError {
 
     /// 503 `temporarily_unavailable` with `Retry-After` (RFC 6749 5.2, RFC 7009 2.2.1): the
     /// store does not answer, for a write, or for longer than the staleness bound.
-    pub fn store_unavailable(description: impl Into<String>) -> Self {
+    pub(crate) fn store_unavailable(description: impl Into<String>) -> Self {
         let mut headers = HeaderMap::new();
         headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         Self::unavailable(description).with_headers(headers)
-    }
-
-    /// 500 `server_error`. The cause is logged here and never sent.
-    pub fn internal(cause: &dyn std::fmt::Display) -> Self {
-        tracing::error!(%cause, "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::ServerError,
-            "internal error",
-        )
     }
 
     fn new(status: StatusCode, code: ErrorCode, description: impl Into<String>) -> Self {
@@ -229,7 +219,7 @@ impl OAuthError {
     }
 
     /// The error code.
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         self.body.error
     }
 }

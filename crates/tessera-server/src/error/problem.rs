@@ -11,12 +11,12 @@ use serde::Serialize;
 use crate::admin::AdminError;
 
 /// The media type of RFC 9457 section 3.
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
 /// A problem document and the headers that go with it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[schema(as = Problem)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// `urn:tessera:problem:` and the kind of problem.
     #[serde(rename = "type")]
     pub kind: String,
@@ -57,13 +57,13 @@ impl Problem {
     }
 
     /// Names the request field at fault.
-    pub fn field(mut self, field: impl Into<String>) -> Self {
+    pub(crate) fn field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
         self
     }
 
     /// 400: the body is not the JSON expected (syntax, type, unknown or missing field).
-    pub fn invalid_body(detail: impl Into<String>) -> Self {
+    pub(crate) fn invalid_body(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             "invalid-body",
@@ -73,7 +73,7 @@ impl Problem {
     }
 
     /// 400: a value of the body out of range.
-    pub fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
+    pub(crate) fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             "invalid-field",
@@ -84,7 +84,7 @@ impl Problem {
     }
 
     /// 400: a bad query or path parameter.
-    pub fn invalid_parameter(name: &str, detail: impl Into<String>) -> Self {
+    pub(crate) fn invalid_parameter(name: &str, detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             "invalid-parameter",
@@ -96,7 +96,11 @@ impl Problem {
 
     /// 401 (RFC 6750 section 3): no token (`error` `None`, the bare challenge), or
     /// `invalid_token`.
-    pub fn unauthorized(realm: &str, error: Option<&str>, detail: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(
+        realm: &str,
+        error: Option<&str>,
+        detail: impl Into<String>,
+    ) -> Self {
         let detail = detail.into();
         let mut challenge = format!("Bearer realm=\"{realm}\"");
         if let Some(error) = error {
@@ -115,7 +119,7 @@ impl Problem {
     }
 
     /// 403 `insufficient_scope` (RFC 6750 section 3.1): the token lacks `scope`.
-    pub fn insufficient_scope(realm: &str, scope: &str) -> Self {
+    pub(crate) fn insufficient_scope(realm: &str, scope: &str) -> Self {
         let detail = format!("this operation needs a token with the scope {scope}");
         let challenge = format!(
             "Bearer realm=\"{realm}\", error=\"insufficient_scope\", \
@@ -126,12 +130,12 @@ impl Problem {
     }
 
     /// 404.
-    pub fn not_found(detail: impl Into<String>) -> Self {
+    pub(crate) fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
     }
 
     /// 405, with the methods the resource has.
-    pub fn method_not_allowed() -> Self {
+    pub(crate) fn method_not_allowed() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method-not-allowed",
@@ -141,12 +145,12 @@ impl Problem {
     }
 
     /// 409: the change conflicts with the state of the resource.
-    pub fn conflict(detail: impl Into<String>) -> Self {
+    pub(crate) fn conflict(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", "Conflict", detail)
     }
 
     /// 412: `If-Match` names another version (RFC 9110 section 13.1.1).
-    pub fn precondition_failed() -> Self {
+    pub(crate) fn precondition_failed() -> Self {
         Self::new(
             StatusCode::PRECONDITION_FAILED,
             "precondition-failed",
@@ -156,7 +160,7 @@ impl Problem {
     }
 
     /// 413.
-    pub fn too_large(limit: usize) -> Self {
+    pub(crate) fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body-too-large",
@@ -166,7 +170,7 @@ impl Problem {
     }
 
     /// 415.
-    pub fn unsupported_media_type() -> Self {
+    pub(crate) fn unsupported_media_type() -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported-media-type",
@@ -176,7 +180,7 @@ impl Problem {
     }
 
     /// 422: an `Idempotency-Key` used before for another request.
-    pub fn idempotency_key_reused() -> Self {
+    pub(crate) fn idempotency_key_reused() -> Self {
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency-key-reused",
@@ -187,7 +191,7 @@ impl Problem {
     }
 
     /// 503: the store does not answer. The cause is logged, not sent.
-    pub fn unavailable(cause: &dyn std::fmt::Display) -> Self {
+    pub(crate) fn unavailable(cause: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "an admin request failed in the store");
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -199,7 +203,7 @@ impl Problem {
     }
 
     /// The status.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }

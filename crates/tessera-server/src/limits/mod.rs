@@ -23,11 +23,11 @@ use tokio::sync::Semaphore;
 
 use crate::clock::{Clock, LimiterClock};
 
-pub mod redis;
+pub(crate) mod redis;
 
 /// What a limiter decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Allowed; `remaining` more may come at once, and the allowance is whole again in
     /// `reset_secs`.
     Allowed {
@@ -45,7 +45,7 @@ pub enum Decision {
 
 /// Counts requests against a rate, per key. One implementation per backend.
 #[async_trait]
-pub trait Limiter: Send + Sync + std::fmt::Debug {
+pub(crate) trait Limiter: Send + Sync + std::fmt::Debug {
     /// Takes one request from `key`'s allowance under `rate`.
     async fn check(&self, key: &str, rate: RateLimit) -> Decision;
     /// Forgets keys whose allowance is whole again, to bound memory.
@@ -62,7 +62,7 @@ type Keyed =
 /// GCRA in this process's memory (governor). Instances of a cluster each count on their own;
 /// [`redis::RedisLimiter`] counts for all of them.
 #[derive(Debug)]
-pub struct LocalLimiter {
+pub(crate) struct LocalLimiter {
     /// One keyed limiter per distinct rate; plans with the same rate share one, keyed by
     /// client, so they never interfere.
     by_rate: RwLock<HashMap<RateLimit, Arc<Keyed>>>,
@@ -81,7 +81,7 @@ fn quota(rate: RateLimit) -> Quota {
 
 impl LocalLimiter {
     /// A limiter reading `clock`.
-    pub fn new(clock: Clock) -> Self {
+    pub(crate) fn new(clock: Clock) -> Self {
         Self {
             by_rate: RwLock::default(),
             clock,
@@ -160,7 +160,7 @@ impl Limiter for LocalLimiter {
 /// One instance's share of `rate` when `instances` count apart (the Redis limiter's
 /// fallback): a rate `instances` times slower, and the burst divided likewise but at least
 /// one request. Never unlimited; `4/min` over 2 instances is `2/min`, burst 2, at each.
-pub fn share(rate: RateLimit, instances: NonZeroU32) -> RateLimit {
+pub(crate) fn share(rate: RateLimit, instances: NonZeroU32) -> RateLimit {
     let n = instances.get();
     RateLimit {
         count: rate.count,
@@ -208,21 +208,21 @@ impl Default for FailureRates {
 /// failed, so correct credentials are never refused by it, and one client's failures from
 /// an address leave the other clients at that address alone.
 #[derive(Debug)]
-pub struct AuthThrottle {
+pub(crate) struct AuthThrottle {
     limiter: Arc<dyn Limiter>,
     rates: FailureRates,
 }
 
 impl AuthThrottle {
     /// Counts failures in `limiter` under `rates`.
-    pub fn new(limiter: Arc<dyn Limiter>, rates: FailureRates) -> Self {
+    pub(crate) fn new(limiter: Arc<dyn Limiter>, rates: FailureRates) -> Self {
         Self { limiter, rates }
     }
 
     /// Counts a failed authentication from `source` naming `client` (only a registered
     /// client's id: an unknown id is the caller's to vary, and counts for its source
     /// alone). Returns the seconds to wait when an allowance is exhausted.
-    pub async fn failed(&self, source: Option<IpAddr>, client: Option<&str>) -> Option<u64> {
+    pub(crate) async fn failed(&self, source: Option<IpAddr>, client: Option<&str>) -> Option<u64> {
         if self.limiter.tracked() >= self.rates.max_tracked {
             return Some(1);
         }
@@ -253,14 +253,14 @@ impl AuthThrottle {
     }
 
     /// The allowance per source address and client, for the rate limit fields.
-    pub fn rate(&self) -> RateLimit {
+    pub(crate) fn rate(&self) -> RateLimit {
         self.rates.per_source_and_client
     }
 }
 
 /// What a source address is counted as: an IPv4 address, or the /64 of an IPv6 address
 /// (one host is usually given a whole /64). IPv4-mapped IPv6 addresses count as IPv4.
-pub fn source_bucket(ip: IpAddr) -> IpAddr {
+pub(crate) fn source_bucket(ip: IpAddr) -> IpAddr {
     match canonical(ip) {
         IpAddr::V6(v6) => {
             let mut octets = v6.octets();
@@ -273,7 +273,7 @@ pub fn source_bucket(ip: IpAddr) -> IpAddr {
 
 /// `::ffff:a.b.c.d` as `a.b.c.d`, so that a dual-stack listener's peers compare, throttle
 /// and audit as the IPv4 addresses they are.
-pub fn canonical(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
@@ -284,14 +284,14 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 /// slow uploads (bounded by the request timeout) cannot take the slots; over the cap the
 /// answer is 503 with `Retry-After: 1` rather than an unbounded queue.
 #[derive(Debug)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     slots: Semaphore,
     capacity: usize,
 }
 
 impl InFlight {
     /// Allows `slots` requests at once.
-    pub fn new(slots: usize) -> Self {
+    pub(crate) fn new(slots: usize) -> Self {
         Self {
             slots: Semaphore::new(slots),
             capacity: slots,
@@ -299,19 +299,19 @@ impl InFlight {
     }
 
     /// How many requests are being worked on now.
-    pub fn in_use(&self) -> usize {
+    pub(crate) fn in_use(&self) -> usize {
         self.capacity - self.slots.available_permits()
     }
 
     /// A slot for one request, held until the permit is dropped.
-    pub fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Busy> {
+    pub(crate) fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Busy> {
         self.slots.try_acquire().map_err(|_| Busy)
     }
 }
 
 /// Every slot of [`InFlight`] is taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Busy;
+pub(crate) struct Busy;
 
 #[cfg(test)]
 mod tests {

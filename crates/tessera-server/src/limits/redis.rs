@@ -52,7 +52,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A [`Limiter`] whose state lives in Redis, with this process's memory as the fallback.
-pub struct RedisLimiter {
+pub(crate) struct RedisLimiter {
     redis: Arc<Redis>,
     /// Counts while Redis does not answer, at `instances`' share of each rate.
     fallback: LocalLimiter,
@@ -100,7 +100,7 @@ enum Fault {
 /// Redis could not be used at start.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot use Redis at {url}: {fault}")]
-pub struct ConnectError {
+pub(crate) struct ConnectError {
     /// The URL without its password.
     url: String,
     fault: Fault,
@@ -132,7 +132,7 @@ impl RedisLimiter {
     /// each, or fails with a message naming the URL without its password. Takes from `config` the prefix
     /// of the keys, the bound on each call, the expected number of instances and the clock
     /// of the fallback.
-    pub async fn connect(url: &str, config: &Config) -> Result<Self, ConnectError> {
+    pub(crate) async fn connect(url: &str, config: &Config) -> Result<Self, ConnectError> {
         let redacted = redact_url(url);
         let client = redis::Client::open(url).map_err(|e| ConnectError {
             url: redacted.clone(),
@@ -194,7 +194,7 @@ impl RedisLimiter {
     }
 
     /// Whether Redis counts now, and the calls that failed so far.
-    pub fn health(&self) -> Health {
+    pub(crate) fn health(&self) -> Health {
         Health {
             up: matches!(
                 *self.redis.state.read().unwrap_or_else(|p| p.into_inner()),

@@ -21,18 +21,18 @@ use crate::limits::canonical;
 use crate::registry::Registry;
 use crate::{audit, auth, secrets, AppState};
 
-pub mod admin;
-pub mod console;
-pub mod discovery;
-pub mod health;
-pub mod introspection;
-pub mod metrics;
-pub mod openapi;
-pub mod revocation;
-pub mod token;
+pub(crate) mod admin;
+pub(crate) mod console;
+pub(crate) mod discovery;
+pub(crate) mod health;
+pub(crate) mod introspection;
+pub(crate) mod metrics;
+pub(crate) mod openapi;
+pub(crate) mod revocation;
+pub(crate) mod token;
 
 /// The whole application.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let config = state.config();
     let timeout = config.request_timeout;
     Router::new()
@@ -65,17 +65,17 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// `/healthz` and `/readyz` alone, for a plain HTTP listener beside HTTPS.
-pub fn health_only(state: AppState) -> Router {
+pub(crate) fn health_only(state: AppState) -> Router {
     health::router().with_state(state)
 }
 
 /// `/metrics` alone, for a listener of its own (e.g. on loopback).
-pub fn metrics_only(state: AppState) -> Router {
+pub(crate) fn metrics_only(state: AppState) -> Router {
     metrics::router().with_state(state)
 }
 
 /// The default time a request may take, body upload included.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Splits a request into its head and its body, read up to `limit` bytes (413 past it).
 /// The endpoints take the whole request rather than extractors, so that the head is

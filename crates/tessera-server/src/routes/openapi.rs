@@ -53,7 +53,7 @@ async fn document() -> impl IntoResponse {
          (name = "operations", description = "Health and metrics"))
 )]
 #[derive(Debug)]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// The two security schemes: HTTP Basic client authentication at the OAuth endpoints
 /// (RFC 6749 section 2.3.1), and bearer tokens of this server at the admin API.

@@ -59,7 +59,11 @@ async fn metadata_describes_the_server_at_both_addresses() {
     );
     assert_eq!(
         doc["token_endpoint_auth_methods_supported"],
-        serde_json::json!(["client_secret_basic", "client_secret_post", "private_key_jwt"])
+        serde_json::json!([
+            "client_secret_basic",
+            "client_secret_post",
+            "private_key_jwt"
+        ])
     );
     assert_eq!(
         doc["scopes_supported"],

@@ -287,6 +287,31 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
 }
 
 #[tokio::test]
+async fn an_untrusted_peer_cannot_escape_the_throttle_with_x_forwarded_for() {
+    // The loopback peer is no trusted proxy here: its X-Forwarded-For is the caller's to
+    // write, so a new address in each request must not buy a new allowance.
+    let app = spawn_with(|s| s.config.auth_failures.per_source_and_client = per_minute(2)).await;
+    let (id, _) = app.client().await;
+    let wrong = tessera_proto::ClientSecret::new("guess");
+    let mut statuses = Vec::new();
+    for i in 1..=4 {
+        let r = app
+            .http
+            .post(app.url("/connect/token"))
+            .header("authorization", basic(&id, &wrong))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(NEWS)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    // The same as without the header: two failures allowed, then 429.
+    assert_eq!(statuses, [401, 401, 429, 429]);
+}
+
+#[tokio::test]
 async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
     let app = spawn_app().await;
     plan_with(

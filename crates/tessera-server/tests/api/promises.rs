@@ -385,6 +385,36 @@ async fn keep_alive_ends_after_the_request_cap() {
 }
 
 #[tokio::test]
+async fn keep_alive_ends_once_the_connection_is_older_than_its_age() {
+    let app = spawn_with(|s| s.config.max_connection_age = Duration::from_secs(60)).await;
+    let mut stream = TcpStream::connect(app.addr).await.unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut buf = [0u8; 512];
+    // Younger than its age, however many answers: the connection stays open.
+    for _ in 0..2 {
+        stream.write_all(request).await.unwrap();
+        let n = stream.read(&mut buf).await.unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+        assert!(
+            answer.starts_with("http/1.1 200") && !answer.contains("connection: close"),
+            "{answer}"
+        );
+    }
+    app.clock.advance(Duration::from_secs(60));
+    stream.write_all(request).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest))
+        .await
+        .expect("the server closes the connection once it has reached its age")
+        .unwrap();
+    let last = String::from_utf8_lossy(&rest).to_lowercase();
+    assert!(
+        last.starts_with("http/1.1 200") && last.contains("connection: close"),
+        "{last}"
+    );
+}
+
+#[tokio::test]
 async fn metrics_can_live_on_a_listener_of_their_own() {
     let app = spawn_with(|s| s.config.metrics_on_main_listener = false).await;
     let main = app.http.get(app.url("/metrics")).send().await.unwrap();

@@ -28,12 +28,12 @@ pub(crate) mod plans;
 pub(crate) use auth::AdminGuard;
 
 /// Everything: `tessera-admin`.
-pub const ADMIN_SCOPE: &str = "tessera-admin";
+pub(crate) const ADMIN_SCOPE: &str = "tessera-admin";
 /// `GET` only: `tessera-admin-read`.
-pub const ADMIN_READ_SCOPE: &str = "tessera-admin-read";
+pub(crate) const ADMIN_READ_SCOPE: &str = "tessera-admin-read";
 
 /// Whether `scope` is one of the two reserved admin scopes, whose audience is the issuer.
-pub fn is_admin_scope(scope: &str) -> bool {
+pub(crate) fn is_admin_scope(scope: &str) -> bool {
     scope == ADMIN_SCOPE || scope == ADMIN_READ_SCOPE
 }
 

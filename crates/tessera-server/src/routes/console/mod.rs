@@ -39,7 +39,7 @@ use session::{Session, Sessions};
 
 /// The policy of every console answer: only this origin's script, style and forms; no
 /// inline script or style, no framing, no plugins.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; \
      frame-ancestors 'none'; base-uri 'none'";
 
