@@ -94,14 +94,16 @@
 mod bearer;
 mod cache;
 mod client;
+mod dpop;
 mod environment;
 mod error;
 mod retry;
 
 pub use cache::{AccessToken, CacheKey, RefreshSkew, TokenCache};
 pub use client::{TokenClient, TokenClientBuilder};
+pub use dpop::DpopKey;
 pub use environment::{Environment, PRODUCTION_URL_VAR, STAGING_URL_VAR};
-pub use error::{BuildError, Error, OAuthError};
+pub use error::{BuildError, DpopKeyError, Error, OAuthError};
 pub use retry::RetryPolicy;
 
 pub use reqwest::Url;
