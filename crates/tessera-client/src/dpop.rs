@@ -1,7 +1,9 @@
-//! DPoP proofs (RFC 9449): the client's key and the proofs it signs (section 4.2).
+//! DPoP proofs (RFC 9449): the client's key, the proofs it signs (section 4.2), and the
+//! server nonces it was last given (section 8 for the token endpoint, section 9 for APIs).
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use aws_lc_rs::digest;
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
@@ -221,10 +223,58 @@ fn sha256_b64(input: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, input))
 }
 
+/// The most servers whose nonces are kept; past that, all are forgotten and asked for again.
+const MAX_NONCES: usize = 64;
+
+/// A client's DPoP key and the last nonce each server gave it (`DPoP-Nonce`, RFC 9449
+/// sections 8 and 9), so that its next proof carries it without being refused first.
+#[derive(Debug)]
+pub(crate) struct Dpop {
+    pub(crate) key: DpopKey,
+    /// By server: the token endpoint's URL, or an API's origin.
+    nonces: Mutex<HashMap<String, String>>,
+}
+
+impl Dpop {
+    pub(crate) fn new(key: DpopKey) -> Self {
+        Self {
+            key,
+            nonces: Mutex::default(),
+        }
+    }
+
+    /// The last nonce `server` gave.
+    pub(crate) fn nonce(&self, server: &str) -> Option<String> {
+        let nonces = self.nonces.lock().unwrap_or_else(PoisonError::into_inner);
+        nonces.get(server).cloned()
+    }
+
+    /// Keeps the nonce of a `DPoP-Nonce` header from `server`, if the answer had one; whether
+    /// it had.
+    pub(crate) fn remember(&self, server: &str, headers: &reqwest::header::HeaderMap) -> bool {
+        let Some(nonce) = headers.get(NONCE_HEADER).and_then(|v| v.to_str().ok()) else {
+            return false;
+        };
+        let mut nonces = self.nonces.lock().unwrap_or_else(PoisonError::into_inner);
+        if nonces.len() >= MAX_NONCES && !nonces.contains_key(server) {
+            nonces.clear();
+        }
+        nonces.insert(server.to_owned(), nonce.to_owned());
+        true
+    }
+}
+
+/// The request header that carries a proof (RFC 9449 section 4.1).
+pub(crate) const PROOF_HEADER: &str = "dpop";
+
+/// The response header that carries a server's nonce (RFC 9449 section 8.1).
+const NONCE_HEADER: &str = "dpop-nonce";
+
 #[cfg(test)]
 mod tests {
     use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
     use aws_lc_rs::rsa::KeySize;
+    use reqwest::header::{HeaderMap, HeaderValue};
     use tessera_verify::dpop::{check_proof, NonceCheck, ProofRequest};
 
     use super::*;
@@ -342,5 +392,20 @@ mod tests {
         ] {
             assert!(!printed.contains(&encoded[..12]), "{printed}");
         }
+    }
+
+    #[test]
+    fn nonces_are_kept_per_server_and_bounded() {
+        let dpop = Dpop::new(DpopKey::generate_ed25519());
+        let mut headers = HeaderMap::new();
+        assert!(!dpop.remember("https://a", &headers));
+        headers.insert(NONCE_HEADER, HeaderValue::from_static("n-1"));
+        assert!(dpop.remember("https://a", &headers));
+        assert_eq!(dpop.nonce("https://a").as_deref(), Some("n-1"));
+        assert_eq!(dpop.nonce("https://b"), None);
+        for i in 0..MAX_NONCES {
+            dpop.remember(&format!("https://{i}"), &headers);
+        }
+        assert!(dpop.nonces.lock().unwrap().len() <= MAX_NONCES);
     }
 }

@@ -107,6 +107,7 @@ pub use error::{BuildError, DpopKeyError, Error, OAuthError};
 pub use retry::RetryPolicy;
 
 pub use reqwest::Url;
+pub use tessera_proto::token::TokenType;
 pub use tessera_proto::{
     ClientId, ClientSecret, Clock, ErrorCode, ManualClock, Scope, ScopeSet, TokenResponse,
 };
