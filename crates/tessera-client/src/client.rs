@@ -41,8 +41,8 @@ pub struct TokenClient {
     body: String,
     retry: RetryPolicy,
     skew: RefreshSkew,
-    /// What token lifetimes are measured by.
-    clock: Clock,
+    /// What token lifetimes are measured by, and DPoP proofs dated by.
+    pub(crate) clock: Clock,
     entry: Arc<CacheEntry>,
     jitter: Arc<Jitter>,
     /// What waits out a `Retry-After` or a backoff.
@@ -264,6 +264,10 @@ impl TokenClient {
             .map_err(|e| unexpected(format!("not a token response: {e}")))?;
         if response.access_token.is_empty() {
             return Err(unexpected("empty access_token".into()));
+        }
+        // It goes into an Authorization header (RFC 6750 section 2.1: b64token).
+        if !response.access_token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(unexpected("access_token is not visible ASCII".into()));
         }
         // A Bearer token is taken even with a key: the server does not bind tokens for this
         // client (RFC 9449 section 5), and it is sent as Bearer.

@@ -268,7 +268,7 @@ impl Dpop {
 pub(crate) const PROOF_HEADER: &str = "dpop";
 
 /// The response header that carries a server's nonce (RFC 9449 section 8.1).
-const NONCE_HEADER: &str = "dpop-nonce";
+pub(crate) const NONCE_HEADER: &str = "dpop-nonce";
 
 #[cfg(test)]
 mod tests {

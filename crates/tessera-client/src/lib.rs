@@ -10,7 +10,8 @@
 //!
 //! - [`TokenClient`] and its [`TokenClientBuilder`] (`client.rs`): the token request, its
 //!   retries, and [`TokenClient::send_authorized`], which attaches the token to an API request
-//!   and refreshes once when the API says the token is invalid (`bearer.rs`).
+//!   (with a DPoP proof for a DPoP token) and sends it again once when the API asks for a
+//!   DPoP nonce and once when it says the token is invalid (`authorized.rs`).
 //! - [`Environment`] (`environment.rs`): production, staging or a URL of your own; where the
 //!   token endpoint is.
 //! - [`TokenCache`], [`CacheKey`], [`AccessToken`], [`RefreshSkew`] (`cache.rs`): lifetimes,
@@ -91,7 +92,7 @@
 //! # run().unwrap();
 //! ```
 
-mod bearer;
+mod authorized;
 mod cache;
 mod client;
 mod dpop;

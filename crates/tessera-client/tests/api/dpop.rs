@@ -1,18 +1,25 @@
 //! DPoP (RFC 9449) against the real server: tokens bound to the client's key, the server's
-//! nonces, and plans that require or ignore proofs. The proofs the client sent are checked
+//! nonces, and plans that require or ignore proofs; then DPoP tokens presented to an API of
+//! the test's own, with its nonces and refusals. The proofs the client sent are checked
 //! with `tessera_verify::dpop::check_proof` and the thumbprints computed here from RFC 7638,
 //! not with the client's own code.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::http::{HeaderValue, Method, Uri};
 use serde_json::{Map, Value};
 use tessera_client::{DpopKey, ManualClock, TokenType};
 use tessera_server::admin::PlanSettings;
 use tessera_store::DpopPolicy;
 use tessera_testkit::claims_of;
-use tessera_verify::dpop::{check_proof, ProofRequest};
+use tessera_verify::dpop::{check_proof, DpopError, NonceCheck, ProofRequest, ReplayCache};
 
-use crate::{header, Error, ErrorCode, StatusCode, TestServer};
+use crate::{
+    header, Error, ErrorCode, HeaderMap, IntoResponse, Router, StatusCode, TcpListener, TestServer,
+    TokenClient, Url,
+};
 
 /// The RFC 7638 thumbprint of a public JWK: SHA-256 over its required members in
 /// lexicographic order, no white space (section 3.2).
@@ -267,4 +274,280 @@ async fn a_dpop_token_for_a_client_without_a_key_is_not_taken() {
         matches!(&err, Error::UnexpectedResponse { detail, .. } if detail.contains("DPoP")),
         "{err:?}"
     );
+}
+
+/// What the DPoP API of [`spawn_api`] saw of one request.
+#[derive(Debug, Clone)]
+struct Call {
+    /// The `Authorization` header.
+    authorization: String,
+    /// The `DPoP` header.
+    proof: Option<String>,
+    /// The answer's status.
+    status: u16,
+}
+
+/// How the API of [`spawn_api`] answers, beyond the checks of RFC 9449 section 7.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rules {
+    /// The nonce every proof must carry (section 9).
+    nonce: Option<&'static str>,
+    /// Refuse the first token it sees with `invalid_token`, as if it were revoked.
+    refuse_first_token: bool,
+}
+
+/// An API on `clock` that takes a DPoP token as RFC 9449 section 7 says: `Authorization:
+/// DPoP`, and a proof, checked with `tessera_verify::dpop::check_proof`, for this request's
+/// method and URL, with the token's hash, by the key the token is bound to, never seen
+/// before; by [`Rules`], it asks for a nonce or refuses a token. A token with no `cnf` is
+/// taken as `Bearer`. It answers 200 with the method, or 401 with the RFC's challenges.
+/// Returns its base URL and what it saw.
+async fn spawn_api(clock: ManualClock, rules: Rules) -> (Url, Arc<Mutex<Vec<Call>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let calls = Arc::new(Mutex::new(Vec::<Call>::new()));
+    let seen = calls.clone();
+    let replay = Arc::new(ReplayCache::new(60, 1000));
+    let refused = Arc::new(Mutex::new(None::<String>));
+    let origin = base.clone();
+    let api = Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap| {
+        let (clock, seen, replay, refused) =
+            (clock.clone(), seen.clone(), replay.clone(), refused.clone());
+        let url = format!("{origin}{uri}");
+        async move {
+            let text = |name: &str| {
+                headers
+                    .get(name)
+                    .map(|v: &HeaderValue| v.to_str().unwrap().to_owned())
+            };
+            let (authorization, proof) = (text("authorization"), text("dpop"));
+            let challenge = |error: &str| {
+                let value = format!(r#"DPoP algs="EdDSA ES256", error="{error}""#);
+                let mut response = (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, value)],
+                )
+                    .into_response();
+                if error == "use_dpop_nonce" {
+                    let nonce = rules.nonce.unwrap();
+                    response
+                        .headers_mut()
+                        .insert("dpop-nonce", nonce.parse().unwrap());
+                }
+                response
+            };
+            let answer = match authorization.as_deref().unwrap_or_default().split_once(' ') {
+                Some(("Bearer", token)) if claims_of(token).get("cnf").is_none() => {
+                    method.to_string().into_response()
+                }
+                Some(("DPoP", token)) => {
+                    let mut refused = refused.lock().unwrap();
+                    let jkt = claims_of(token)["cnf"]["jkt"].clone();
+                    let is_current = |nonce: &str| Some(nonce) == rules.nonce;
+                    let htu = tessera_proto::dpop::htu(&url).unwrap();
+                    let request = ProofRequest {
+                        method: method.as_str(),
+                        htu: &htu,
+                        access_token: Some(token),
+                        nonce: rules.nonce.map(|_| NonceCheck(&is_current)),
+                        window_secs: 0,
+                    };
+                    let now = clock.now();
+                    match check_proof(proof.as_deref().unwrap_or_default(), &request, now) {
+                        Err(DpopError::Nonce) => challenge("use_dpop_nonce"),
+                        Err(_) => challenge("invalid_dpop_proof"),
+                        Ok(checked) if jkt != checked.jkt => challenge("invalid_dpop_proof"),
+                        Ok(checked)
+                            if replay.first_use(&checked.jkt, &checked.jti, now).is_err() =>
+                        {
+                            challenge("invalid_dpop_proof")
+                        }
+                        Ok(_)
+                            if rules.refuse_first_token
+                                && refused.get_or_insert_with(|| token.to_owned()) == token =>
+                        {
+                            challenge("invalid_token")
+                        }
+                        Ok(_) => method.to_string().into_response(),
+                    }
+                }
+                _ => challenge("invalid_token"),
+            };
+            seen.lock().unwrap().push(Call {
+                authorization: authorization.unwrap_or_default(),
+                proof,
+                status: answer.status().as_u16(),
+            });
+            answer
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    (Url::parse(&base).unwrap(), calls)
+}
+
+/// A client of plan `pro` with a new Ed25519 DPoP key.
+async fn dpop_client(server: &TestServer) -> TokenClient {
+    let (id, secret) = server.client().await;
+    server
+        .builder(&id, &secret, "market-data-api")
+        .dpop(DpopKey::generate_ed25519())
+        .build()
+        .unwrap()
+}
+
+fn statuses(calls: &Mutex<Vec<Call>>) -> Vec<u16> {
+    calls.lock().unwrap().iter().map(|c| c.status).collect()
+}
+
+#[tokio::test]
+async fn an_api_request_carries_a_dpop_token_and_a_proof_for_it() {
+    let server = TestServer::spawn(3600).await;
+    let client = dpop_client(&server).await;
+    let (api, calls) = spawn_api(server.clock().clone(), Rules::default()).await;
+    let http = reqwest::Client::new();
+
+    let quotes = api.join("/quotes?symbol=ACME#today").unwrap();
+    let response = client.send_authorized(http.get(quotes)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let orders = api.join("/orders").unwrap();
+    let response = client
+        .send_authorized(http.post(orders).body("buy 10"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.text().await.unwrap(), "POST");
+    assert_eq!(statuses(&calls), [200, 200]);
+
+    let token = client.token().await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    for (call, (htm, path)) in calls.iter().zip([("GET", "/quotes"), ("POST", "/orders")]) {
+        assert_eq!(call.authorization, format!("DPoP {}", token.expose()));
+        let claims = proof_claims(call.proof.as_ref().unwrap());
+        assert_eq!(claims["htm"], htm);
+        assert_eq!(claims["htu"], api.join(path).unwrap().as_str());
+        assert_eq!(claims["ath"], tessera_testkit::dpop::sha256(token.expose()));
+        assert_eq!(claims["iat"], server.clock().now());
+        assert!(!claims.contains_key("nonce"));
+    }
+    assert_eq!(server.requests(), 1);
+}
+
+#[tokio::test]
+async fn an_api_nonce_is_sent_at_once_and_remembered() {
+    let server = TestServer::spawn(3600).await;
+    let client = dpop_client(&server).await;
+    let rules = Rules {
+        nonce: Some("api-nonce-1"),
+        ..Rules::default()
+    };
+    let (api, calls) = spawn_api(server.clock().clone(), rules).await;
+    let http = reqwest::Client::new();
+    let quotes = api.join("/quotes").unwrap();
+
+    let response = client
+        .send_authorized(http.get(quotes.clone()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(statuses(&calls), [401, 200]);
+    // The next request to the API carries the nonce from the start.
+    let response = client.send_authorized(http.get(quotes)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(statuses(&calls), [401, 200, 200]);
+    let calls = calls.lock().unwrap().clone();
+    let nonces: Vec<_> = calls
+        .iter()
+        .map(|c| {
+            proof_claims(c.proof.as_ref().unwrap())
+                .get("nonce")
+                .cloned()
+        })
+        .collect();
+    assert_eq!(
+        nonces,
+        [None, Some("api-nonce-1".into()), Some("api-nonce-1".into())]
+    );
+    // The same token throughout, and the token endpoint's nonce memory is apart: no nonce
+    // went to the token endpoint.
+    assert_eq!(server.requests(), 1);
+    assert!(!proof_claims(server.seen()[0].proof.as_ref().unwrap()).contains_key("nonce"));
+}
+
+#[tokio::test]
+async fn an_api_that_keeps_asking_for_a_nonce_is_asked_once_more_only() {
+    let server = TestServer::spawn(3600).await;
+    let client = dpop_client(&server).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    // A new nonce with every refusal; a client that kept asking would get a 200 at the
+    // tenth request, so that the test fails rather than hangs.
+    let api = Router::new().fallback(move || {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n >= 9 {
+                return StatusCode::OK.into_response();
+            }
+            let challenge = (header::WWW_AUTHENTICATE, r#"DPoP error="use_dpop_nonce""#);
+            let nonce = (
+                header::HeaderName::from_static("dpop-nonce"),
+                format!("n-{n}"),
+            );
+            (StatusCode::UNAUTHORIZED, [challenge], [nonce]).into_response()
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/quotes", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, api).await });
+
+    let response = client
+        .send_authorized(reqwest::Client::new().get(url))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(server.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_dpop_token_the_api_calls_invalid_is_replaced_once() {
+    let server = TestServer::spawn(3600).await;
+    let client = dpop_client(&server).await;
+    let rules = Rules {
+        nonce: Some("api-nonce-1"),
+        refuse_first_token: true,
+    };
+    let (api, calls) = spawn_api(server.clock().clone(), rules).await;
+    let first = client.token().await.unwrap();
+
+    let response = client
+        .send_authorized(reqwest::Client::new().get(api.join("/quotes").unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // Asked for a nonce, then told the token is invalid, then granted with a new token.
+    assert_eq!(statuses(&calls), [401, 401, 200]);
+    let second = client.token().await.unwrap();
+    assert_ne!(second, first);
+    assert_eq!(second.token_type(), TokenType::DPoP);
+    let last = calls.lock().unwrap().last().unwrap().clone();
+    assert_eq!(last.authorization, format!("DPoP {}", second.expose()));
+    assert_eq!(server.requests(), 2);
+}
+
+#[tokio::test]
+async fn a_bearer_token_is_sent_as_bearer_though_the_client_has_a_key() {
+    let server = TestServer::spawn(3600).await;
+    set_dpop(&server, DpopPolicy::Off).await;
+    let client = dpop_client(&server).await;
+    let (api, calls) = spawn_api(server.clock().clone(), Rules::default()).await;
+    let response = client
+        .send_authorized(reqwest::Client::new().get(api.join("/quotes").unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let call = calls.lock().unwrap()[0].clone();
+    let token = client.token().await.unwrap();
+    assert_eq!(token.token_type(), TokenType::Bearer);
+    assert_eq!(call.authorization, format!("Bearer {}", token.expose()));
+    assert_eq!(call.proof, None);
 }

@@ -633,3 +633,17 @@ async fn redirects_are_not_followed() {
     // The endpoint itself works: only the redirects were refused.
     client.token().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_token_that_cannot_go_in_a_header_is_not_taken() {
+    let server = TestServer::spawn(3600).await;
+    let client = server.token_client("news-api").await;
+    let body =
+        r#"{"access_token":"a b\n","token_type":"Bearer","expires_in":60,"scope":"news-api"}"#;
+    server.answer_first_with_body((StatusCode::OK, vec![]), body);
+    let err = client.token().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::UnexpectedResponse { detail, .. } if detail.contains("ASCII")),
+        "{err:?}"
+    );
+}
