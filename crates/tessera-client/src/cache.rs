@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tessera_proto::token::TokenType;
 use tessera_proto::{ClientId, Clock, ScopeSet};
 
 use crate::environment::Environment;
@@ -37,26 +38,45 @@ pub struct CacheKey {
     pub client_id: ClientId,
     /// The scopes requested.
     pub scopes: ScopeSet,
+    /// The RFC 7638 thumbprint of the client's DPoP key, if it has one
+    /// ([`DpopKey::thumbprint`](crate::DpopKey::thumbprint)): a token bound to one key
+    /// (RFC 9449 section 6.1) is of no use with another, or without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop_jkt: Option<String>,
 }
 
-/// An access token. `Debug` prints `[redacted]`; read it with [`AccessToken::expose`].
+/// An access token and its type. `Debug` prints the type and `[redacted]`; read the token
+/// with [`AccessToken::expose`].
 #[derive(Clone, PartialEq, Eq)]
-pub struct AccessToken(Arc<str>);
+pub struct AccessToken {
+    token: Arc<str>,
+    token_type: TokenType,
+}
 
 impl AccessToken {
-    pub(crate) fn new(token: &str) -> Self {
-        Self(token.into())
+    pub(crate) fn new(token: &str, token_type: TokenType) -> Self {
+        Self {
+            token: token.into(),
+            token_type,
+        }
     }
 
-    /// The token itself, for an `Authorization: Bearer` header (RFC 6750 section 2.1).
+    /// The token itself, for an `Authorization` header of its [`token_type`](Self::token_type)
+    /// (RFC 6750 section 2.1, RFC 9449 section 7.1).
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.token
+    }
+
+    /// `Bearer`, or `DPoP` for a token bound to the client's DPoP key, which is sent as
+    /// `Authorization: DPoP` with a proof (RFC 9449 section 7.1).
+    pub fn token_type(&self) -> TokenType {
+        self.token_type
     }
 }
 
 impl fmt::Debug for AccessToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
+        write!(f, "{} [redacted]", self.token_type.as_str())
     }
 }
 
@@ -301,7 +321,7 @@ mod tests {
     /// Token `n`, received now by `clock`.
     fn token_at(n: u32, expires_in: u64, clock: &Clock) -> CachedToken {
         CachedToken::new(
-            AccessToken::new(&format!("token-{n}")),
+            AccessToken::new(&format!("token-{n}"), TokenType::Bearer),
             expires_in,
             Stamp::now(clock),
             RefreshSkew::default(),
@@ -464,8 +484,8 @@ mod tests {
         let clock = Clock::system();
         let entry = CacheEntry::default();
         entry.put(token(1, 3600));
-        assert!(!entry.invalidate(&AccessToken::new("token-0"), &clock));
-        assert!(entry.invalidate(&AccessToken::new("token-1"), &clock));
+        assert!(!entry.invalidate(&AccessToken::new("token-0", TokenType::Bearer), &clock));
+        assert!(entry.invalidate(&AccessToken::new("token-1", TokenType::Bearer), &clock));
         let next = entry.get(|| async { Ok(token(2, 3600)) }).await.unwrap();
         assert_eq!(next.expose(), "token-2");
     }
@@ -478,6 +498,7 @@ mod tests {
             token_endpoint: "https://staging.example/connect/token".into(),
             client_id: ClientId::parse("app").unwrap(),
             scopes: ScopeSet::parse(scopes).unwrap(),
+            dpop_jkt: None,
         };
         let a = cache.entry(&key("a b"));
         let b = cache.entry(&key("b a"));
@@ -503,7 +524,10 @@ mod tests {
     fn debug_hides_tokens() {
         let entry = CacheEntry::default();
         entry.put(token(7, 60));
-        let printed = format!("{entry:?} {:?}", AccessToken::new("token-7"));
+        let printed = format!(
+            "{entry:?} {:?}",
+            AccessToken::new("token-7", TokenType::Bearer)
+        );
         assert!(!printed.contains("token-7"), "{printed}");
         assert!(printed.contains("[redacted]"));
     }

@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{redirect, Response, StatusCode, Url};
+use tessera_proto::token::TokenType;
 use tessera_proto::{
-    form, BasicCredentials, ClientId, ClientSecret, Clock, ErrorResponse, ScopeSet, TokenResponse,
+    form, BasicCredentials, ClientId, ClientSecret, Clock, ErrorCode, ErrorResponse, ScopeSet,
+    TokenResponse,
 };
 
 use crate::cache::{
     AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, Stamp, TokenCache,
 };
+use crate::dpop::{Dpop, DpopKey, PROOF_HEADER};
 use crate::environment::{BaseUrls, Environment};
 use crate::error::{BuildError, Error, OAuthError};
 use crate::retry::{self, Jitter, RetryPolicy, Sleeper};
@@ -38,12 +41,14 @@ pub struct TokenClient {
     body: String,
     retry: RetryPolicy,
     skew: RefreshSkew,
-    /// What token lifetimes are measured by.
-    clock: Clock,
+    /// What token lifetimes are measured by, and DPoP proofs dated by.
+    pub(crate) clock: Clock,
     entry: Arc<CacheEntry>,
     jitter: Arc<Jitter>,
     /// What waits out a `Retry-After` or a backoff.
     sleeper: Sleeper,
+    /// The DPoP key every request carries a proof of, and the nonces servers gave it.
+    pub(crate) dpop: Option<Arc<Dpop>>,
 }
 
 impl fmt::Debug for TokenClient {
@@ -55,6 +60,7 @@ impl fmt::Debug for TokenClient {
             .field("retry", &self.retry)
             .field("skew", &self.skew)
             .field("cache", &self.entry)
+            .field("dpop", &self.dpop.as_ref().map(|d| &d.key))
             .finish_non_exhaustive()
     }
 }
@@ -74,7 +80,7 @@ impl TokenClient {
             .get(|| async {
                 let (response, received_at) = self.fetch().await?;
                 Ok(CachedToken::new(
-                    AccessToken::new(&response.access_token),
+                    AccessToken::new(&response.access_token, response.token_type),
                     response.expires_in,
                     received_at,
                     self.skew,
@@ -113,6 +119,7 @@ impl TokenClient {
         loop {
             let (error, after) = match self.request(attempt).await {
                 Outcome::Done(result) => return result,
+                Outcome::UseNonce(error) => return Err(error),
                 Outcome::Retry { error, after } => (error, after),
             };
             if attempt >= attempts {
@@ -128,11 +135,33 @@ impl TokenClient {
         }
     }
 
-    /// One token request (RFC 6749 section 4.4.2) and what to make of its answer.
+    /// One token request and what to make of its answer; with a DPoP key, sent once more at
+    /// once when the server refuses it for want of the nonce it now gives (RFC 9449 section
+    /// 8). That second request is not one of the [`RetryPolicy`]'s attempts.
     async fn request(&self, attempt: u32) -> Outcome {
+        match self.exchange(attempt).await {
+            Outcome::UseNonce(_) => match self.exchange(attempt).await {
+                Outcome::UseNonce(error) => Outcome::Done(Err(error)),
+                other => other,
+            },
+            other => other,
+        }
+    }
+
+    /// One token request (RFC 6749 section 4.4.2), with a fresh DPoP proof (RFC 9449 section
+    /// 5) when the client has a key, and what to make of its answer.
+    async fn exchange(&self, attempt: u32) -> Outcome {
         let mut request = self.http.post(self.endpoint.clone());
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        if let Some(dpop) = &self.dpop {
+            let endpoint = self.endpoint.as_str();
+            let nonce = dpop.nonce(endpoint);
+            let proof =
+                dpop.key
+                    .proof_at(self.clock.now(), "POST", endpoint, None, nonce.as_deref());
+            request = request.header(PROOF_HEADER, proof);
         }
         let sent = request
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -157,6 +186,11 @@ impl TokenClient {
         // The lifetime counts from here (RFC 6749 section 5.1, `expires_in`).
         let received_at = Stamp::now(&self.clock);
         let status = response.status();
+        // RFC 9449 section 8: a nonce for the next proof, on a refusal or with a token.
+        let new_nonce = self
+            .dpop
+            .as_ref()
+            .is_some_and(|dpop| dpop.remember(self.endpoint.as_str(), response.headers()));
         let retry_after = retry::retry_after(response.headers());
         let body = match read_limited(response).await {
             Ok(Some(body)) => body,
@@ -200,7 +234,12 @@ impl TokenClient {
         }
         Outcome::Done(Err(match oauth {
             Some(body) if status.is_client_error() => {
-                OAuthError::new(status, body, &self.key.scopes).into()
+                let use_nonce = new_nonce && body.error == ErrorCode::UseDpopNonce;
+                let error = OAuthError::new(status, body, &self.key.scopes).into();
+                if use_nonce {
+                    return Outcome::UseNonce(error);
+                }
+                error
             }
             _ if status.is_redirection() => Error::UnexpectedResponse {
                 status,
@@ -226,6 +265,17 @@ impl TokenClient {
         if response.access_token.is_empty() {
             return Err(unexpected("empty access_token".into()));
         }
+        // It goes into an Authorization header (RFC 6750 section 2.1: b64token).
+        if !response.access_token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(unexpected("access_token is not visible ASCII".into()));
+        }
+        // A Bearer token is taken even with a key: the server does not bind tokens for this
+        // client (RFC 9449 section 5), and it is sent as Bearer.
+        if response.token_type == TokenType::DPoP && self.dpop.is_none() {
+            return Err(unexpected(
+                "a DPoP token, but the client has no DPoP key".into(),
+            ));
+        }
         Ok((response, received_at))
     }
 }
@@ -238,6 +288,8 @@ enum Outcome {
         error: Error,
         after: Option<Duration>,
     },
+    /// `use_dpop_nonce`, with the nonce to send: worth one more request at once.
+    UseNonce(Error),
 }
 
 /// The body, or `None` if it is over [`MAX_BODY`].
@@ -270,6 +322,7 @@ pub struct TokenClientBuilder {
     clock: Clock,
     sleeper: Sleeper,
     cache: Option<TokenCache>,
+    dpop: Option<DpopKey>,
 }
 
 impl Default for TokenClientBuilder {
@@ -289,6 +342,7 @@ impl Default for TokenClientBuilder {
             clock: Clock::system(),
             sleeper: Sleeper::default(),
             cache: None,
+            dpop: None,
         }
     }
 }
@@ -420,6 +474,21 @@ impl TokenClientBuilder {
         self
     }
 
+    /// Bind tokens to `key` with DPoP (RFC 9449). Every token request then carries a proof
+    /// of it (section 5), and the token, `token_type` `DPoP`, is of no use to whoever copies
+    /// it without the key. [`send_authorized`](TokenClient::send_authorized) sends such a
+    /// token as `Authorization: DPoP` with a proof for the request (section 7.1).
+    ///
+    /// A server that asks for a nonce (`use_dpop_nonce`, section 8) is asked once more at
+    /// once with it, and the last nonce each server gave is put in the next proof to it. A
+    /// server that does not bind this client's tokens answers `token_type` `Bearer`; such a
+    /// token is used as a bearer token. Tokens are cached per key (the key's thumbprint is in
+    /// the [`CacheKey`]).
+    pub fn dpop(mut self, key: DpopKey) -> Self {
+        self.dpop = Some(key);
+        self
+    }
+
     /// Builds the client, reading a base URL not given here from its environment variable.
     pub fn build(self) -> Result<TokenClient, BuildError> {
         self.build_with(|name| std::env::var(name).ok())
@@ -482,6 +551,7 @@ impl TokenClientBuilder {
             token_endpoint: endpoint.to_string(),
             client_id,
             scopes,
+            dpop_jkt: self.dpop.as_ref().map(|key| key.thumbprint().to_owned()),
         };
         let entry = self.cache.unwrap_or_default().entry(&key);
         Ok(TokenClient {
@@ -496,6 +566,7 @@ impl TokenClientBuilder {
             entry,
             jitter: Arc::new(Jitter::from_clock()),
             sleeper: self.sleeper,
+            dpop: self.dpop.map(|key| Arc::new(Dpop::new(key))),
         })
     }
 }
@@ -553,7 +624,7 @@ mod tests {
     async fn debug_hides_the_secret_and_the_token() {
         let client = builder().build_with(|_| None).unwrap();
         client.entry.put(CachedToken::new(
-            AccessToken::new("eyJ.token.sig"),
+            AccessToken::new("eyJ.token.sig", TokenType::Bearer),
             3600,
             Stamp::now(&client.clock),
             RefreshSkew::default(),
@@ -581,5 +652,31 @@ mod tests {
         assert!(Arc::ptr_eq(&a.entry, &b.entry));
         let own = builder().build_with(|_| None).unwrap();
         assert!(!Arc::ptr_eq(&a.entry, &own.entry));
+    }
+
+    #[test]
+    fn tokens_bound_to_one_dpop_key_are_not_shared_with_another() {
+        let cache = TokenCache::new();
+        let key = DpopKey::generate_ed25519();
+        let with_key = |key: &DpopKey| {
+            builder()
+                .cache(&cache)
+                .dpop(key.clone())
+                .build_with(|_| None)
+                .unwrap()
+        };
+        let (a, b) = (with_key(&key), with_key(&key));
+        assert!(Arc::ptr_eq(&a.entry, &b.entry));
+        assert_eq!(a.key().dpop_jkt.as_deref(), Some(key.thumbprint()));
+        let other = with_key(&DpopKey::generate_ed25519());
+        assert!(!Arc::ptr_eq(&a.entry, &other.entry));
+        let none = builder().cache(&cache).build_with(|_| None).unwrap();
+        assert!(!Arc::ptr_eq(&a.entry, &none.entry));
+        // The client's Debug names the key, never its private half.
+        let printed = format!("{a:?}");
+        assert!(
+            printed.contains(key.public_jwk()["x"].as_str().unwrap()),
+            "{printed}"
+        );
     }
 }

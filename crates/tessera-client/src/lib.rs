@@ -1,6 +1,6 @@
 //! The Tessera client kit: gets access tokens with the OAuth 2.0 client credentials grant
 //! (RFC 6749 section 4.4), keeps each one for its lifetime, and presents it as a bearer token
-//! (RFC 6750 section 2.1).
+//! (RFC 6750 section 2.1), or as a DPoP token bound to a key of the client's (RFC 9449).
 //!
 //! The service's rate limits count token requests too, so a token is requested again only
 //! when it has expired or is about to, and however many tasks ask at once, one request is in
@@ -10,7 +10,10 @@
 //!
 //! - [`TokenClient`] and its [`TokenClientBuilder`] (`client.rs`): the token request, its
 //!   retries, and [`TokenClient::send_authorized`], which attaches the token to an API request
-//!   and refreshes once when the API says the token is invalid (`bearer.rs`).
+//!   (with a DPoP proof for a DPoP token) and sends it again once when the API asks for a
+//!   DPoP nonce and once when it says the token is invalid (`authorized.rs`).
+//! - [`DpopKey`] (`dpop.rs`): the key DPoP proofs are signed with, the proofs, and the
+//!   nonces servers gave.
 //! - [`Environment`] (`environment.rs`): production, staging or a URL of your own; where the
 //!   token endpoint is.
 //! - [`TokenCache`], [`CacheKey`], [`AccessToken`], [`RefreshSkew`] (`cache.rs`): lifetimes,
@@ -46,6 +49,57 @@
 //!     .send_authorized(api.get("https://api.example.com/market-data/quotes"))
 //!     .await?;
 //! println!("{}", response.status());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # DPoP: tokens that are useless without the client's key
+//!
+//! A bearer token works for whoever holds it, so one copied from a log or taken by one API
+//! can be replayed at another. With [`dpop`](TokenClientBuilder::dpop), every token request
+//! carries a proof signed with a key that never leaves the process (RFC 9449 section 4.2),
+//! and the server binds the token to that key (section 5; its `cnf.jkt` is the key's RFC
+//! 7638 [thumbprint](DpopKey::thumbprint), section 6.1). [`TokenClient::send_authorized`]
+//! then sends `Authorization: DPoP <token>` with a new proof for each request, naming its
+//! method and URL and carrying the token's hash (section 7.1); an API that checks them
+//! refuses the token from anyone else.
+//!
+//! Servers that ask for a nonce (`use_dpop_nonce` with a `DPoP-Nonce` header: the token
+//! endpoint with status 400, section 8; an API with 401, section 9) are asked once more at
+//! once with it, and the last nonce each gave goes into the next proof to it. A server that
+//! does not bind this client's tokens (a plan with `dpop off`) answers `token_type`
+//! `Bearer`, and the token is used as a bearer token; one that requires DPoP refuses a
+//! client without a key with [`ErrorCode::InvalidDpopProof`].
+//!
+//! ```no_run
+//! use tessera_client::{
+//!     ClientId, ClientSecret, DpopKey, Environment, ScopeSet, TokenClient, TokenType,
+//! };
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // A new key per process; `DpopKey::from_pkcs8` reads one kept on disk.
+//! let key = DpopKey::generate_ed25519();
+//! let tokens = TokenClient::builder()
+//!     .environment(Environment::Production)
+//!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
+//!     .client_secret(ClientSecret::new(std::env::var("MY_APP_SECRET")?))
+//!     .scopes(ScopeSet::parse("market-data-api")?)
+//!     .dpop(key.clone())
+//!     .build()?;
+//!
+//! let token = tokens.token().await?;
+//! assert_eq!(token.token_type(), TokenType::DPoP);
+//!
+//! // Authorization: DPoP <token>, and a DPoP proof for GET https://api.example.com/quotes.
+//! let api = reqwest::Client::new();
+//! let response = tokens
+//!     .send_authorized(api.get("https://api.example.com/quotes?symbol=ACME"))
+//!     .await?;
+//! println!("{}", response.status());
+//!
+//! // With an HTTP client of your own: a proof for each request, with the token's hash.
+//! let proof = key.proof("GET", "https://api.example.com/news", Some(token.expose()), None);
+//! # let _ = proof;
 //! # Ok(())
 //! # }
 //! ```
@@ -91,20 +145,23 @@
 //! # run().unwrap();
 //! ```
 
-mod bearer;
+mod authorized;
 mod cache;
 mod client;
+mod dpop;
 mod environment;
 mod error;
 mod retry;
 
 pub use cache::{AccessToken, CacheKey, RefreshSkew, TokenCache};
 pub use client::{TokenClient, TokenClientBuilder};
+pub use dpop::DpopKey;
 pub use environment::{Environment, PRODUCTION_URL_VAR, STAGING_URL_VAR};
-pub use error::{BuildError, Error, OAuthError};
+pub use error::{BuildError, DpopKeyError, Error, OAuthError};
 pub use retry::RetryPolicy;
 
 pub use reqwest::Url;
+pub use tessera_proto::token::TokenType;
 pub use tessera_proto::{
     ClientId, ClientSecret, Clock, ErrorCode, ManualClock, Scope, ScopeSet, TokenResponse,
 };

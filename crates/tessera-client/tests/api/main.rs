@@ -1,6 +1,7 @@
 //! The client kit against the real server: every test starts its own Tessera on port 0 with a
-//! fresh database, behind a middleware that notes when token requests come and can answer
-//! some of them itself (a 429 or a 503) before the real endpoint sees them.
+//! fresh database, behind a middleware that notes when token requests come, what they carry
+//! and how they were answered, and can answer some of them itself (a 429 or a 503) before the
+//! real endpoint sees them. DPoP (RFC 9449) has its own module, `dpop.rs`.
 //!
 //! Server and clients read one manual clock, which nothing moves but the test and the
 //! clients' waits: a client's `Retry-After` or backoff moves it by the wait and takes no real
@@ -22,20 +23,34 @@ use tessera_client::{
     ClientId, ClientSecret, Clock, Environment, Error, ErrorCode, ManualClock, RetryPolicy,
     ScopeSet, TokenCache, TokenClient, TokenClientBuilder, Url,
 };
-use tessera_testkit::TestApp;
+use tessera_testkit::{Setup, TestApp};
 use tokio::net::TcpListener;
+
+mod dpop;
 
 /// A canned answer the middleware gives instead of the token endpoint.
 type Canned = (StatusCode, Vec<(header::HeaderName, &'static str)>);
+
+/// A token request as the middleware saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    /// When it came, by the clock.
+    at: Duration,
+    /// Its `DPoP` header.
+    proof: Option<String>,
+    /// The status it was answered with.
+    status: StatusCode,
+}
 
 /// A running server and what the tests look at.
 struct TestServer {
     app: TestApp,
     url: Url,
-    /// When token requests reached the middleware, canned answers included, by the clock.
-    token_requests: Arc<Mutex<Vec<Duration>>>,
-    /// Answers given before the real endpoint is asked, first come first served.
-    canned: Arc<Mutex<VecDeque<Canned>>>,
+    /// The token requests that reached the middleware, canned answers included.
+    token_requests: Arc<Mutex<Vec<Seen>>>,
+    /// Answers given before the real endpoint is asked, first come first served, with the
+    /// body of each.
+    canned: Arc<Mutex<VecDeque<(Canned, &'static str)>>>,
     /// The waits of this server's clients before their retries, in order.
     waits: Arc<Mutex<Vec<Duration>>>,
 }
@@ -43,10 +58,16 @@ struct TestServer {
 impl TestServer {
     /// A server with plan `pro` (market-data-api, news-api; tokens live `ttl` seconds).
     async fn spawn(ttl: u32) -> TestServer {
+        Self::spawn_with(ttl, |_| {}).await
+    }
+
+    /// A server as [`TestServer::spawn`] makes, after `configure` has changed its setup.
+    async fn spawn_with(ttl: u32, configure: impl FnOnce(&mut Setup)) -> TestServer {
         let token_requests = Arc::new(Mutex::new(Vec::new()));
-        let canned = Arc::new(Mutex::new(VecDeque::<Canned>::new()));
+        let canned = Arc::new(Mutex::new(VecDeque::new()));
         let (seen, answers) = (token_requests.clone(), canned.clone());
         let app = tessera_testkit::spawn_with(|s| {
+            configure(s);
             s.pro_ttl = Some(ttl);
             let clock = Clock::from(s.clock.clone());
             let middleware = middleware::from_fn(move |request: Request, next: Next| {
@@ -55,17 +76,25 @@ impl TestServer {
                     if request.uri().path() != "/connect/token" {
                         return next.run(request).await;
                     }
-                    seen.lock().unwrap().push(clock.elapsed());
-                    let answer = answers.lock().unwrap().pop_front();
-                    let Some((status, headers)) = answer else {
-                        return next.run(request).await;
+                    let at = clock.elapsed();
+                    let proof = request
+                        .headers()
+                        .get("dpop")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    let answer: Option<(Canned, &str)> = answers.lock().unwrap().pop_front();
+                    let response = match answer {
+                        None => next.run(request).await,
+                        Some(((status, headers), body)) => {
+                            let mut response = Response::new(Body::from(body));
+                            *response.status_mut() = status;
+                            for (name, value) in headers {
+                                response.headers_mut().insert(name, value.parse().unwrap());
+                            }
+                            response
+                        }
                     };
-                    let mut response =
-                        Response::new(Body::from(r#"{"error":"temporarily_unavailable"}"#));
-                    *response.status_mut() = status;
-                    for (name, value) in headers {
-                        response.headers_mut().insert(name, value.parse().unwrap());
-                    }
+                    let status = response.status();
+                    seen.lock().unwrap().push(Seen { at, proof, status });
                     response
                 }
             });
@@ -98,7 +127,17 @@ impl TestServer {
     /// The time between each token request and the one before it, by the clock.
     fn gaps(&self) -> Vec<Duration> {
         let seen = self.token_requests.lock().unwrap();
-        seen.windows(2).map(|w| w[1] - w[0]).collect()
+        seen.windows(2).map(|w| w[1].at - w[0].at).collect()
+    }
+
+    /// The token requests so far.
+    fn seen(&self) -> Vec<Seen> {
+        self.token_requests.lock().unwrap().clone()
+    }
+
+    /// The statuses token requests were answered with so far.
+    fn statuses(&self) -> Vec<u16> {
+        self.seen().iter().map(|s| s.status.as_u16()).collect()
     }
 
     /// The waits before retries so far, and forgets them.
@@ -107,7 +146,14 @@ impl TestServer {
     }
 
     fn answer_first_with(&self, answers: impl IntoIterator<Item = Canned>) {
+        let body = r#"{"error":"temporarily_unavailable"}"#;
+        let answers = answers.into_iter().map(|answer| (answer, body));
         self.canned.lock().unwrap().extend(answers);
+    }
+
+    /// Has the next token request answered with `answer` and the JSON `body`.
+    fn answer_first_with_body(&self, answer: Canned, body: &'static str) {
+        self.canned.lock().unwrap().push_back((answer, body));
     }
 
     /// A builder for this server's base URL, with quick retries, on the server's clock: a
@@ -586,4 +632,18 @@ async fn redirects_are_not_followed() {
     }
     // The endpoint itself works: only the redirects were refused.
     client.token().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_token_that_cannot_go_in_a_header_is_not_taken() {
+    let server = TestServer::spawn(3600).await;
+    let client = server.token_client("news-api").await;
+    let body =
+        r#"{"access_token":"a b\n","token_type":"Bearer","expires_in":60,"scope":"news-api"}"#;
+    server.answer_first_with_body((StatusCode::OK, vec![]), body);
+    let err = client.token().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::UnexpectedResponse { detail, .. } if detail.contains("ASCII")),
+        "{err:?}"
+    );
 }
