@@ -272,7 +272,33 @@ async fn admin_contract(store: &dyn Store) {
     ));
     assert!(store.update_client(&mtls).await.unwrap());
     assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
+
+    // Trust policies belong to a client, are replaced by name, and go with their client.
+    let policy = crate::TrustPolicy {
+        name: "ci".into(),
+        client_id: mtls.id.clone(),
+        issuer: "https://token.actions.githubusercontent.com".into(),
+        jwks_uri: None,
+        audience: "tessera".into(),
+        subject: "repo:acme/*".into(),
+        claims: "{\"ref\":\"refs/heads/main\"}".into(),
+        max_assertion_ttl: Some(600),
+        created_at: now(),
+    };
+    store.put_trust_policy(&policy).await.unwrap();
+    assert_eq!(store.trust_policies().await.unwrap(), [policy.clone()]);
+    assert_eq!(store.trust_policies_of(&mtls.id).await.unwrap(), [policy.clone()]);
+    let mut changed = policy.clone();
+    changed.subject = "repo:acme/payments:*".into();
+    changed.jwks_uri = Some("https://keys.example/jwks".into());
+    changed.max_assertion_ttl = None;
+    store.put_trust_policy(&changed).await.unwrap();
+    assert_eq!(store.trust_policies().await.unwrap(), [changed.clone()]);
+    assert!(store.delete_trust_policy("ci").await.unwrap());
+    assert!(!store.delete_trust_policy("ci").await.unwrap());
+    store.put_trust_policy(&changed).await.unwrap();
     assert!(store.delete_client(&mtls.id).await.unwrap());
+    assert!(store.trust_policies().await.unwrap().is_empty());
 
     // Hourly totals add up per hour and are pruned by hour.
     store.add_hourly_usage("2026-01-01T10", 3, 1).await.unwrap();

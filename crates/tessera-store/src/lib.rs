@@ -400,6 +400,31 @@ impl Changes {
     }
 }
 
+/// A trust policy (workload identity federation): tokens of an external `issuer` whose
+/// `aud` holds `audience`, whose `sub` matches `subject` (exact, or a prefix with a trailing
+/// `*`) and whose claims hold `claims` authenticate as client `client_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustPolicy {
+    /// Unique name, e.g. `payments-prod`.
+    pub name: String,
+    /// The client the workload acts as.
+    pub client_id: ClientId,
+    /// The external issuer, compared exactly with `iss`.
+    pub issuer: String,
+    /// Where the issuer's keys are; `None`: its OIDC discovery document says.
+    pub jwks_uri: Option<String>,
+    /// A value `aud` must hold.
+    pub audience: String,
+    /// The subject: exact, or a prefix followed by `*`.
+    pub subject: String,
+    /// Claims that must have these values, as a JSON object of strings.
+    pub claims: String,
+    /// The longest life an accepted token may have, in seconds.
+    pub max_assertion_ttl: Option<u32>,
+    /// When the policy was made.
+    pub created_at: Timestamp,
+}
+
 /// The registry's storage. One implementation serves every backend (`sql.rs`); see [`open`].
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
@@ -452,6 +477,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn update_client(&self, client: &Client) -> Result<bool>;
     /// Removes a client. `Ok(false)` if unknown.
     async fn delete_client(&self, id: &ClientId) -> Result<bool>;
+
+    /// Creates or replaces a trust policy; its client must exist.
+    async fn put_trust_policy(&self, policy: &TrustPolicy) -> Result<()>;
+    /// All trust policies, by name.
+    async fn trust_policies(&self) -> Result<Vec<TrustPolicy>>;
+    /// The trust policies of one client, by name.
+    async fn trust_policies_of(&self, client: &ClientId) -> Result<Vec<TrustPolicy>>;
+    /// Removes a trust policy. `Ok(false)` if unknown.
+    async fn delete_trust_policy(&self, name: &str) -> Result<bool>;
 
     /// Adds a signing key.
     async fn insert_key(&self, key: &SigningKey) -> Result<()>;

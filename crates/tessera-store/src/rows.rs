@@ -139,6 +139,30 @@ pub(crate) fn certificate_columns(client: &Client) -> [Option<&str>; 5] {
     columns
 }
 
+pub(crate) fn trust_policy<R>(row: &R) -> Result<crate::TrustPolicy, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Option<String>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    Option<i64>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    let client: String = get(row, "client_id")?;
+    Ok(crate::TrustPolicy {
+        name: get(row, "name")?,
+        client_id: ClientId::parse(&client)
+            .ok_or_else(|| corrupt("trust_policies.client_id", client.as_str()))?,
+        issuer: get(row, "issuer")?,
+        jwks_uri: get(row, "jwks_uri")?,
+        audience: get(row, "audience")?,
+        subject: get(row, "subject")?,
+        claims: get(row, "claims")?,
+        max_assertion_ttl: get_small::<R, u32>(row, "max_assertion_ttl")?,
+        created_at: get(row, "created_at")?,
+    })
+}
+
 pub(crate) fn key<R>(row: &R) -> Result<SigningKey, StoreError>
 where
     R: Row,

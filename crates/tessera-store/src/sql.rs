@@ -123,6 +123,55 @@ where
         rows::get(&row, "value")
     }
 
+    async fn put_trust_policy(&self, policy: &crate::TrustPolicy) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO trust_policies (name, client_id, issuer, jwks_uri, audience, subject, \
+             claims, max_assertion_ttl, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (name) DO UPDATE SET client_id = $2, issuer = $3, jwks_uri = $4, \
+             audience = $5, subject = $6, claims = $7, max_assertion_ttl = $8",
+        )
+        .bind(policy.name.as_str())
+        .bind(policy.client_id.as_str())
+        .bind(policy.issuer.as_str())
+        .bind(policy.jwks_uri.as_deref())
+        .bind(policy.audience.as_str())
+        .bind(policy.subject.as_str())
+        .bind(policy.claims.as_str())
+        .bind(policy.max_assertion_ttl.map(i64::from))
+        .bind(policy.created_at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| rows::constraint(e, &format!("trust policy {}", policy.name), ""))?;
+        Ok(())
+    }
+
+    async fn trust_policies(&self) -> Result<Vec<crate::TrustPolicy>> {
+        sqlx::query("SELECT * FROM trust_policies ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::trust_policy)
+            .collect()
+    }
+
+    async fn trust_policies_of(&self, client: &ClientId) -> Result<Vec<crate::TrustPolicy>> {
+        sqlx::query("SELECT * FROM trust_policies WHERE client_id = $1 ORDER BY name")
+            .bind(client.as_str())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::trust_policy)
+            .collect()
+    }
+
+    async fn delete_trust_policy(&self, name: &str) -> Result<bool> {
+        let gone = sqlx::query("DELETE FROM trust_policies WHERE name = $1 RETURNING name")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(gone.is_some())
+    }
+
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
         sqlx::query(
             "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
