@@ -40,9 +40,66 @@ pub enum AdminError {
     /// kind of it (RFC 8705 section 2), or a secret method with one.
     #[error("{0}")]
     BadCertificate(&'static str),
+    /// A trust policy field out of shape: the field and why.
+    #[error("{1}")]
+    BadTrustPolicy(&'static str, &'static str),
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A trust policy to create or replace (workload identity federation).
+#[derive(Debug, Clone, Default)]
+pub struct TrustPolicyInput {
+    /// Its name: 1 to 64 of `a-z A-Z 0-9 _ -`.
+    pub name: String,
+    /// The client the workload acts as.
+    pub client_id: String,
+    /// The external issuer (`iss`), an https URL (http only for loopback).
+    pub issuer: String,
+    /// Where the issuer's keys are, if not found through its OIDC discovery.
+    pub jwks_uri: Option<String>,
+    /// The value `aud` must hold.
+    pub audience: String,
+    /// The subject: exact, or a prefix followed by a trailing `*`.
+    pub subject: String,
+    /// Claims that must have these values.
+    pub claims: Vec<(String, String)>,
+    /// The longest life an accepted token may have, in seconds.
+    pub max_assertion_ttl: Option<u32>,
+}
+
+/// A plan or trust policy name: 1 to 64 of `a-z A-Z 0-9 _ -`.
+fn is_plan_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Whether `url` is an http(s) URL: https, or http to a loopback host.
+fn is_issuer_url(url: &str) -> bool {
+    let host = |rest: &str| {
+        rest.split(['/', '?', '#'])
+            .next()
+            .unwrap_or_default()
+            .rsplit_once(':')
+            .map_or(rest.split('/').next().unwrap_or_default(), |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned()
+    };
+    let ok = match url.split_once("://") {
+        Some(("https", rest)) => !host(rest).is_empty(),
+        Some(("http", rest)) => {
+            let h = host(rest);
+            h == "localhost"
+                || h.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+        _ => false,
+    };
+    ok && url.len() <= 2048 && !url.contains(char::is_whitespace)
 }
 
 /// A change to one optional setting of a plan.
@@ -131,11 +188,7 @@ impl<'a> Admin<'a> {
         scopes: &str,
         settings: &PlanSettings,
     ) -> Result<Plan, AdminError> {
-        let valid_name = (1..=64).contains(&name.len())
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !valid_name {
+        if !is_plan_name(name) {
             return Err(AdminError::BadPlanName(name.to_owned()));
         }
         let scopes = ScopeSet::parse_names(scopes)?;
@@ -327,6 +380,74 @@ impl<'a> Admin<'a> {
         let (mut client, _never_shown) = self.new_client(secrets, plan, label, auth_method);
         client.certificate = Some(certificate);
         Ok(client)
+    }
+
+    /// Creates or replaces the trust policy `input.name` (workload identity federation).
+    pub async fn put_trust_policy(
+        &self,
+        input: TrustPolicyInput,
+    ) -> Result<tessera_store::TrustPolicy, AdminError> {
+        let bad = |field, why| Err(AdminError::BadTrustPolicy(field, why));
+        if !is_plan_name(&input.name) {
+            return bad(
+                "name",
+                "a trust policy name is 1 to 64 of a-z, A-Z, 0-9, '_' or '-'",
+            );
+        }
+        if !is_issuer_url(&input.issuer) {
+            return bad(
+                "issuer",
+                "issuer must be an https URL (http only to loopback)",
+            );
+        }
+        if input.jwks_uri.as_deref().is_some_and(|u| !is_issuer_url(u)) {
+            return bad(
+                "jwks_uri",
+                "jwks_uri must be an https URL (http only to loopback)",
+            );
+        }
+        if input.audience.trim().is_empty() || input.audience.len() > 1024 {
+            return bad("audience", "audience must be 1 to 1024 characters");
+        }
+        let stem = input.subject.strip_suffix('*').unwrap_or(&input.subject);
+        if input.subject.is_empty() || stem.contains('*') || input.subject.len() > 1024 {
+            return bad(
+                "subject",
+                "subject must be an exact subject, or a prefix with one trailing '*'",
+            );
+        }
+        if input.claims.iter().any(|(name, _)| name.is_empty()) {
+            return bad("claims", "a required claim needs a name");
+        }
+        let client = self.client(&input.client_id).await?;
+        let claims: serde_json::Map<String, serde_json::Value> = input
+            .claims
+            .into_iter()
+            .map(|(name, value)| (name, serde_json::Value::String(value)))
+            .collect();
+        let policy = tessera_store::TrustPolicy {
+            name: input.name,
+            client_id: client.id,
+            issuer: input.issuer,
+            jwks_uri: input.jwks_uri,
+            audience: input.audience,
+            subject: input.subject,
+            claims: serde_json::Value::Object(claims).to_string(),
+            max_assertion_ttl: input.max_assertion_ttl,
+            created_at: self.clock.now(),
+        };
+        self.store.put_trust_policy(&policy).await?;
+        Ok(policy)
+    }
+
+    /// Every trust policy, by name.
+    pub async fn trust_policies(&self) -> Result<Vec<tessera_store::TrustPolicy>, AdminError> {
+        Ok(self.store.trust_policies().await?)
+    }
+
+    /// Removes a trust policy; `false` if there was none of that name.
+    pub async fn remove_trust_policy(&self, name: &str) -> Result<bool, AdminError> {
+        Ok(self.store.delete_trust_policy(name).await?)
     }
 
     /// Loads a client or says it is unknown.

@@ -103,6 +103,49 @@ pub(crate) enum AssertionError {
     /// The client's `jwks_uri` could not be read.
     #[error("the client's keys could not be fetched from its jwks_uri")]
     KeysUnavailable,
+    /// Federation: no trust policy of the client names the token's issuer.
+    #[error("no trust policy of this client accepts tokens of this issuer")]
+    NoPolicy,
+    /// Federation: the issuer's keys could not be found or fetched.
+    #[error("the issuer's keys could not be fetched")]
+    IssuerKeysUnavailable,
+    /// Federation: `aud` lacks the policy's audience.
+    #[error("the token's aud does not hold the trust policy's audience")]
+    PolicyAudience,
+    /// Federation: `sub` does not match the policy's subject.
+    #[error("the token's sub does not match the trust policy's subject")]
+    PolicySubject,
+    /// Federation: a required claim is missing or has another value.
+    #[error("a claim the trust policy requires is missing or has another value")]
+    PolicyClaim,
+    /// Federation: the token lives longer than the policy allows.
+    #[error("the token lives longer than the trust policy allows")]
+    PolicyLifetime,
+}
+
+/// What a federated token proved: which policy let it in, for whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Federated {
+    /// The trust policy's name.
+    pub(crate) policy: String,
+    /// The external issuer.
+    pub(crate) issuer: String,
+    /// The external subject, recorded in the token as `federated_sub`.
+    pub(crate) subject: String,
+}
+
+/// A client's trust policies, shared.
+type Policies = Arc<Vec<tessera_store::TrustPolicy>>;
+
+/// How long a client's trust policies are used before they are read again.
+const POLICIES_LIFETIME_SECS: i64 = 5;
+
+/// Where an issuer's keys are.
+enum KeySource<'a> {
+    /// A JWK Set URL.
+    Jwks(&'a str),
+    /// The issuer's OpenID Connect discovery document names it.
+    Discover(&'a str),
 }
 
 /// The claims read (RFC 7523 section 3).
@@ -142,6 +185,12 @@ impl Audience {
 /// to verify it with when the body names no `client_id` (RFC 7523 section 3: `sub` is the
 /// client id). Nothing else is believed before the signature.
 pub(crate) fn claimed_client(assertion: &str) -> Option<String> {
+    unverified_claim(assertion, "sub")
+}
+
+/// A string claim of an assertion, read without verifying it: only to choose how to verify
+/// it (`iss` tells a client's own assertion from a platform's token).
+pub(crate) fn unverified_claim(assertion: &str, name: &str) -> Option<String> {
     use base64::Engine;
     if assertion.len() > MAX_ASSERTION_LEN {
         return None;
@@ -151,7 +200,15 @@ pub(crate) fn claimed_client(assertion: &str) -> Option<String> {
         .decode(payload)
         .ok()?;
     let claims: Map<String, Value> = decode_claims(&payload)?;
-    claims.get("sub")?.as_str().map(str::to_owned)
+    claims.get(name)?.as_str().map(str::to_owned)
+}
+
+/// Whether `subject` matches `pattern`: equal, or starting with what precedes a trailing `*`.
+pub(crate) fn subject_matches(pattern: &str, subject: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => subject.starts_with(prefix),
+        None => subject == pattern,
+    }
 }
 
 /// One registered key: its `kid` and `alg` when the JWK names them.
@@ -187,9 +244,75 @@ fn keys_of(jwks: &str) -> Vec<ClientKey> {
         .collect()
 }
 
+/// Whether one of `keys` verifies the assertion: `None` when none has its `kid` (if it
+/// names one) and fits its algorithm, else whether one of those verifies the signature.
+fn pick(
+    keys: &[ClientKey],
+    unverified: &tessera_proto::jws::UnverifiedAssertion<'_>,
+) -> Option<bool> {
+    let candidates: Vec<&ClientKey> = keys
+        .iter()
+        .filter(|k| match (&unverified.kid, &k.kid) {
+            (Some(wanted), Some(kid)) => wanted == kid,
+            (Some(_), None) => false,
+            (None, _) => true,
+        })
+        .filter(|k| k.key.fits(unverified.alg))
+        .filter(|k| {
+            k.alg
+                .as_deref()
+                .is_none_or(|a| a == unverified.alg.as_str())
+        })
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    Some(candidates.iter().any(|k| {
+        tessera_verify::verify_signature(
+            &k.key,
+            unverified.alg,
+            unverified.signing_input,
+            &unverified.signature,
+        )
+    }))
+}
+
+/// Whether claim `name` has `value`: equal JSON, or a string claim equal to a string value
+/// written otherwise (`true` for a boolean claim, `42` for a number).
+fn claim_is(claims: &Map<String, Value>, name: &str, value: &Value) -> bool {
+    match (claims.get(name), value) {
+        (Some(found), wanted) if found == wanted => true,
+        (Some(found), Value::String(wanted)) => {
+            !found.is_string() && serde_json::from_str::<Value>(wanted).is_ok_and(|w| w == *found)
+        }
+        _ => false,
+    }
+}
+
 /// Whether a JWK Set has at least one key an assertion could be verified with.
 pub(crate) fn has_usable_key(jwks: &str) -> bool {
     !keys_of(jwks).is_empty()
+}
+
+impl Assertions {
+    /// The JWK Set of `issuer`, found through its OpenID Connect discovery document
+    /// (`{issuer}/.well-known/openid-configuration`, OpenID Connect Discovery section 4),
+    /// whose `issuer` must be the same; both fetched under the SSRF rules.
+    async fn discovered_keys(&self, issuer: &str) -> Result<Vec<u8>, crate::fetch::FetchError> {
+        let url = format!(
+            "{}/.well-known/openid-configuration",
+            issuer.trim_end_matches('/')
+        );
+        let document: Value = serde_json::from_slice(&self.http.get(&url).await?)
+            .map_err(|_| crate::fetch::FetchError::Url)?;
+        if document["issuer"].as_str() != Some(issuer) {
+            return Err(crate::fetch::FetchError::Url);
+        }
+        let jwks_uri = document["jwks_uri"]
+            .as_str()
+            .ok_or(crate::fetch::FetchError::Url)?;
+        self.http.get(jwks_uri).await
+    }
 }
 
 /// Keys fetched from clients' `jwks_uri`s.
@@ -208,6 +331,8 @@ pub(crate) struct Assertions {
     replay: ReplayCache,
     fetched: Mutex<HashMap<String, Fetched>>,
     http: crate::fetch::Fetcher,
+    /// Trust policies by client, with when they were read.
+    policies: Mutex<HashMap<String, (i64, Policies)>>,
 }
 
 impl Assertions {
@@ -217,7 +342,137 @@ impl Assertions {
             replay: ReplayCache::new(MAX_LIFETIME_SECS + LEEWAY_SECS, REPLAY_CAPACITY),
             fetched: Mutex::new(HashMap::new()),
             http: crate::fetch::Fetcher::new(allow_private),
+            policies: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The trust policies of `client`, read from the store at most every 5 s.
+    pub(crate) async fn policies_of(
+        &self,
+        state: &AppState,
+        client: &tessera_proto::ClientId,
+    ) -> Arc<Vec<tessera_store::TrustPolicy>> {
+        let now = state.clock().now();
+        if let Some((at, policies)) = self
+            .policies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(client.as_str())
+        {
+            if now - at < POLICIES_LIFETIME_SECS {
+                return policies.clone();
+            }
+        }
+        let read = match state.store().trust_policies_of(client).await {
+            Ok(policies) => Arc::new(policies),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read trust policies");
+                return Arc::new(Vec::new());
+            }
+        };
+        let mut cached = self.policies.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.len() >= MAX_CACHED_CLIENTS {
+            cached.clear();
+        }
+        cached.insert(client.as_str().to_owned(), (now, read.clone()));
+        read
+    }
+
+    /// Verifies a platform's token (workload identity federation) against the trust
+    /// `policies` of client `client_id`: the issuer's signature (keys from the policy's
+    /// `jwks_uri` or the issuer's OIDC discovery), `exp`/`nbf`/`iat`, and a policy whose
+    /// audience, subject pattern, claims and lifetime all hold. Platform tokens are reused
+    /// until they expire (a projected service-account token is), so `jti` is not single-use.
+    pub(crate) async fn verify_federated(
+        &self,
+        state: &AppState,
+        policies: &[tessera_store::TrustPolicy],
+        token: &str,
+    ) -> Result<Federated, AssertionError> {
+        let now = state.clock().now();
+        let issuer = unverified_claim(token, "iss").ok_or(AssertionError::Claims)?;
+        let candidates: Vec<&tessera_store::TrustPolicy> =
+            policies.iter().filter(|p| p.issuer == issuer).collect();
+        let first = candidates.first().ok_or(AssertionError::NoPolicy)?;
+        let unverified =
+            parse_assertion(token, MAX_ASSERTION_LEN, &ALGORITHMS).map_err(|e| match e {
+                tessera_proto::jws::JwsError::AlgorithmNotAllowed => AssertionError::Algorithm,
+                _ => AssertionError::Malformed,
+            })?;
+        let source = match &first.jwks_uri {
+            Some(url) => KeySource::Jwks(url),
+            None => KeySource::Discover(&issuer),
+        };
+        let cache_key = format!(
+            "issuer {issuer} {}",
+            first.jwks_uri.as_deref().unwrap_or("")
+        );
+        let verified = match self.keys_from(&cache_key, &source, now, false).await {
+            Some(keys) => match pick(&keys, &unverified) {
+                Some(v) => Some(v),
+                None => self
+                    .keys_from(&cache_key, &source, now, true)
+                    .await
+                    .and_then(|keys| pick(&keys, &unverified)),
+            },
+            None => return Err(AssertionError::IssuerKeysUnavailable),
+        };
+        match verified {
+            None => return Err(AssertionError::UnknownKey),
+            Some(false) => return Err(AssertionError::Signature),
+            Some(true) => {}
+        }
+        let claims: Map<String, Value> =
+            decode_claims(&unverified.payload).ok_or(AssertionError::Claims)?;
+        let number = |name: &str| claims.get(name).and_then(Value::as_i64);
+        let exp = number("exp").ok_or(AssertionError::NoExpiry)?;
+        if exp + LEEWAY_SECS <= now {
+            return Err(AssertionError::Expired);
+        }
+        if [number("nbf"), number("iat")]
+            .into_iter()
+            .flatten()
+            .any(|t| t > now + LEEWAY_SECS)
+        {
+            return Err(AssertionError::NotYetValid);
+        }
+        let subject = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .ok_or(AssertionError::Claims)?;
+        let audience = |wanted: &str| match claims.get("aud") {
+            Some(Value::String(a)) => a == wanted,
+            Some(Value::Array(all)) => all.iter().any(|a| a.as_str() == Some(wanted)),
+            _ => false,
+        };
+        let mut why = AssertionError::PolicyAudience;
+        for policy in candidates {
+            let required: Map<String, Value> =
+                serde_json::from_str(&policy.claims).unwrap_or_default();
+            let lifetime = exp - number("iat").unwrap_or(now);
+            why = if !audience(&policy.audience) {
+                AssertionError::PolicyAudience
+            } else if !subject_matches(&policy.subject, subject) {
+                AssertionError::PolicySubject
+            } else if !required
+                .iter()
+                .all(|(name, value)| claim_is(&claims, name, value))
+            {
+                AssertionError::PolicyClaim
+            } else if policy
+                .max_assertion_ttl
+                .is_some_and(|max| lifetime > i64::from(max))
+            {
+                AssertionError::PolicyLifetime
+            } else {
+                return Ok(Federated {
+                    policy: policy.name.clone(),
+                    issuer,
+                    subject: subject.to_owned(),
+                });
+            };
+        }
+        Err(why)
     }
 
     /// Verifies `assertion` as client `client_id`'s, whose keys are `registered`.
@@ -234,33 +489,7 @@ impl Assertions {
                 tessera_proto::jws::JwsError::AlgorithmNotAllowed => AssertionError::Algorithm,
                 _ => AssertionError::Malformed,
             })?;
-        let pick = |keys: &[ClientKey]| -> Option<bool> {
-            let candidates: Vec<&ClientKey> = keys
-                .iter()
-                .filter(|k| match (&unverified.kid, &k.kid) {
-                    (Some(wanted), Some(kid)) => wanted == kid,
-                    (Some(_), None) => false,
-                    (None, _) => true,
-                })
-                .filter(|k| k.key.fits(unverified.alg))
-                .filter(|k| {
-                    k.alg
-                        .as_deref()
-                        .is_none_or(|a| a == unverified.alg.as_str())
-                })
-                .collect();
-            if candidates.is_empty() {
-                return None;
-            }
-            Some(candidates.iter().any(|k| {
-                tessera_verify::verify_signature(
-                    &k.key,
-                    unverified.alg,
-                    unverified.signing_input,
-                    &unverified.signature,
-                )
-            }))
-        };
+        let pick = |keys: &[ClientKey]| pick(keys, &unverified);
         let verified = match registered {
             CertificateMatch::Jwks(jwks) => pick(&keys_of(jwks)),
             CertificateMatch::JwksUri(url) => {
@@ -341,6 +570,18 @@ impl Assertions {
         now: i64,
         again: bool,
     ) -> Option<Arc<Vec<ClientKey>>> {
+        self.keys_from(client_id, &KeySource::Jwks(url), now, again)
+            .await
+    }
+
+    /// [`Assertions::keys`] from any [`KeySource`], cached under `cache_key`.
+    async fn keys_from(
+        &self,
+        client_id: &str,
+        source: &KeySource<'_>,
+        now: i64,
+        again: bool,
+    ) -> Option<Arc<Vec<ClientKey>>> {
         let (cached, tried) = {
             let fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
             match fetched.get(client_id) {
@@ -356,7 +597,10 @@ impl Assertions {
             (true, _) if now - tried < REFETCH_SECS => return None,
             _ => {}
         }
-        let answer = self.http.get(url).await;
+        let answer = match source {
+            KeySource::Jwks(url) => self.http.get(url).await,
+            KeySource::Discover(issuer) => self.discovered_keys(issuer).await,
+        };
         let mut fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
         if fetched.len() >= MAX_CACHED_CLIENTS && !fetched.contains_key(client_id) {
             // Bounded: the oldest fetch makes room.
@@ -378,7 +622,7 @@ impl Assertions {
                 Some(keys)
             }
             Err(e) => {
-                tracing::warn!(client_id, error = %e, "cannot fetch a client's jwks_uri");
+                tracing::warn!(key_set = client_id, error = %e, "cannot fetch a jwks_uri");
                 (!entry.keys.is_empty()).then(|| entry.keys.clone())
             }
         }

@@ -26,7 +26,13 @@ pub(crate) struct Subject<'a> {
 }
 
 /// A token was issued.
-pub(crate) fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
+/// A federated client's token names the trust policy and the external identity.
+pub(crate) fn issued(
+    subject: &Subject<'_>,
+    jti: &str,
+    reused: bool,
+    federated: Option<&crate::assertion::Federated>,
+) {
     tracing::info!(
         target: "tessera::audit",
         event = "token_issued",
@@ -36,6 +42,9 @@ pub(crate) fn issued(subject: &Subject<'_>, jti: &str, reused: bool) {
         outcome = if reused { "reused" } else { "issued" },
         jti,
         source = subject.source.map(tracing::field::display),
+        trust_policy = federated.map(|f| f.policy.as_str()),
+        federated_iss = federated.map(|f| truncate(&f.issuer, 256)),
+        federated_sub = federated.map(|f| truncate(&f.subject, 256)),
     );
 }
 

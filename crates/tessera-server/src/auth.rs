@@ -209,6 +209,7 @@ pub(crate) fn authenticate(
     presented: &Presented,
     now: Timestamp,
     client_ca: Option<&dyn ClientCertVerifier>,
+    federated: bool,
 ) -> Result<Arc<Plan>, AuthFailure> {
     let checked = clients.with(presented.client_id.as_str(), |client| {
         match &presented.proof {
@@ -227,9 +228,10 @@ pub(crate) fn authenticate(
                     return Err(AuthFailure::WrongMethod(client.auth_method));
                 }
             }
-            // The signature and claims were checked by `crate::assertion` already.
+            // The signature and claims were checked by `crate::assertion` already; a
+            // platform's token under a trust policy serves a client of any method.
             Proof::Assertion(_) => {
-                if client.auth_method != AuthMethod::PrivateKeyJwt {
+                if client.auth_method != AuthMethod::PrivateKeyJwt && !federated {
                     return Err(AuthFailure::WrongMethod(client.auth_method));
                 }
             }

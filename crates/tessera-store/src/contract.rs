@@ -286,14 +286,23 @@ async fn admin_contract(store: &dyn Store) {
         created_at: now(),
     };
     store.put_trust_policy(&policy).await.unwrap();
-    assert_eq!(store.trust_policies().await.unwrap(), [policy.clone()]);
-    assert_eq!(store.trust_policies_of(&mtls.id).await.unwrap(), [policy.clone()]);
+    assert_eq!(
+        store.trust_policies().await.unwrap(),
+        std::slice::from_ref(&policy)
+    );
+    assert_eq!(
+        store.trust_policies_of(&mtls.id).await.unwrap(),
+        std::slice::from_ref(&policy)
+    );
     let mut changed = policy.clone();
     changed.subject = "repo:acme/payments:*".into();
     changed.jwks_uri = Some("https://keys.example/jwks".into());
     changed.max_assertion_ttl = None;
     store.put_trust_policy(&changed).await.unwrap();
-    assert_eq!(store.trust_policies().await.unwrap(), [changed.clone()]);
+    assert_eq!(
+        store.trust_policies().await.unwrap(),
+        std::slice::from_ref(&changed)
+    );
     assert!(store.delete_trust_policy("ci").await.unwrap());
     assert!(!store.delete_trust_policy("ci").await.unwrap());
     store.put_trust_policy(&changed).await.unwrap();

@@ -230,6 +230,7 @@ impl From<AdminError> for Problem {
             AdminError::BadRate => Problem::invalid_field("token_rate", detail),
             AdminError::BadReuse => Problem::invalid_field("reuse_percent", detail),
             AdminError::UnknownClient(_) => Problem::not_found(detail),
+            AdminError::BadTrustPolicy(field, _) => Problem::invalid_field(field, detail),
             AdminError::BadCertificate(_) => {
                 Problem::invalid_field("token_endpoint_auth_method", detail)
             }

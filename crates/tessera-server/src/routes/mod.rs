@@ -15,6 +15,7 @@ use tessera_store::Plan;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::assertion::Federated;
 use crate::auth::AuthFailure;
 use crate::error::OAuthError;
 use crate::limits::canonical;
@@ -220,16 +221,19 @@ pub(crate) fn single<'a>(
     Ok(first.filter(|v| !v.is_empty()))
 }
 
-/// Checks presented credentials: a client assertion first with the client's registered keys
-/// (`crate::assertion`, which may fetch them), then what every method shares.
+/// Checks presented credentials: a client assertion first, with the client's registered keys
+/// (`private_key_jwt`, `crate::assertion`, which may fetch them) or, for a platform's token
+/// (its `iss` is not the client), with the client's trust policies (workload identity
+/// federation); then what every method shares.
 async fn check(
     state: &AppState,
     registry: &Registry,
     presented: &auth::Presented,
     now: tessera_store::Timestamp,
     client_ca: Option<&dyn rustls::server::danger::ClientCertVerifier>,
-) -> Result<Arc<Plan>, AuthFailure> {
+) -> Result<(Arc<Plan>, Option<Federated>), AuthFailure> {
     let clients = state.live().clients();
+    let mut federated = None;
     if let Some(assertion) = presented.assertion() {
         let id = presented.client_id.as_str();
         let registered = clients.with(id, |client| {
@@ -237,25 +241,49 @@ async fn check(
                 .then(|| crate::mtls::decode_match(&client.secret_hash))
                 .flatten()
         });
-        match registered {
-            None => return Err(AuthFailure::Unknown),
-            // Another method: said only once the client proved itself, as for a secret.
-            Some(None) => return Err(AuthFailure::WrongSecret),
-            Some(Some(keys)) => state
+        let Some(keys) = registered else {
+            return Err(AuthFailure::Unknown);
+        };
+        let platform =
+            crate::assertion::unverified_claim(assertion, "iss").is_some_and(|iss| iss != id);
+        let policies = if platform {
+            state
                 .assertions()
-                .verify(state, id, &keys, assertion)
+                .policies_of(state, &presented.client_id)
                 .await
-                .map_err(AuthFailure::Assertion)?,
+        } else {
+            Arc::default()
+        };
+        if !policies.is_empty() {
+            federated = Some(
+                state
+                    .assertions()
+                    .verify_federated(state, &policies, assertion)
+                    .await
+                    .map_err(AuthFailure::Assertion)?,
+            );
+        } else {
+            match keys {
+                // Another method: said only once the client proved itself, as for a secret.
+                None => return Err(AuthFailure::WrongSecret),
+                Some(keys) => state
+                    .assertions()
+                    .verify(state, id, &keys, assertion)
+                    .await
+                    .map_err(AuthFailure::Assertion)?,
+            }
         }
     }
-    auth::authenticate(
+    let plan = auth::authenticate(
         registry,
         clients,
         state.secrets(),
         presented,
         now,
         client_ca,
-    )
+        federated.is_some(),
+    )?;
+    Ok((plan, federated))
 }
 
 /// The calling client, authenticated (RFC 6749 2.3.1) with brute-force protection per
@@ -270,6 +298,8 @@ pub(crate) struct Caller {
     /// `x5t#S256` of the certificate the client authenticated with (RFC 8705), if it did:
     /// its tokens are bound to it.
     pub bound_to: Option<String>,
+    /// The trust policy and external identity, when a platform's token authenticated it.
+    pub federated: Option<Federated>,
 }
 
 pub(crate) async fn authenticate_client(
@@ -289,6 +319,7 @@ pub(crate) async fn authenticate_client(
                 presented_id: String::new(),
                 plan: Err(OAuthError::credentials(error, realm)),
                 bound_to: None,
+                federated: None,
             }
         }
     };
@@ -325,15 +356,21 @@ pub(crate) async fn authenticate_client(
                 presented_id,
                 plan: Err(OAuthError::throttled(throttle.rate(), retry)),
                 bound_to: None,
+                federated: None,
             };
         }
     }
+    let (plan, federated) = match result {
+        Ok((plan, federated)) => (Ok(plan), federated),
+        Err(failure) => (Err(OAuthError::client_refused(failure, realm)), None),
+    };
     Caller {
         presented_id,
-        bound_to: result
+        bound_to: plan
             .is_ok()
             .then(|| presented.certificate().and_then(|c| c.thumbprint()))
             .flatten(),
-        plan: result.map_err(|failure| OAuthError::client_refused(failure, realm)),
+        plan,
+        federated,
     }
 }

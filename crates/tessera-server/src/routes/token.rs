@@ -41,6 +41,8 @@ struct Attempt {
     scope: String,
     /// The plan's rate and the limiter's decision, when the request was allowed under one.
     allowed_under: Option<(RateLimit, Decision)>,
+    /// The trust policy and external identity, for a federated client.
+    federated: Option<crate::assertion::Federated>,
 }
 
 /// The claims of RFC 9068 section 2.2 as signed: the fields of [`AccessTokenClaims`],
@@ -58,6 +60,11 @@ struct SignedClaims<'a> {
     app_only: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     cnf: Option<Cnf<'a>>,
+    /// Workload identity federation: the external subject the client's token came from
+    /// (not RFC 8693 `act`, which names a party acting for the subject: here the workload
+    /// is the client itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    federated_sub: Option<&'a str>,
 }
 
 /// The key the token is bound to (RFC 7800 section 3.1): the client certificate's
@@ -158,7 +165,12 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
         Ok(issued) => {
             state.metrics().issued(plan, issued.reused);
             state.usage().count(&attempt.client_id, true);
-            audit::issued(&subject, &issued.jti, issued.reused);
+            audit::issued(
+                &subject,
+                &issued.jti,
+                issued.reused,
+                attempt.federated.as_ref(),
+            );
             let mut response = (
                 StatusCode::OK,
                 NO_STORE,
@@ -241,6 +253,7 @@ impl Attempt {
         )
         .await;
         self.client_id = caller.presented_id;
+        self.federated = caller.federated;
         let bound_to = caller.bound_to;
         let plan = caller.plan?;
         self.plan = Some(plan.clone());
@@ -328,7 +341,9 @@ impl Attempt {
             TokenType::Bearer
         };
 
-        // A bound token is reused never: the next request may come with another key.
+        // A bound token is reused never: the next request may come with another key. Nor is
+        // a federated one: another workload may act as the same client.
+        let bound = bound || self.federated.is_some();
         if let Some(percent) = plan.reuse_percent.filter(|_| !bound) {
             let kept = state
                 .reuse()
@@ -373,6 +388,7 @@ impl Attempt {
                 certificate: bound_to.as_deref(),
                 jkt: jkt.as_deref(),
             }),
+            federated_sub: self.federated.as_ref().map(|f| f.subject.as_str()),
         };
         let access_token = key.sign_jwt(&claims);
         let exp = claims.exp;
@@ -478,6 +494,7 @@ mod tests {
                 certificate: None,
                 jkt: Some("k"),
             }),
+            federated_sub: None,
         };
         let json = serde_json::to_vec(&claims).unwrap();
         let read: AccessTokenClaims = serde_json::from_slice(&json).unwrap();

@@ -8,6 +8,7 @@ mod cluster;
 mod console;
 mod discovery;
 mod dpop;
+mod federation;
 mod inflight;
 mod limits;
 mod outage;

@@ -1,0 +1,335 @@
+//! Workload identity federation over real HTTP: the three shapes people use (Kubernetes
+//! projected service-account tokens, GitHub Actions OIDC tokens, SPIFFE JWT-SVIDs), each
+//! signed by the test as its platform would, by a local issuer that serves OIDC discovery and
+//! its JWK Set; accepted or refused as the trust policy says.
+
+use serde_json::{json, Value};
+use tessera_proto::ClientId;
+use tessera_server::admin::TrustPolicyInput;
+use tessera_testkit::dpop::ProofKey;
+use tessera_testkit::{claims_of, error_of, spawn_with, TestApp};
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/// A platform: an issuer URL under a local server, serving discovery and its keys.
+struct Platform {
+    issuer: String,
+    jwks_uri: String,
+    key: ProofKey,
+}
+
+impl Platform {
+    fn token(&self, claims: &Value) -> String {
+        self.key.sign(
+            &json!({ "alg": self.key.alg(), "kid": "platform-key", "typ": "JWT" }),
+            claims,
+        )
+    }
+}
+
+/// Three platforms on one local server: `/k8s`, `/github`, `/spiffe`.
+async fn platforms() -> (Platform, Platform, Platform) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let keys = [ProofKey::ed25519(), ProofKey::p256(), ProofKey::ed25519()];
+    let mut router = axum::Router::new();
+    for (name, key) in ["k8s", "github", "spiffe"].iter().zip(&keys) {
+        let issuer = format!("{base}/{name}");
+        let discovery = json!({
+            "issuer": issuer,
+            "jwks_uri": format!("{issuer}/keys"),
+            "id_token_signing_alg_values_supported": [key.alg()],
+        });
+        let mut jwk = key.jwk().clone();
+        jwk["kid"] = json!("platform-key");
+        let jwks = json!({ "keys": [jwk] });
+        router = router
+            .route(
+                &format!("/{name}/.well-known/openid-configuration"),
+                axum::routing::get(move || async move { axum::Json(discovery) }),
+            )
+            .route(
+                &format!("/{name}/keys"),
+                axum::routing::get(move || async move { axum::Json(jwks) }),
+            );
+    }
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let [k8s, github, spiffe] = keys;
+    let platform = |name: &str, key| Platform {
+        issuer: format!("{base}/{name}"),
+        jwks_uri: format!("{base}/{name}/keys"),
+        key,
+    };
+    (
+        platform("k8s", k8s),
+        platform("github", github),
+        platform("spiffe", spiffe),
+    )
+}
+
+async fn app() -> TestApp {
+    spawn_with(|s| {
+        s.config.allow_private_jwks_uri = true;
+        let many = tessera_store::RateLimit {
+            count: 1000,
+            period_secs: 60,
+            burst: 1000,
+        };
+        s.config.auth_failures.per_source_and_client = many;
+        s.config.auth_failures.per_client = many;
+    })
+    .await
+}
+
+async fn exchange(app: &TestApp, client: &ClientId, token: &str) -> reqwest::Response {
+    app.http
+        .post(app.url("/connect/token"))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "news-api"),
+            ("client_id", client.as_str()),
+            ("client_assertion_type", JWT_BEARER),
+            ("client_assertion", token),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The answer's status and, when refused, the description.
+async fn outcome(response: reqwest::Response) -> (u16, String) {
+    if response.status() == 200 {
+        let body: Value = response.json().await.unwrap();
+        let claims = claims_of(body["access_token"].as_str().unwrap());
+        return (
+            200,
+            claims["federated_sub"].as_str().unwrap_or("").to_owned(),
+        );
+    }
+    let (status, code, description) = error_of(response).await;
+    assert_eq!(code, "invalid_client", "{description}");
+    (status, description)
+}
+
+#[tokio::test]
+async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says() {
+    let app = app().await;
+    let (k8s, github, spiffe) = platforms().await;
+    let (client, _) = app.client().await;
+    let now = app.clock.now();
+    let admin = app.admin();
+    let policy =
+        |name: &str, platform: &Platform, audience: &str, subject: &str| TrustPolicyInput {
+            name: name.into(),
+            client_id: client.to_string(),
+            issuer: platform.issuer.clone(),
+            jwks_uri: None,
+            audience: audience.into(),
+            subject: subject.into(),
+            claims: Vec::new(),
+            max_assertion_ttl: None,
+        };
+    admin
+        .put_trust_policy(policy(
+            "k8s-payments",
+            &k8s,
+            "tessera",
+            "system:serviceaccount:payments:*",
+        ))
+        .await
+        .unwrap();
+    admin
+        .put_trust_policy(TrustPolicyInput {
+            claims: vec![
+                ("repository".into(), "acme/payments".into()),
+                ("ref".into(), "refs/heads/main".into()),
+            ],
+            max_assertion_ttl: Some(600),
+            ..policy(
+                "gha-main",
+                &github,
+                "https://github.com/acme",
+                "repo:acme/payments:*",
+            )
+        })
+        .await
+        .unwrap();
+    admin
+        .put_trust_policy(TrustPolicyInput {
+            jwks_uri: Some(spiffe.jwks_uri.clone()),
+            ..policy(
+                "spiffe-billing",
+                &spiffe,
+                "tessera",
+                "spiffe://acme.example/ns/prod/sa/billing",
+            )
+        })
+        .await
+        .unwrap();
+
+    // Kubernetes: a projected service-account token (an hour long, kubernetes.io claims).
+    let sa = |namespace: &str, aud: Value| {
+        k8s.token(&json!({
+            "iss": k8s.issuer, "aud": aud, "iat": now, "nbf": now, "exp": now + 3600,
+            "sub": format!("system:serviceaccount:{namespace}:api"),
+            "kubernetes.io": { "namespace": namespace, "serviceaccount": { "name": "api" } },
+        }))
+    };
+    let token = sa("payments", json!(["tessera"]));
+    assert_eq!(
+        outcome(exchange(&app, &client, &token).await).await,
+        (200, "system:serviceaccount:payments:api".to_owned())
+    );
+    // Platform tokens are reused until they expire: the same one works again.
+    assert_eq!(outcome(exchange(&app, &client, &token).await).await.0, 200);
+    let (status, why) =
+        outcome(exchange(&app, &client, &sa("other", json!(["tessera"]))).await).await;
+    assert_eq!(status, 401);
+    assert!(why.contains("sub does not match"), "{why}");
+    let (_, why) = outcome(exchange(&app, &client, &sa("payments", json!(["vault"]))).await).await;
+    assert!(why.contains("aud"), "{why}");
+
+    // GitHub Actions: the repository and ref claims, and a short life.
+    let job = |git_ref: &str, lifetime: i64| {
+        github.token(&json!({
+            "iss": github.issuer, "aud": "https://github.com/acme", "iat": now, "nbf": now,
+            "exp": now + lifetime, "jti": "run-1",
+            "sub": format!("repo:acme/payments:ref:{git_ref}"),
+            "repository": "acme/payments", "repository_owner": "acme", "ref": git_ref,
+            "workflow": "deploy", "event_name": "push",
+        }))
+    };
+    assert_eq!(
+        outcome(exchange(&app, &client, &job("refs/heads/main", 300)).await).await,
+        (200, "repo:acme/payments:ref:refs/heads/main".to_owned())
+    );
+    let (_, why) = outcome(exchange(&app, &client, &job("refs/heads/dev", 300)).await).await;
+    assert!(why.contains("claim"), "{why}");
+    let (_, why) = outcome(exchange(&app, &client, &job("refs/heads/main", 3600)).await).await;
+    assert!(why.contains("longer than the trust policy"), "{why}");
+
+    // SPIFFE: a JWT-SVID, keys from the policy's jwks_uri.
+    let svid = |id: &str| {
+        spiffe.token(&json!({
+            "iss": spiffe.issuer, "aud": ["tessera"], "iat": now, "exp": now + 300, "sub": id,
+        }))
+    };
+    assert_eq!(
+        outcome(
+            exchange(
+                &app,
+                &client,
+                &svid("spiffe://acme.example/ns/prod/sa/billing")
+            )
+            .await
+        )
+        .await,
+        (200, "spiffe://acme.example/ns/prod/sa/billing".to_owned())
+    );
+    let (status, _) = outcome(
+        exchange(
+            &app,
+            &client,
+            &svid("spiffe://acme.example/ns/prod/sa/billing2"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    // Signed by another key, expired, or from an issuer no policy names.
+    let forged = ProofKey::ed25519().sign(
+        &json!({ "alg": "EdDSA", "kid": "platform-key" }),
+        &json!({ "iss": k8s.issuer, "aud": ["tessera"], "exp": now + 60,
+                 "sub": "system:serviceaccount:payments:api" }),
+    );
+    let (_, why) = outcome(exchange(&app, &client, &forged).await).await;
+    assert!(why.contains("signature"), "{why}");
+    let expired = k8s.token(
+        &json!({ "iss": k8s.issuer, "aud": ["tessera"], "exp": now - 600,
+                                    "sub": "system:serviceaccount:payments:api" }),
+    );
+    let (_, why) = outcome(exchange(&app, &client, &expired).await).await;
+    assert!(why.contains("expired"), "{why}");
+    let elsewhere = k8s.token(&json!({ "iss": "https://elsewhere.example", "aud": ["tessera"],
+                                      "exp": now + 60, "sub": "system:serviceaccount:payments:api" }));
+    let (_, why) = outcome(exchange(&app, &client, &elsewhere).await).await;
+    assert!(why.contains("no trust policy"), "{why}");
+
+    // A policy binds its own client only.
+    let (other, _) = app.client().await;
+    assert_eq!(outcome(exchange(&app, &other, &token).await).await.0, 401);
+
+    // The audit line names the policy and the external subject.
+    let log = app.log();
+    assert!(
+        log.lines().any(|l| l.contains("token_issued")
+            && l.contains("k8s-payments")
+            && l.contains("system:serviceaccount:payments:api")),
+        "{log}"
+    );
+
+    // A removed policy stops letting tokens in within seconds.
+    assert!(admin.remove_trust_policy("k8s-payments").await.unwrap());
+    app.clock.advance(std::time::Duration::from_secs(6));
+    app.sync().await;
+    let (_, why) = outcome(exchange(&app, &client, &token).await).await;
+    assert!(why.contains("no trust policy"), "{why}");
+}
+
+#[tokio::test]
+async fn a_trust_policy_must_be_well_formed() {
+    let app = app().await;
+    let (client, _) = app.client().await;
+    let good = TrustPolicyInput {
+        name: "ok".into(),
+        client_id: client.to_string(),
+        issuer: "https://token.actions.githubusercontent.com".into(),
+        jwks_uri: None,
+        audience: "tessera".into(),
+        subject: "repo:acme/*".into(),
+        claims: Vec::new(),
+        max_assertion_ttl: None,
+    };
+    app.admin().put_trust_policy(good.clone()).await.unwrap();
+    for bad in [
+        TrustPolicyInput {
+            name: "bad name".into(),
+            ..good.clone()
+        },
+        TrustPolicyInput {
+            issuer: "http://issuer.example".into(),
+            ..good.clone()
+        },
+        TrustPolicyInput {
+            issuer: "token.actions".into(),
+            ..good.clone()
+        },
+        TrustPolicyInput {
+            jwks_uri: Some("ftp://x".into()),
+            ..good.clone()
+        },
+        TrustPolicyInput {
+            audience: " ".into(),
+            ..good.clone()
+        },
+        TrustPolicyInput {
+            subject: "repo:*:main".into(),
+            ..good.clone()
+        },
+        TrustPolicyInput {
+            subject: String::new(),
+            ..good.clone()
+        },
+        TrustPolicyInput {
+            client_id: "tc_nobody00000000000000000".into(),
+            ..good.clone()
+        },
+    ] {
+        assert!(
+            app.admin().put_trust_policy(bad.clone()).await.is_err(),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(app.admin().trust_policies().await.unwrap().len(), 1);
+}
