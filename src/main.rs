@@ -72,6 +72,10 @@ enum Command {
     /// Manage signing keys.
     #[command(subcommand)]
     Keys(admin::KeysCommand),
+    /// Manage trust policies: which external identities (Kubernetes service accounts,
+    /// GitHub Actions jobs, SPIFFE IDs) may act as which client, with no secret.
+    #[command(subcommand)]
+    Trust(admin::TrustCommand),
     /// Copy the SQLite database into a new file, consistently, also while `serve` runs.
     ///
     /// The master key is not in the copy: back it up apart, once.
@@ -117,6 +121,7 @@ async fn main() -> std::process::ExitCode {
         Command::Plan(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Plan(cmd)).await,
         Command::Client(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Client(cmd)).await,
         Command::Keys(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await,
+        Command::Trust(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Trust(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
         Command::Completions { shell } => completions(shell),

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use anyhow::Result;
 use tessera_proto::clock::Timestamp;
 use tessera_proto::Algorithm;
-use tessera_server::admin::{Admin, PlanSettings};
+use tessera_server::admin::{Admin, PlanSettings, TrustPolicyInput};
 use tessera_server::clock::Clock;
 use tessera_server::secrets::Secrets;
 use tessera_store::{AuthMethod, Store};
 
 use super::model::{
-    Client, ClientPatch, ClientWithSecret, Key, KeyStatus, NewClient, Plan, UsageDay,
+    Client, ClientPatch, ClientWithSecret, Key, KeyStatus, NewClient, Plan, TrustPolicy, UsageDay,
 };
 use super::Operations;
 use crate::{Access, DataArgs};
@@ -225,6 +225,27 @@ impl Operations for Database<'_> {
                 refused: u.refused,
             })
             .collect())
+    }
+
+    async fn put_trust_policy(&self, input: &TrustPolicyInput) -> Result<TrustPolicy> {
+        Ok(self.admin().put_trust_policy(input.clone()).await?.into())
+    }
+
+    async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>> {
+        Ok(self
+            .admin()
+            .trust_policies()
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect())
+    }
+
+    async fn remove_trust_policy(&self, name: &str) -> Result<()> {
+        if !self.admin().remove_trust_policy(name).await? {
+            anyhow::bail!("no trust policy named {name:?}");
+        }
+        Ok(())
     }
 
     async fn list_keys(&self) -> Result<Vec<Key>> {

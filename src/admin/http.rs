@@ -17,10 +17,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tessera_client::{ClientId, ClientSecret, Environment, ErrorCode, ScopeSet, TokenClient, Url};
 use tessera_proto::Algorithm;
-use tessera_server::admin::PlanSettings;
+use tessera_server::admin::{PlanSettings, TrustPolicyInput};
 use tokio::sync::OnceCell;
 
-use super::model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, Rate, UsageDay};
+use super::model::{
+    Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, Rate, TrustPolicy, UsageDay,
+};
 use super::Operations;
 
 /// The full scope, asked for first.
@@ -458,6 +460,45 @@ impl Operations for Http {
             .json(self.request(Method::GET, &["clients", id, "usage"]))
             .await?;
         Ok(usage.days)
+    }
+
+    async fn put_trust_policy(&self, input: &TrustPolicyInput) -> Result<TrustPolicy> {
+        let claims: std::collections::BTreeMap<&str, &str> = input
+            .claims
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let body = serde_json::json!({
+            "client_id": input.client_id,
+            "issuer": input.issuer,
+            "jwks_uri": input.jwks_uri,
+            "audience": input.audience,
+            "subject": input.subject,
+            "claims": claims,
+            "max_assertion_ttl": input.max_assertion_ttl,
+        });
+        self.json(
+            self.request(Method::PUT, &["trust-policies", &input.name])
+                .json(&body),
+        )
+        .await
+    }
+
+    async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>> {
+        #[derive(Deserialize)]
+        struct Policies {
+            trust_policies: Vec<TrustPolicy>,
+        }
+        let all: Policies = self
+            .json(self.request(Method::GET, &["trust-policies"]))
+            .await?;
+        Ok(all.trust_policies)
+    }
+
+    async fn remove_trust_policy(&self, name: &str) -> Result<()> {
+        self.send(self.request(Method::DELETE, &["trust-policies", name]))
+            .await?;
+        Ok(())
     }
 
     async fn list_keys(&self) -> Result<Vec<Key>> {

@@ -27,7 +27,8 @@ mod model;
 
 use database::Database;
 use http::Http;
-use model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, UsageDay};
+use model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, TrustPolicy, UsageDay};
+use tessera_server::admin::TrustPolicyInput;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PlanCommand {
@@ -207,12 +208,68 @@ pub(crate) enum KeysCommand {
     },
 }
 
-/// An admin command: `plan`, `client` or `keys`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum TrustCommand {
+    /// Let tokens of an external issuer (a Kubernetes cluster, GitHub Actions, a SPIFFE
+    /// trust domain) act as a client: workload identity federation.
+    Add {
+        /// Policy name.
+        name: String,
+        /// The client the workload acts as.
+        #[arg(long)]
+        client: String,
+        /// The external issuer, as its tokens name it in `iss` (an https URL).
+        #[arg(long)]
+        issuer: String,
+        /// Where the issuer's keys are; by default found through its OpenID Connect
+        /// discovery document.
+        #[arg(long)]
+        jwks_uri: Option<String>,
+        /// A value the token's `aud` must hold.
+        #[arg(long)]
+        audience: String,
+        /// The token's `sub`: exact, or a prefix ending in `*`
+        /// (e.g. `system:serviceaccount:payments:*`).
+        #[arg(long)]
+        subject: String,
+        /// A claim the token must carry with this value (repeatable), e.g.
+        /// `--claim repository=acme/payments --claim ref=refs/heads/main`.
+        #[arg(long = "claim", value_parser = parse_claim)]
+        claims: Vec<(String, String)>,
+        /// The longest life an accepted token may have, in seconds.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_assertion_ttl: Option<u32>,
+        /// Print the policy as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List trust policies.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a trust policy.
+    Remove {
+        /// Policy name.
+        name: String,
+    },
+}
+
+fn parse_claim(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
+}
+
+/// An admin command: `plan`, `client`, `keys` or `trust`.
 #[derive(Debug)]
 pub(crate) enum AdminCommand {
     Plan(PlanCommand),
     Client(ClientCommand),
     Keys(KeysCommand),
+    Trust(TrustCommand),
 }
 
 impl AdminCommand {
@@ -222,7 +279,8 @@ impl AdminCommand {
             | Self::Client(ClientCommand::List { .. })
             | Self::Client(ClientCommand::Show { .. })
             | Self::Client(ClientCommand::Usage { .. })
-            | Self::Keys(KeysCommand::List { .. }) => Access::Read,
+            | Self::Keys(KeysCommand::List { .. })
+            | Self::Trust(TrustCommand::List { .. }) => Access::Read,
             _ => Access::Write,
         }
     }
@@ -258,6 +316,12 @@ pub(crate) trait Operations {
     async fn list_keys(&self) -> Result<Vec<Key>>;
     /// Publishes a new key that signs from `activate_in_secs` on.
     async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key>;
+    /// Creates or replaces a trust policy.
+    async fn put_trust_policy(&self, input: &TrustPolicyInput) -> Result<TrustPolicy>;
+    /// Every trust policy, by name.
+    async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>>;
+    /// Removes a trust policy.
+    async fn remove_trust_policy(&self, name: &str) -> Result<()>;
 }
 
 /// Runs an admin command on the database, or with `admin_url` on that Tessera's admin API.
@@ -277,7 +341,76 @@ async fn execute(ops: &impl Operations, command: AdminCommand) -> Result<()> {
         AdminCommand::Plan(cmd) => plan(ops, cmd).await,
         AdminCommand::Client(cmd) => client(ops, cmd).await,
         AdminCommand::Keys(cmd) => keys(ops, cmd).await,
+        AdminCommand::Trust(cmd) => trust(ops, cmd).await,
     }
+}
+
+async fn trust(ops: &impl Operations, cmd: TrustCommand) -> Result<()> {
+    match cmd {
+        TrustCommand::Add {
+            name,
+            client,
+            issuer,
+            jwks_uri,
+            audience,
+            subject,
+            claims,
+            max_assertion_ttl,
+            json,
+        } => {
+            let policy = ops
+                .put_trust_policy(&TrustPolicyInput {
+                    name,
+                    client_id: client,
+                    issuer,
+                    jwks_uri,
+                    audience,
+                    subject,
+                    claims,
+                    max_assertion_ttl,
+                })
+                .await?;
+            if json {
+                print_json(&policy)?;
+            } else {
+                println!("{}", describe_trust(&policy));
+            }
+        }
+        TrustCommand::List { json } => {
+            let policies = ops.list_trust_policies().await?;
+            if json {
+                print_json_pretty(&policies)?;
+            } else {
+                for policy in &policies {
+                    println!("{}", describe_trust(policy));
+                }
+            }
+        }
+        TrustCommand::Remove { name } => {
+            ops.remove_trust_policy(&name).await?;
+            println!("trust policy {name} removed");
+        }
+    }
+    Ok(())
+}
+
+fn describe_trust(p: &TrustPolicy) -> String {
+    let claims: Vec<String> = p.claims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!(
+        "trust policy {}: tokens of {} for audience {:?} with sub {:?}{}{} act as client {}",
+        p.name,
+        p.issuer,
+        p.audience,
+        p.subject,
+        if claims.is_empty() {
+            String::new()
+        } else {
+            format!(" and {}", claims.join(", "))
+        },
+        p.max_assertion_ttl
+            .map_or(String::new(), |t| format!(", living at most {t} s")),
+        p.client_id
+    )
 }
 
 /// The longest grace period or activation delay: a year.

@@ -32,6 +32,40 @@ fn allowed() -> String {
     "allowed".to_owned()
 }
 
+/// A trust policy: `TrustPolicyView` of the admin API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct TrustPolicy {
+    pub(crate) name: String,
+    pub(crate) client_id: String,
+    pub(crate) issuer: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) jwks_uri: Option<String>,
+    pub(crate) audience: String,
+    pub(crate) subject: String,
+    #[serde(default)]
+    pub(crate) claims: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max_assertion_ttl: Option<u32>,
+    #[serde(with = "serde_rfc3339")]
+    pub(crate) created_at: Timestamp,
+}
+
+impl From<tessera_store::TrustPolicy> for TrustPolicy {
+    fn from(p: tessera_store::TrustPolicy) -> Self {
+        Self {
+            name: p.name,
+            client_id: p.client_id.to_string(),
+            issuer: p.issuer,
+            jwks_uri: p.jwks_uri,
+            audience: p.audience,
+            subject: p.subject,
+            claims: serde_json::from_str(&p.claims).unwrap_or_default(),
+            max_assertion_ttl: p.max_assertion_ttl,
+            created_at: p.created_at,
+        }
+    }
+}
+
 /// Token requests per client: `Rate` of the admin API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Rate {

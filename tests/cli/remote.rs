@@ -191,6 +191,87 @@ async fn admin_commands_through_the_api_match_the_database() {
         .collect();
     assert_eq!(names, ["admin", "other", "pro"]);
 
+    // trust add / list / remove: written through the API, read from the database, and
+    // the other way round; bad input refused with the field at fault.
+    let (fed_id, _) = create_client(d, "pro");
+    let policy = remote(&[
+        "trust",
+        "add",
+        "gha-main",
+        "--client",
+        &fed_id,
+        "--issuer",
+        "https://token.actions.githubusercontent.com",
+        "--audience",
+        "https://github.com/acme",
+        "--subject",
+        "repo:acme/payments:*",
+        "--claim",
+        "ref=refs/heads/main",
+        "--claim",
+        "repository=acme/payments",
+        "--max-assertion-ttl",
+        "600",
+        "--json",
+    ]);
+    assert_eq!(policy["client_id"], fed_id.as_str());
+    assert_eq!(
+        policy["claims"],
+        serde_json::json!({"ref": "refs/heads/main", "repository": "acme/payments"})
+    );
+    let listed = local(&["trust", "list", "--json"]);
+    assert_eq!(listed, serde_json::json!([policy]));
+    let human = ok_with(r, &env, &["trust", "list"]);
+    assert!(
+        human.contains(
+            "trust policy gha-main: tokens of https://token.actions.githubusercontent.com"
+        ) && human.contains("ref=refs/heads/main")
+            && human.contains(&fed_id),
+        "{human}"
+    );
+    let err = fails_with(
+        r,
+        &env,
+        &[
+            "trust",
+            "add",
+            "bad",
+            "--client",
+            &fed_id,
+            "--issuer",
+            "http://issuer.example",
+            "--audience",
+            "a",
+            "--subject",
+            "s",
+        ],
+    );
+    assert!(
+        err.contains("issuer") && err.contains("admin API: 400"),
+        "{err}"
+    );
+    let err = fails(
+        d,
+        &[
+            "trust",
+            "add",
+            "bad",
+            "--client",
+            &fed_id,
+            "--issuer",
+            "https://i.example",
+            "--audience",
+            "a",
+            "--subject",
+            "a*b*",
+        ],
+    );
+    assert!(err.contains("subject"), "{err}");
+    ok(d, &["trust", "remove", "gha-main"]);
+    assert_eq!(remote(&["trust", "list", "--json"]), serde_json::json!([]));
+    let err = fails_with(r, &env, &["trust", "remove", "gha-main"]);
+    assert!(err.contains("404"), "{err}");
+
     let left: Vec<_> = std::fs::read_dir(r).unwrap().collect();
     assert!(left.is_empty(), "the remote commands wrote {left:?}");
 }

@@ -44,12 +44,15 @@ async fn document() -> impl IntoResponse {
         admin::clients::rotate_secret, admin::clients::client_usage,
         admin::clients::client_refusals, admin::clients::rate_limited,
         admin::keys::list_keys, admin::keys::rotate_keys,
+        admin::trust::list_policies, admin::trust::get_policy, admin::trust::put_policy,
+        admin::trust::delete_policy,
     ),
     components(schemas(Problem, OAuthError, TokenForm, TokenAnswer, IntrospectionForm,
         Introspection, RevocationForm, Jwks, Metadata)),
     modifiers(&Security, &OptionalBodies),
     tags((name = "oauth", description = "RFC 6749 and the endpoints around it"),
          (name = "plans"), (name = "clients"), (name = "keys"),
+         (name = "trust", description = "Workload identity federation"),
          (name = "operations", description = "Health and metrics"))
 )]
 #[derive(Debug)]

@@ -24,6 +24,7 @@ mod auth;
 pub(crate) mod clients;
 pub(crate) mod keys;
 pub(crate) mod plans;
+pub(crate) mod trust;
 
 pub(crate) use auth::AdminGuard;
 
@@ -45,6 +46,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(plans::router())
         .merge(clients::router())
         .merge(keys::router())
+        .merge(trust::router())
         .fallback(|| async { Problem::not_found("no such admin resource") })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
 }
