@@ -15,6 +15,7 @@ mod admin;
 mod backup;
 
 use admin::AdminCommand;
+mod client_key;
 mod serve;
 mod token;
 
@@ -69,9 +70,9 @@ enum Command {
     /// Manage clients.
     #[command(subcommand)]
     Client(admin::ClientCommand),
-    /// Manage signing keys.
+    /// Manage signing keys; make a client's key.
     #[command(subcommand)]
-    Keys(admin::KeysCommand),
+    Keys(KeysCommand),
     /// Copy the SQLite database into a new file, consistently, also while `serve` runs.
     ///
     /// The master key is not in the copy: back it up apart, once.
@@ -83,6 +84,17 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `keys`: the server's signing keys (admin commands), and a client's own key (local).
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    #[command(flatten)]
+    Signing(admin::KeysCommand),
+    /// Write a new Ed25519 private key for a private_key_jwt client (PKCS #8 PEM, mode 0600)
+    /// and print its public JWK Set, for `client create --auth-method private_key_jwt
+    /// --jwks-file`.
+    GenerateClientKey(client_key::GenerateClientKeyArgs),
 }
 
 /// What a command does with the database.
@@ -116,7 +128,10 @@ async fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(&cli.data, args).await,
         Command::Plan(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Plan(cmd)).await,
         Command::Client(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Client(cmd)).await,
-        Command::Keys(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await,
+        Command::Keys(KeysCommand::Signing(cmd)) => {
+            admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await
+        }
+        Command::Keys(KeysCommand::GenerateClientKey(args)) => client_key::generate(args),
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
         Command::Completions { shell } => completions(shell),
