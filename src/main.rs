@@ -15,6 +15,7 @@ mod admin;
 mod backup;
 
 use admin::AdminCommand;
+mod client_key;
 mod serve;
 mod token;
 
@@ -69,9 +70,9 @@ enum Command {
     /// Manage clients.
     #[command(subcommand)]
     Client(admin::ClientCommand),
-    /// Manage signing keys.
+    /// Manage signing keys; make a client's key.
     #[command(subcommand)]
-    Keys(admin::KeysCommand),
+    Keys(KeysCommand),
     /// Manage trust policies: which external identities (Kubernetes service accounts,
     /// GitHub Actions jobs, SPIFFE IDs) may act as which client, with no secret.
     #[command(subcommand)]
@@ -87,6 +88,17 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `keys`: the server's signing keys (admin commands), and a client's own key (local).
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    #[command(flatten)]
+    Signing(admin::KeysCommand),
+    /// Write a new Ed25519 private key for a private_key_jwt client (PKCS #8 PEM, mode 0600)
+    /// and print its public JWK Set, for `client create --auth-method private_key_jwt
+    /// --jwks-file`.
+    GenerateClientKey(client_key::GenerateClientKeyArgs),
 }
 
 /// What a command does with the database.
@@ -120,7 +132,10 @@ async fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve::run(&cli.data, args).await,
         Command::Plan(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Plan(cmd)).await,
         Command::Client(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Client(cmd)).await,
-        Command::Keys(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await,
+        Command::Keys(KeysCommand::Signing(cmd)) => {
+            admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await
+        }
+        Command::Keys(KeysCommand::GenerateClientKey(args)) => client_key::generate(args),
         Command::Trust(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Trust(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,

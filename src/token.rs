@@ -2,10 +2,16 @@
 //! disk for `expires_in`, so that repeated calls within the lifetime make no request (the
 //! seed's rule: rate limits count token requests too).
 //!
+//! The client authenticates with its secret, its private key (`private_key_jwt`, RFC 7523
+//! section 2.2: a new assertion signed for each request) or a JWT its platform writes to a
+//! file (read for each request).
+//!
 //! The cache is one JSON file per user (`$TESSERA_TOKEN_CACHE`, else
 //! `$XDG_CACHE_HOME/tessera/tokens.json`, else `~/.cache/tessera/tokens.json`), mode 0600 in a
-//! 0700 folder, keyed by environment, token endpoint, client id and scope set. A damaged file
-//! is ignored and rewritten; it never fails the command.
+//! 0700 folder, keyed by environment, token endpoint, client id, scope set and credentials
+//! ([`CacheKey`]: a token goes only to whoever holds the secret or key it was issued for,
+//! and a rotated or wrong secret asks the server). A damaged file is ignored and
+//! rewritten; it never fails the command.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use serde::{Deserialize, Serialize};
 use tessera_client::{
-    CacheKey, ClientId, ClientSecret, Environment, RefreshSkew, ScopeSet, TokenClient,
+    CacheKey, ClientAuth, ClientId, ClientSecret, Environment, RefreshSkew, ScopeSet, TokenClient,
     TokenResponse, Url,
 };
 use tessera_server::clock::Clock;
@@ -36,18 +42,61 @@ pub(crate) struct TokenArgs {
     /// The client id.
     #[arg(long, env = "TESSERA_CLIENT_ID", hide_env_values = true)]
     client_id: String,
-    /// The client secret; prefer the environment over the command line.
+    /// The client secret; prefer the environment over the command line. The client's
+    /// credentials are one of this, --private-key and --assertion-file.
     #[arg(long, env = "TESSERA_CLIENT_SECRET", hide_env_values = true)]
-    client_secret: String,
+    client_secret: Option<String>,
+    /// Authenticate with this private key instead of a secret (private_key_jwt): PKCS #8,
+    /// PEM or DER, Ed25519, P-256 or RSA, as `tessera keys generate-client-key` writes it.
+    #[arg(long, value_name = "FILE")]
+    private_key: Option<PathBuf>,
+    /// Authenticate with the JWT in this file instead of a secret, read for each request: a
+    /// token the platform issues and rotates, such as a Kubernetes projected service-account
+    /// token.
+    #[arg(long, value_name = "FILE", env = "TESSERA_CLIENT_ASSERTION_FILE")]
+    assertion_file: Option<PathBuf>,
+}
+
+impl TokenArgs {
+    /// The one kind of credentials given. Checked here rather than by clap, so that the
+    /// message names the variables a value may have come from.
+    fn auth(&self) -> Result<ClientAuth> {
+        match (&self.client_secret, &self.private_key, &self.assertion_file) {
+            (Some(secret), None, None) => Ok(ClientAuth::secret(ClientSecret::new(secret.clone()))),
+            (None, Some(key), None) => {
+                Ok(ClientAuth::private_key(crate::client_key::read(key)?, None))
+            }
+            (None, None, Some(path)) => Ok(ClientAuth::assertion_file(path)),
+            (None, None, None) => Err(anyhow!(
+                "no client credentials: set TESSERA_CLIENT_SECRET, or give --private-key or \
+                 --assertion-file (TESSERA_CLIENT_ASSERTION_FILE)"
+            )),
+            (secret, key, file) => {
+                let given: Vec<&str> = [
+                    secret
+                        .as_ref()
+                        .map(|_| "the client secret (TESSERA_CLIENT_SECRET)"),
+                    key.as_ref().map(|_| "--private-key"),
+                    file.as_ref()
+                        .map(|_| "--assertion-file (TESSERA_CLIENT_ASSERTION_FILE)"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                Err(anyhow!(
+                    "give one kind of client credentials, not {}",
+                    given.join(" and ")
+                ))
+            }
+        }
+    }
 }
 
 /// One cached token.
 #[derive(Serialize, Deserialize)]
 struct Entry {
+    /// What the token is for, with the credentials it was issued to.
     key: CacheKey,
-    /// SHA-256 of the client secret, so that a token is only handed to whoever holds the
-    /// secret it was issued for (a rotated or wrong secret asks the server).
-    secret_digest: String,
     access_token: String,
     scope: ScopeSet,
     /// Unix seconds: when the response was received plus `expires_in`.
@@ -76,13 +125,12 @@ pub(crate) async fn run(args: TokenArgs) -> Result<()> {
     let client = TokenClient::builder()
         .environment(environment)
         .client_id(client_id)
-        .client_secret(ClientSecret::new(args.client_secret.clone()))
+        .auth(args.auth()?)
         .scopes(scopes)
         .build()?;
 
     let path = cache_path();
     let now = Clock::system().now();
-    let digest = secret_digest(&args.client_secret);
     let mut file = if args.no_cache {
         CacheFile::default()
     } else {
@@ -93,11 +141,10 @@ pub(crate) async fn run(args: TokenArgs) -> Result<()> {
         let lifetime = std::time::Duration::from_secs(lifetime as u64);
         RefreshSkew::default().for_lifetime(lifetime).as_secs() as i64
     };
-    let cached = file.tokens.iter().find(|e| {
-        e.key == *client.key()
-            && e.secret_digest == digest
-            && now < e.expires_at.saturating_sub(skew(e))
-    });
+    let cached = file
+        .tokens
+        .iter()
+        .find(|e| e.key == *client.key() && now < e.expires_at.saturating_sub(skew(e)));
     let response = match cached {
         Some(entry) => TokenResponse {
             access_token: entry.access_token.clone(),
@@ -114,7 +161,6 @@ pub(crate) async fn run(args: TokenArgs) -> Result<()> {
                         .retain(|e| e.expires_at > received_at && e.key != *client.key());
                     file.tokens.push(Entry {
                         key: client.key().clone(),
-                        secret_digest: digest.clone(),
                         access_token: response.access_token.clone(),
                         scope: response.scope.clone(),
                         expires_at: received_at
@@ -195,12 +241,4 @@ fn save(path: &Path, file: &CacheFile) -> Result<()> {
     out.as_file().sync_all()?;
     out.persist(path)?;
     Ok(())
-}
-
-/// SHA-256 of the secret, base64url: it identifies the secret without revealing it (the
-/// secret has 256 random bits, so a fast hash is enough).
-fn secret_digest(secret: &str) -> String {
-    use base64::Engine;
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, secret.as_bytes());
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
 }

@@ -43,6 +43,13 @@ pub struct CacheKey {
     /// (RFC 9449 section 6.1) is of no use with another, or without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dpop_jkt: Option<String>,
+    /// What the client authenticated with, so that a client with other credentials (another
+    /// secret, another key, none that work) never gets the token of one that had the right
+    /// ones: `secret:` and the SHA-256 of the secret, `private_key_jwt:` and the key's RFC
+    /// 7638 thumbprint, `assertion_file:` and the path, `certificate:` and the SHA-256 of the
+    /// certificate's PEM. It names the credentials and reveals none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
 }
 
 /// An access token and its type. `Debug` prints the type and `[redacted]`; read the token
@@ -499,6 +506,7 @@ mod tests {
             client_id: ClientId::parse("app").unwrap(),
             scopes: ScopeSet::parse(scopes).unwrap(),
             dpop_jkt: None,
+            credential: None,
         };
         let a = cache.entry(&key("a b"));
         let b = cache.entry(&key("b a"));

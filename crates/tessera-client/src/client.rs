@@ -6,19 +6,19 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::{redirect, Response, StatusCode, Url};
 use tessera_proto::token::TokenType;
 use tessera_proto::{
-    form, BasicCredentials, ClientId, ClientSecret, Clock, ErrorCode, ErrorResponse, ScopeSet,
-    TokenResponse,
+    form, ClientId, ClientSecret, Clock, ErrorCode, ErrorResponse, ScopeSet, TokenResponse,
 };
 
+use crate::auth::{ClientAuth, Credentials, JWT_BEARER};
 use crate::cache::{
     AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, Stamp, TokenCache,
 };
-use crate::dpop::{Dpop, DpopKey, PROOF_HEADER};
-use crate::environment::{BaseUrls, Environment};
+use crate::dpop::{sha256_b64, Dpop, DpopKey, PROOF_HEADER};
+use crate::environment::{self, BaseUrls, Environment};
 use crate::error::{BuildError, Error, OAuthError};
 use crate::retry::{self, Jitter, RetryPolicy, Sleeper};
 
@@ -34,10 +34,10 @@ pub struct TokenClient {
     http: reqwest::Client,
     endpoint: Url,
     key: CacheKey,
-    /// `Basic` credentials, form-encoded first (RFC 6749 section 2.3.1), marked sensitive;
-    /// none when the client authenticates with its certificate (RFC 8705).
-    authorization: Option<HeaderValue>,
-    /// The form body, the same on every request.
+    /// How the client authenticates: the `Basic` header of its secret, or an assertion made
+    /// or read for each request, or nothing beyond its certificate (RFC 8705).
+    credentials: Credentials,
+    /// The form body, less any `client_assertion`: the same on every request.
     body: String,
     retry: RetryPolicy,
     skew: RefreshSkew,
@@ -56,7 +56,7 @@ impl fmt::Debug for TokenClient {
         f.debug_struct("TokenClient")
             .field("endpoint", &self.endpoint.as_str())
             .field("key", &self.key)
-            .field("client_secret", &"[redacted]")
+            .field("auth", &self.credentials)
             .field("retry", &self.retry)
             .field("skew", &self.skew)
             .field("cache", &self.entry)
@@ -152,9 +152,20 @@ impl TokenClient {
     /// 5) when the client has a key, and what to make of its answer.
     async fn exchange(&self, attempt: u32) -> Outcome {
         let mut request = self.http.post(self.endpoint.clone());
-        if let Some(authorization) = &self.authorization {
+        if let Some(authorization) = self.credentials.authorization() {
             request = request.header(AUTHORIZATION, authorization.clone());
         }
+        // RFC 7521 section 4.2: a new assertion for every request, since each is used once.
+        let body = match self.credentials.assertion(self.clock.now()).await {
+            Ok(None) => self.body.clone(),
+            Ok(Some(assertion)) => format!(
+                "{}&client_assertion_type={}&client_assertion={}",
+                self.body,
+                form::encode_component(JWT_BEARER),
+                form::encode_component(&assertion)
+            ),
+            Err(error) => return Outcome::Done(Err(error)),
+        };
         if let Some(dpop) = &self.dpop {
             let endpoint = self.endpoint.as_str();
             let nonce = dpop.nonce(endpoint);
@@ -166,7 +177,7 @@ impl TokenClient {
         let sent = request
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(ACCEPT, "application/json")
-            .body(self.body.clone())
+            .body(body)
             .send()
             .await;
         let transport = |e: reqwest::Error| Error::Transport {
@@ -304,15 +315,20 @@ async fn read_limited(mut response: Response) -> Result<Option<Vec<u8>>, reqwest
     Ok(Some(body))
 }
 
-/// Settings of a [`TokenClient`]. `environment`, `client_id`, `client_secret` and `scopes`
-/// are required.
+/// Settings of a [`TokenClient`]. `environment`, `client_id`, the credentials
+/// ([`client_secret`](Self::client_secret), [`auth`](Self::auth) or a
+/// [`client_certificate`](Self::client_certificate)) and `scopes` are required.
 #[derive(Debug)]
 pub struct TokenClientBuilder {
     environment: Option<Environment>,
     urls: BaseUrls,
     client_id: Option<ClientId>,
-    client_secret: Option<ClientSecret>,
+    auth: Option<ClientAuth>,
+    /// The issuer identifier assertions name, when not the base URL.
+    issuer: Option<String>,
     identity: Option<reqwest::Identity>,
+    /// SHA-256 of the certificate's PEM: tokens bound to one certificate are not another's.
+    certificate_digest: Option<String>,
     roots: Vec<reqwest::Certificate>,
     scopes: Option<ScopeSet>,
     timeout: Duration,
@@ -331,8 +347,10 @@ impl Default for TokenClientBuilder {
             environment: None,
             urls: BaseUrls::default(),
             client_id: None,
-            client_secret: None,
+            auth: None,
+            issuer: None,
             identity: None,
+            certificate_digest: None,
             roots: Vec::new(),
             scopes: None,
             timeout: Duration::from_secs(10),
@@ -381,9 +399,26 @@ impl TokenClientBuilder {
         self
     }
 
-    /// The client secret.
-    pub fn client_secret(mut self, secret: ClientSecret) -> Self {
-        self.client_secret = Some(secret);
+    /// The client secret, sent with HTTP Basic: the same as
+    /// [`auth(ClientAuth::secret(secret))`](Self::auth).
+    pub fn client_secret(self, secret: ClientSecret) -> Self {
+        self.auth(ClientAuth::secret(secret))
+    }
+
+    /// How the client authenticates: its secret, its private key (`private_key_jwt`, RFC
+    /// 7523), or a JWT its platform writes to a file. See [`ClientAuth`]. The last one given
+    /// (here or with [`client_secret`](Self::client_secret)) counts.
+    pub fn auth(mut self, auth: ClientAuth) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+
+    /// The issuer identifier of the server (RFC 8414 section 2), which the assertions of
+    /// [`ClientAuth::private_key`] name as their audience. By default the base URL without
+    /// a trailing slash, which is Tessera's issuer when the client reaches the server at the
+    /// address the server names itself by; give it when the client reaches it elsewhere.
+    pub fn issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.issuer = Some(issuer.into());
         self
     }
 
@@ -393,6 +428,7 @@ impl TokenClientBuilder {
     /// APIs must see it too.
     pub fn client_certificate(mut self, pem: &[u8]) -> Result<Self, BuildError> {
         self.identity = Some(reqwest::Identity::from_pem(pem).map_err(BuildError::Http)?);
+        self.certificate_digest = Some(sha256_b64(pem));
         Ok(self)
     }
 
@@ -500,14 +536,16 @@ impl TokenClientBuilder {
     ) -> Result<TokenClient, BuildError> {
         let environment = self.environment.ok_or(BuildError::Missing("environment"))?;
         let client_id = self.client_id.ok_or(BuildError::Missing("client_id"))?;
-        if self.client_secret.is_none() && self.identity.is_none() {
+        if self.auth.is_none() && self.identity.is_none() {
             return Err(BuildError::Missing("client_secret"));
         }
         let scopes = self
             .scopes
             .filter(|s| !s.is_empty())
             .ok_or(BuildError::Missing("scopes"))?;
-        let endpoint = self.urls.token_endpoint(&environment, lookup)?;
+        let base = self.urls.base(&environment, lookup)?;
+        let endpoint = environment::token_endpoint(&base);
+        let issuer = self.issuer.unwrap_or_else(|| environment::issuer(&base));
 
         let mut http = reqwest::Client::builder()
             .redirect(redirect::Policy::none())
@@ -522,17 +560,10 @@ impl TokenClientBuilder {
         }
         let http = http.build().map_err(BuildError::Http)?;
 
-        let authorization = self.client_secret.map(|client_secret| {
-            let credentials = BasicCredentials {
-                client_id: client_id.clone(),
-                client_secret,
-            };
-            // Base64 after "Basic " holds only visible ASCII, always a valid header value.
-            let mut authorization = HeaderValue::from_str(&credentials.to_header())
-                .expect("a Basic header is visible ASCII");
-            authorization.set_sensitive(true);
-            authorization
-        });
+        let credentials = match self.auth {
+            Some(auth) => Credentials::new(auth, &client_id, &issuer),
+            None => Credentials::Certificate,
+        };
         // RFC 6749 section 4.4.2; the scopes are joined with %20, as the seed shows.
         let scope = scopes
             .iter()
@@ -540,11 +571,17 @@ impl TokenClientBuilder {
             .collect::<Vec<_>>()
             .join("%20");
         let mut body = format!("grant_type=client_credentials&scope={scope}");
-        if authorization.is_none() {
-            // RFC 8705 section 2: with a certificate, the client names itself in the body.
+        if credentials.authorization().is_none() {
+            // RFC 8705 section 2 and RFC 7521 section 4.2: without Basic, the client names
+            // itself in the body.
             body.push_str("&client_id=");
             body.push_str(&form::encode_component(client_id.as_str()));
         }
+        let credential = match (credentials.fingerprint(), self.certificate_digest) {
+            (Some(auth), Some(certificate)) => Some(format!("{auth} certificate:{certificate}")),
+            (Some(auth), None) => Some(auth),
+            (None, certificate) => certificate.map(|c| format!("certificate:{c}")),
+        };
 
         let key = CacheKey {
             environment,
@@ -552,13 +589,14 @@ impl TokenClientBuilder {
             client_id,
             scopes,
             dpop_jkt: self.dpop.as_ref().map(|key| key.thumbprint().to_owned()),
+            credential,
         };
         let entry = self.cache.unwrap_or_default().entry(&key);
         Ok(TokenClient {
             http,
             endpoint,
             key,
-            authorization,
+            credentials,
             body,
             retry: self.retry,
             skew: self.skew,
@@ -595,10 +633,15 @@ mod tests {
             client.body,
             "grant_type=client_credentials&scope=market-data-api%20news-api"
         );
-        let header = client.authorization.as_ref().unwrap().to_str().unwrap();
-        let creds = BasicCredentials::from_header(header).unwrap();
+        let header = client
+            .credentials
+            .authorization()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let creds = tessera_proto::BasicCredentials::from_header(header).unwrap();
         assert_eq!(creds.client_secret.expose(), "hunter2");
-        assert!(client.authorization.as_ref().unwrap().is_sensitive());
+        assert!(client.credentials.authorization().unwrap().is_sensitive());
         assert_eq!(client.key().environment, Environment::Staging);
     }
 
@@ -635,8 +678,8 @@ mod tests {
         assert!(!printed.contains("eyJ.token.sig"), "{printed}");
         assert!(printed.contains("[redacted]"));
         let b64 = client
-            .authorization
-            .as_ref()
+            .credentials
+            .authorization()
             .unwrap()
             .to_str()
             .unwrap()
@@ -652,6 +695,71 @@ mod tests {
         assert!(Arc::ptr_eq(&a.entry, &b.entry));
         let own = builder().build_with(|_| None).unwrap();
         assert!(!Arc::ptr_eq(&a.entry, &own.entry));
+    }
+
+    #[test]
+    fn clients_that_authenticate_otherwise_never_share_a_token() {
+        let cache = TokenCache::new();
+        let key = DpopKey::generate_ed25519();
+        let with = |auth: ClientAuth| {
+            builder()
+                .auth(auth)
+                .cache(&cache)
+                .build_with(|_| None)
+                .unwrap()
+        };
+        let clients = [
+            with(ClientAuth::secret(ClientSecret::new("hunter2"))),
+            with(ClientAuth::secret(ClientSecret::new("hunter3"))),
+            with(ClientAuth::private_key(key.clone(), None)),
+            with(ClientAuth::private_key(DpopKey::generate_ed25519(), None)),
+            with(ClientAuth::assertion_file(
+                "/var/run/secrets/tokens/tessera",
+            )),
+            with(ClientAuth::assertion_file("/elsewhere")),
+        ];
+        for (i, a) in clients.iter().enumerate() {
+            for b in &clients[i + 1..] {
+                assert!(!Arc::ptr_eq(&a.entry, &b.entry), "{:?} {:?}", a.key, b.key);
+            }
+        }
+        // The same credentials share one.
+        let again = with(ClientAuth::private_key(key.clone(), Some("k1".into())));
+        assert!(Arc::ptr_eq(&clients[2].entry, &again.entry));
+        assert_eq!(
+            again.key().credential.as_deref(),
+            Some(format!("private_key_jwt:{}", key.thumbprint()).as_str())
+        );
+        // The key names the secret by its digest only.
+        let secret = format!("{:?}", clients[0].key());
+        assert!(!secret.contains("hunter2"), "{secret}");
+    }
+
+    #[test]
+    fn an_assertion_client_names_itself_in_the_body_and_signs_for_the_issuer() {
+        let key = DpopKey::generate_ed25519();
+        let client = builder()
+            .auth(ClientAuth::private_key(key.clone(), None))
+            .build_with(|_| None)
+            .unwrap();
+        assert!(client.credentials.authorization().is_none());
+        assert_eq!(
+            client.body,
+            "grant_type=client_credentials&scope=market-data-api%20news-api&client_id=app"
+        );
+        let printed = format!("{:?}", client.credentials);
+        assert!(printed.starts_with("PrivateKeyJwt"), "{printed}");
+        assert!(
+            printed.contains("aud: \"https://auth-stage.example.com\""),
+            "{printed}"
+        );
+        // Given elsewhere, the issuer wins.
+        let client = builder()
+            .auth(ClientAuth::private_key(key, None))
+            .issuer("https://auth.example.com")
+            .build_with(|_| None)
+            .unwrap();
+        assert!(format!("{client:?}").contains("aud: \"https://auth.example.com\""));
     }
 
     #[test]

@@ -96,6 +96,21 @@ impl DpopKey {
         Err(DpopKeyError)
     }
 
+    /// A key from a PEM file of unencrypted PKCS #8 (`-----BEGIN PRIVATE KEY-----`, RFC 7468
+    /// section 10), as `openssl genpkey` and `tessera keys generate-client-key` write it;
+    /// see [`from_pkcs8`](Self::from_pkcs8).
+    pub fn from_pkcs8_pem(pem: &str) -> Result<Self, DpopKeyError> {
+        const BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
+        const END: &str = "-----END PRIVATE KEY-----";
+        let (_, rest) = pem.split_once(BEGIN).ok_or(DpopKeyError)?;
+        let (body, _) = rest.split_once(END).ok_or(DpopKeyError)?;
+        let base64: String = body.split_ascii_whitespace().collect();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(base64)
+            .map_err(|_| DpopKeyError)?;
+        Self::from_pkcs8(&der)
+    }
+
     fn new(pair: Pair, alg: Algorithm) -> Self {
         let b64 = |bytes: &[u8]| URL_SAFE_NO_PAD.encode(bytes);
         // RFC 7638 section 3.2: the required members, in lexicographic order, no white space;
@@ -190,10 +205,29 @@ impl DpopKey {
             ath: access_token.map(|token| sha256_b64(token.as_bytes())),
             nonce: nonce.map(str::to_owned),
         };
-        let payload = serde_json::to_vec(&claims).expect("claims serialize");
-        let mut jws = self.0.header_prefix.clone();
+        self.compact(&self.0.header_prefix, &claims, &rng)
+    }
+
+    /// `base64url(header) + "."` for a JWS of this key with `header`'s members and its `alg`
+    /// (RFC 7515 section 7.1), to be given to [`compact`](Self::compact).
+    pub(crate) fn header_prefix(&self, mut header: serde_json::Map<String, Value>) -> String {
+        header.insert("alg".into(), self.0.alg.as_str().into());
+        let header = Value::Object(header).to_string();
+        format!("{}.", URL_SAFE_NO_PAD.encode(header))
+    }
+
+    /// A compact JWS (RFC 7515 section 7.1) of `claims` under the header that `header_prefix`
+    /// encodes.
+    pub(crate) fn compact(
+        &self,
+        header_prefix: &str,
+        claims: &impl serde::Serialize,
+        rng: &SystemRandom,
+    ) -> String {
+        let payload = serde_json::to_vec(claims).expect("claims serialize");
+        let mut jws = header_prefix.to_owned();
         URL_SAFE_NO_PAD.encode_string(payload, &mut jws);
-        let signature = self.sign(jws.as_bytes(), &rng);
+        let signature = self.sign(jws.as_bytes(), rng);
         jws.push('.');
         URL_SAFE_NO_PAD.encode_string(signature, &mut jws);
         jws
@@ -219,7 +253,7 @@ impl DpopKey {
     }
 }
 
-fn sha256_b64(input: &[u8]) -> String {
+pub(crate) fn sha256_b64(input: &[u8]) -> String {
     URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, input))
 }
 
@@ -372,6 +406,31 @@ mod tests {
         );
         assert_eq!(rsa().algorithm(), Algorithm::RS256);
         assert!(DpopKey::from_pkcs8(b"not a key").is_err());
+    }
+
+    #[test]
+    fn a_key_reads_from_pkcs8_pem() {
+        let rng = SystemRandom::new();
+        let der = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        let body = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+        let lines: Vec<&str> = body
+            .as_bytes()
+            .chunks(64)
+            .map(|l| std::str::from_utf8(l).unwrap())
+            .collect();
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+            lines.join("\n")
+        );
+        let from_pem = DpopKey::from_pkcs8_pem(&pem).unwrap();
+        let from_der = DpopKey::from_pkcs8(der.as_ref()).unwrap();
+        assert_eq!(from_pem.thumbprint(), from_der.thumbprint());
+        // Another PEM type, or a damaged body, is refused.
+        let sec1 = pem.replace("PRIVATE KEY", "EC PRIVATE KEY");
+        assert!(DpopKey::from_pkcs8_pem(&sec1).is_err());
+        let damaged = pem.replacen(&lines[0][..8], "!!!!!!!!", 1);
+        assert!(DpopKey::from_pkcs8_pem(&damaged).is_err());
+        assert!(DpopKey::from_pkcs8_pem("").is_err());
     }
 
     #[test]

@@ -68,7 +68,18 @@ pub(crate) struct BaseUrls {
 
 impl BaseUrls {
     /// The token endpoint of `environment` (the seed's `{auth_url}/connect/token`).
+    #[cfg(test)]
     pub(crate) fn token_endpoint(
+        &self,
+        environment: &Environment,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Url, BuildError> {
+        self.base(environment, lookup)
+            .map(|base| token_endpoint(&base))
+    }
+
+    /// The base URL of `environment`, `{auth_url}`, checked.
+    pub(crate) fn base(
         &self,
         environment: &Environment,
         lookup: impl Fn(&str) -> Option<String>,
@@ -95,12 +106,7 @@ impl BaseUrls {
             (None, None) => unreachable!("a custom environment carries its URL"),
         };
         self.check(&base)?;
-        let mut endpoint = base.clone();
-        endpoint.set_path(&format!(
-            "{}/connect/token",
-            base.path().trim_end_matches('/')
-        ));
-        Ok(endpoint)
+        Ok(base)
     }
 
     /// The token request carries the client secret, so it goes over TLS (RFC 6749 section
@@ -122,6 +128,22 @@ impl BaseUrls {
             _ => Err(invalid("the scheme must be https")),
         }
     }
+}
+
+/// The token endpoint of the deployment at `base`: `{base}/connect/token`.
+pub(crate) fn token_endpoint(base: &Url) -> Url {
+    let mut endpoint = base.clone();
+    endpoint.set_path(&format!(
+        "{}/connect/token",
+        base.path().trim_end_matches('/')
+    ));
+    endpoint
+}
+
+/// The issuer identifier (RFC 8414 section 2) of the deployment at `base`: the base URL
+/// without a trailing slash, as Tessera names itself in its tokens and its metadata.
+pub(crate) fn issuer(base: &Url) -> String {
+    base.as_str().trim_end_matches('/').to_owned()
 }
 
 fn is_loopback(url: &Url) -> bool {

@@ -12,8 +12,8 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// A required setting was not given: `environment`, `client_id`, `client_secret` or
-    /// `scopes`.
+    /// A required setting was not given: `environment`, `client_id`, `client_secret` (or
+    /// another [`ClientAuth`](crate::ClientAuth), or a client certificate) or `scopes`.
     #[error("{0} is required")]
     Missing(&'static str),
     /// Neither the builder nor the environment variable gave the base URL.
@@ -96,6 +96,17 @@ pub enum Error {
         status: StatusCode,
         /// What was wrong with it.
         detail: String,
+    },
+    /// The assertion file of [`ClientAuth::assertion_file`](crate::ClientAuth::assertion_file)
+    /// could not be read, or held nothing. Not retried: the platform writes the file, and
+    /// a missing one is a deployment to fix.
+    #[error("cannot read the client assertion file {}", .path.display())]
+    AssertionFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: Arc<std::io::Error>,
     },
     /// The API request of [`send_authorized`](crate::TokenClient::send_authorized) failed.
     #[error("the API request failed")]

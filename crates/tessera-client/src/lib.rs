@@ -12,8 +12,10 @@
 //!   retries, and [`TokenClient::send_authorized`], which attaches the token to an API request
 //!   (with a DPoP proof for a DPoP token) and sends it again once when the API asks for a
 //!   DPoP nonce and once when it says the token is invalid (`authorized.rs`).
+//! - [`ClientAuth`] (`auth.rs`): how the client authenticates: its secret, its private key
+//!   (`private_key_jwt`, RFC 7523), or a JWT its platform writes to a file.
 //! - [`DpopKey`] (`dpop.rs`): the key DPoP proofs are signed with, the proofs, and the
-//!   nonces servers gave.
+//!   nonces servers gave; a `private_key_jwt` client's key is one too.
 //! - [`Environment`] (`environment.rs`): production, staging or a URL of your own; where the
 //!   token endpoint is.
 //! - [`TokenCache`], [`CacheKey`], [`AccessToken`], [`RefreshSkew`] (`cache.rs`): lifetimes,
@@ -22,8 +24,8 @@
 //!   sleeper that waits them out.
 //! - [`Error`], [`OAuthError`], [`BuildError`] (`error.rs`).
 //!
-//! Nothing here follows a redirect: a token request carries the client secret, and RFC 6749
-//! section 3.2 names the token endpoint, not wherever it points.
+//! Nothing here follows a redirect: a token request carries the client's credentials, and
+//! RFC 6749 section 3.2 names the token endpoint, not wherever it points.
 //!
 //! # Example
 //!
@@ -104,6 +106,43 @@
 //! # }
 //! ```
 //!
+//! # Without a shared secret: a private key, or the platform's token
+//!
+//! A secret is copied into CI variables and config files and must be rotated by hand. With
+//! [`ClientAuth::private_key`] the client registers only its public key (`tessera client
+//! create --auth-method private_key_jwt --jwks-file jwks.json`) and signs a new assertion
+//! for each token request (RFC 7523 section 2.2): `iss` and `sub` its id, `aud` the server's
+//! issuer identifier (the base URL; see [`issuer`](TokenClientBuilder::issuer)), a random
+//! `jti`, and `exp` 60 s after `iat`. With [`ClientAuth::assertion_file`] it sends a JWT that
+//! its platform issues and rewrites in a file (a Kubernetes projected service-account token,
+//! say), read again for every request.
+//!
+//! ```no_run
+//! use tessera_client::{ClientAuth, ClientId, DpopKey, Environment, ScopeSet, TokenClient};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // Written by `tessera keys generate-client-key --out client.pem --kid k1`.
+//! let key = DpopKey::from_pkcs8_pem(&std::fs::read_to_string("client.pem")?)?;
+//! let tokens = TokenClient::builder()
+//!     .environment(Environment::Production)
+//!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
+//!     .auth(ClientAuth::private_key(key, Some("k1".into())))
+//!     .scopes(ScopeSet::parse("market-data-api")?)
+//!     .build()?;
+//! let token = tokens.token().await?;
+//!
+//! // Or the token the platform projects into the pod, read for every request:
+//! let federated = TokenClient::builder()
+//!     .environment(Environment::Production)
+//!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
+//!     .auth(ClientAuth::assertion_file("/var/run/secrets/tokens/tessera"))
+//!     .scopes(ScopeSet::parse("market-data-api")?)
+//!     .build()?;
+//! # let _ = (token, federated);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Time in tests
 //!
 //! The client decides by time in two places: whether a cached token is still fresh, and how
@@ -145,6 +184,7 @@
 //! # run().unwrap();
 //! ```
 
+mod auth;
 mod authorized;
 mod cache;
 mod client;
@@ -153,6 +193,7 @@ mod environment;
 mod error;
 mod retry;
 
+pub use auth::ClientAuth;
 pub use cache::{AccessToken, CacheKey, RefreshSkew, TokenCache};
 pub use client::{TokenClient, TokenClientBuilder};
 pub use dpop::DpopKey;

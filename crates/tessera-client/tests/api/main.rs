@@ -1,7 +1,8 @@
 //! The client kit against the real server: every test starts its own Tessera on port 0 with a
 //! fresh database, behind a middleware that notes when token requests come, what they carry
 //! and how they were answered, and can answer some of them itself (a 429 or a 503) before the
-//! real endpoint sees them. DPoP (RFC 9449) has its own module, `dpop.rs`.
+//! real endpoint sees them. DPoP (RFC 9449) has its own module, `dpop.rs`, and so have
+//! `private_key_jwt` and assertion files (RFC 7523), `private_key.rs`.
 //!
 //! Server and clients read one manual clock, which nothing moves but the test and the
 //! clients' waits: a client's `Retry-After` or backoff moves it by the wait and takes no real
@@ -27,6 +28,7 @@ use tessera_testkit::{Setup, TestApp};
 use tokio::net::TcpListener;
 
 mod dpop;
+mod private_key;
 
 /// A canned answer the middleware gives instead of the token endpoint.
 type Canned = (StatusCode, Vec<(header::HeaderName, &'static str)>);
@@ -38,6 +40,8 @@ struct Seen {
     at: Duration,
     /// Its `DPoP` header.
     proof: Option<String>,
+    /// Its `client_assertion`.
+    assertion: Option<String>,
     /// The status it was answered with.
     status: StatusCode,
 }
@@ -81,6 +85,15 @@ impl TestServer {
                         .headers()
                         .get("dpop")
                         .map(|v| v.to_str().unwrap().to_owned());
+                    let (parts, body) = request.into_parts();
+                    let body = axum::body::to_bytes(body, 64 * 1024).await.unwrap();
+                    let assertion =
+                        Url::parse(&format!("http://form/?{}", String::from_utf8_lossy(&body)))
+                            .unwrap()
+                            .query_pairs()
+                            .find(|(name, _)| name == "client_assertion")
+                            .map(|(_, value)| value.into_owned());
+                    let request = Request::from_parts(parts, Body::from(body));
                     let answer: Option<(Canned, &str)> = answers.lock().unwrap().pop_front();
                     let response = match answer {
                         None => next.run(request).await,
@@ -94,7 +107,12 @@ impl TestServer {
                         }
                     };
                     let status = response.status();
-                    seen.lock().unwrap().push(Seen { at, proof, status });
+                    seen.lock().unwrap().push(Seen {
+                        at,
+                        proof,
+                        assertion,
+                        status,
+                    });
                     response
                 }
             });
@@ -159,11 +177,16 @@ impl TestServer {
     /// A builder for this server's base URL, with quick retries, on the server's clock: a
     /// wait moves the clock, is noted, and takes no real time.
     fn builder(&self, id: &ClientId, secret: &ClientSecret, scopes: &str) -> TokenClientBuilder {
+        self.builder_without_auth(id, scopes)
+            .client_secret(secret.clone())
+    }
+
+    /// [`TestServer::builder`] without the client's credentials.
+    fn builder_without_auth(&self, id: &ClientId, scopes: &str) -> TokenClientBuilder {
         let (clock, waits) = (self.clock().clone(), self.waits.clone());
         TokenClient::builder()
             .environment(Environment::Custom(self.url.clone()))
             .client_id(id.clone())
-            .client_secret(secret.clone())
             .scopes(ScopeSet::parse(scopes).unwrap())
             .retry(RetryPolicy {
                 base_delay: Duration::from_millis(50),
