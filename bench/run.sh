@@ -4,6 +4,7 @@
 #
 #   bench/run.sh [--duration S] [--warmup S] [--connections C] [--clients "10 100000"]
 #                [--no-node] [--profile] [--smoke] [--tls] [--alg EdDSA|ES256|RS256|PS256]
+#                [--auth secret|private_key_jwt] [--assertions A] [--bin PATH]
 #
 # For each client count N, on a fresh temporary database: creates a plan and N clients,
 # starts the server on core 0 (taskset -c 0), waits for it, warms up, then runs wrk on core 1
@@ -23,6 +24,19 @@
 #            (tls-new, Connection: close; resumption by session ticket where wrk's OpenSSL
 #            offers it), and HTTP/2 through h2load with one client's credentials (tls-h2,
 #            installs nghttp2-client when missing).
+# --auth:    how clients authenticate: secret (the default, HTTP Basic) or private_key_jwt
+#            (RFC 7523: the N clients share one Ed25519 key, and every request carries a
+#            fresh signed assertion, since each jti is single-use). The assertions are made
+#            by examples/mint_assertions.rs after each server start (their aud is its
+#            issuer), A for the measured run and as many per second for the warm-up, and
+#            sent once each by bench/assertion.lua. Not with node-oidc-provider or --tls.
+#            The server (no Redis) remembers at most 200,000 jtis per 12 minutes and refuses
+#            assertions beyond: keep warm-up and run under that (about 20 s at 10,000/s),
+#            or the run is INVALID.
+# --assertions: A, the assertions made for one measured run (default 40,000 per second of
+#            --duration, at most 400,000); too few makes the run INVALID (replays refused).
+# --bin:     measure this tessera binary instead of building this tree's (e.g. another
+#            commit's, built in its own worktree), with this tree's scripts.
 #
 # Honours CARGO_TARGET_DIR. Results and the perf report go to bench/out/ (BENCH_OUT).
 # Every process it starts is stopped on exit. All traffic stays on 127.0.0.1.
@@ -30,6 +44,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+invoked_from=$PWD
 cd "$root"
 
 duration=10
@@ -41,6 +56,9 @@ profile=0
 smoke=0
 tls=0
 alg=EdDSA
+auth_method=secret
+assertions=
+bin=
 
 usage() {
 	sed -n '2,/^$/s/^# \{0,1\}//p' "$0"
@@ -58,14 +76,21 @@ while [ $# -gt 0 ]; do
 	--smoke) smoke=1; shift ;;
 	--tls) tls=1; shift ;;
 	--alg) alg=${2:?}; shift 2 ;;
+	--auth) auth_method=${2:?}; shift 2 ;;
+	--assertions) assertions=${2:?}; shift 2 ;;
+	--bin) bin=${2:?}; shift 2 ;;
 	-h | --help) usage 0 ;;
 	*) echo "unknown argument: $1" >&2; usage 2 ;;
 	esac
 done
 
-for value in "$duration" "$warmup" "$connections"; do
+for value in "$duration" "$warmup" "$connections" ${assertions:+"$assertions"}; do
 	[[ $value =~ ^[0-9]+$ ]] || { echo "not a whole number: $value" >&2; exit 2; }
 done
+case "$auth_method" in
+secret | private_key_jwt) ;;
+*) echo "--auth is secret or private_key_jwt, not $auth_method" >&2; exit 2 ;;
+esac
 
 if [ "$smoke" = 1 ]; then
 	duration=1
@@ -75,6 +100,16 @@ if [ "$smoke" = 1 ]; then
 	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 		with_node=0
 	fi
+fi
+
+if [ "$auth_method" = private_key_jwt ]; then
+	if [ "$with_node" = 1 ] || [ "$tls" = 1 ]; then
+		echo "--auth private_key_jwt: add --no-node, and leave out --tls" >&2
+		exit 2
+	fi
+	# Made per run: A for the measured run, as many per second for the warm-up.
+	[ -n "$assertions" ] || assertions=$((duration * 40000 < 400000 ? duration * 40000 : 400000))
+	[ "$assertions" -gt 0 ] || { echo "--assertions must be at least 1" >&2; exit 2; }
 fi
 
 out=${BENCH_OUT:-$root/bench/out}
@@ -139,10 +174,22 @@ if [ "$(nproc)" -lt 2 ]; then
 	exit 1
 fi
 
-log "building tessera (release)"
-cargo build --release --bin tessera --quiet
 target_dir=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
-tessera="$target_dir/release/tessera"
+if [ -n "$bin" ]; then
+	tessera=$(cd "$invoked_from" && realpath "$bin")
+	[ -x "$tessera" ] || { echo "not an executable: $bin" >&2; exit 2; }
+else
+	log "building tessera (release)"
+	cargo build --release --bin tessera --quiet
+	tessera="$target_dir/release/tessera"
+fi
+if [ "$auth_method" = private_key_jwt ]; then
+	# Built on its own: an example brings in dev-dependency features, which must not reach
+	# the measured binary.
+	log "building examples/mint_assertions.rs (release)"
+	cargo build --release --example mint_assertions --quiet
+	mint="$target_dir/release/examples/mint_assertions"
+fi
 
 if [ "$with_node" = 1 ] && [ ! -d bench/node/node_modules ]; then
 	log "installing node-oidc-provider (npm ci)"
@@ -188,20 +235,33 @@ header() {
 	row server N log tokens/s "p50 ms" "p99 ms" "cpu-s/1k" "µs/tok" "srv cpu" "RSS MiB" verdict | tee -a "$results"
 }
 
-# run_load NAME N LOGMODE PID URL AUTH_FILE: warm-up, then the measured run; prints a row.
+# wrk_load URL AUTH PHASE SECONDS [WRK ARGS...]: one wrk run on core 1 with this --auth's
+# script. AUTH is the file of Authorization values (secret) or the prefix of the assertion
+# files, one per PHASE (private_key_jwt: AUTH.warmup, AUTH.run, AUTH.profile).
+wrk_load() {
+	local url=$1 auth=$2 phase=$3 seconds=$4
+	shift 4
+	if [ "$auth_method" = private_key_jwt ]; then
+		BENCH_ASSERTION_FILE=$auth.$phase taskset -c 1 wrk -t1 -c"$connections" -d"${seconds}s" --timeout 5s \
+			"$@" -s bench/assertion.lua "$url"
+	else
+		BENCH_CLOSE=${BENCH_CLOSE:-0} BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d"${seconds}s" --timeout 5s \
+			"$@" -s bench/token.lua "$url"
+	fi
+}
+
+# run_load NAME N LOGMODE PID URL AUTH: warm-up, then the measured run; prints a row.
 run_load() {
 	local name=$1 n=$2 mode=$3 pid=$4 url=$5 auth=$6
 	local raw="$out/wrk-$name-$n-$mode.txt"
 	if [ "$warmup" -gt 0 ]; then
-		BENCH_CLOSE=${BENCH_CLOSE:-0} BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d"${warmup}s" --timeout 5s \
-			-s bench/token.lua "$url" >/dev/null
+		wrk_load "$url" "$auth" warmup "$warmup" >/dev/null
 	fi
 	local t0 t1 c0 c1 g0 g1
 	t0=$(cpu_ticks "$pid")
 	read -r c0 ct0 < <(core_ticks 0)
 	read -r g0 gt0 < <(core_ticks 1)
-	BENCH_CLOSE=${BENCH_CLOSE:-0} BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d"${duration}s" --timeout 5s \
-		--latency -s bench/token.lua "$url" >"$raw"
+	wrk_load "$url" "$auth" run "$duration" --latency >"$raw"
 	t1=$(cpu_ticks "$pid")
 	read -r c1 ct1 < <(core_ticks 0)
 	read -r g1 gt1 < <(core_ticks 1)
@@ -286,19 +346,42 @@ stop_server() {
 # One token request with the first client; prints the JWT header, fails on non-200.
 check_token() {
 	local url=$1 auth=$2 token
-	token=$(curl -fsS ${CURL_TLS:-} -H "Authorization: $(head -n1 "$auth")" \
-		-d grant_type=client_credentials -d scope=market-data-api "$url" | jq -r .access_token)
+	if [ "$auth_method" = private_key_jwt ]; then
+		token=$(curl -fsS -d grant_type=client_credentials -d scope=market-data-api \
+			-d client_assertion_type=urn:ietf:params:oauth:client-assertion-type:jwt-bearer \
+			-d client_assertion="$(head -n1 "$auth.check")" "$url" | jq -r .access_token)
+	else
+		token=$(curl -fsS ${CURL_TLS:-} -H "Authorization: $(head -n1 "$auth")" \
+			-d grant_type=client_credentials -d scope=market-data-api "$url" | jq -r .access_token)
+	fi
 	local head=${token%%.*}
 	head=$(tr '_-' '/+' <<<"$head")
 	while [ $((${#head} % 4)) -ne 0 ]; do head="$head="; done
 	echo "   first token's header: $(base64 -d <<<"$head")" >&2
 }
 
+# mint_assertions N PREFIX ISSUER: fresh assertions of the N clients for this server, on
+# core 1 while the server idles: PREFIX.check (one), .warmup, .run and, with --profile, .profile.
+mint_assertions() {
+	local n=$1 prefix=$2 issuer=$3 started=$SECONDS phase count
+	for phase in check warmup run profile; do
+		case $phase in
+		check) count=1 ;;
+		warmup) count=$((assertions * warmup / duration)) ;;
+		run) count=$assertions ;;
+		profile) [ "$profile" = 1 ] && [ "$n" = 10 ] || continue; count=$((assertions * 8 / duration)) ;;
+		esac
+		# Five minutes, the longest Tessera accepts: minting and the runs fit well within.
+		taskset -c 1 "$mint" mint "$work/client.key" "$work/client-ids-$n.txt" "$issuer" \
+			"$((count > 0 ? count : 1))" 300 >"$prefix.$phase"
+	done
+	log "made the assertions in $((SECONDS - started)) s"
+}
+
 profile_tessera() {
 	local pid=$1 url=$2 auth=$3 data="$out/perf.data"
 	log "profiling tessera at N=10 (perf, 5 s under load)"
-	BENCH_AUTH_FILE=$auth taskset -c 1 wrk -t1 -c"$connections" -d8s --timeout 5s \
-		-s bench/token.lua "$url" >/dev/null &
+	wrk_load "$url" "$auth" profile 8 >/dev/null &
 	local wrk_pid=$!
 	pids+=("$wrk_pid")
 	sleep 1
@@ -318,6 +401,8 @@ profile_tessera() {
 
 echo "tessera token benchmark: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" | tee -a "$results"
 echo "duration ${duration}s, warm-up ${warmup}s, ${connections} connections, keep-alive HTTP/1.1, server on core 0, wrk on core 1" | tee -a "$results"
+echo "binary $tessera; client authentication: $auth_method$([ "$auth_method" = private_key_jwt ] &&
+	echo " (one fresh EdDSA assertion per request, $assertions made per measured run)")" | tee -a "$results"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$results"
 header
 
@@ -329,15 +414,27 @@ for n in $client_counts; do
 	# registry twice and so inflate the first run's peak RSS.
 	"$tessera" keys rotate --activate-in 0 --alg "$alg" >/dev/null
 	"$tessera" plan set bench --scopes "market-data-api news-api oms-api" >/dev/null
-	"$tessera" client create --plan bench --count "$n" --json >"$work/clients-$n.jsonl"
-	auth="$work/auth-$n.txt"
-	jq -r '"Basic " + ("\(.client_id):\(.client_secret)" | @base64)' "$work/clients-$n.jsonl" >"$auth"
-	[ "$(wc -l <"$auth")" -eq "$n" ] || { echo "expected $n clients" >&2; exit 1; }
+	if [ "$auth_method" = private_key_jwt ]; then
+		"$mint" key "$work/client.key" >"$work/jwks.json"
+		"$tessera" client create --plan bench --count "$n" --json --auth-method private_key_jwt \
+			--jwks-file "$work/jwks.json" >"$work/clients-$n.jsonl"
+		jq -r .client_id "$work/clients-$n.jsonl" >"$work/client-ids-$n.txt"
+		auth="$work/assertions-$n"
+		[ "$(wc -l <"$work/client-ids-$n.txt")" -eq "$n" ] || { echo "expected $n clients" >&2; exit 1; }
+	else
+		"$tessera" client create --plan bench --count "$n" --json >"$work/clients-$n.jsonl"
+		auth="$work/auth-$n.txt"
+		jq -r '"Basic " + ("\(.client_id):\(.client_secret)" | @base64)' "$work/clients-$n.jsonl" >"$auth"
+		[ "$(wc -l <"$auth")" -eq "$n" ] || { echo "expected $n clients" >&2; exit 1; }
+	fi
 	unset TESSERA_DATABASE_URL
 
 	for mode in default warn; do
 		log "N=$n: tessera, log $mode"
 		start_tessera "$db" "$mode"
+		if [ "$auth_method" = private_key_jwt ]; then
+			mint_assertions "$n" "$auth" "${server_url%/connect/token}"
+		fi
 		check_token "$server_url" "$auth"
 		run_load tessera "$n" "$mode" "$server_pid" "$server_url" "$auth"
 		if [ "$mode" = default ] && [ "$profile" = 1 ] && [ "$n" = 10 ]; then
