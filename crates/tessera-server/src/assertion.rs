@@ -41,8 +41,12 @@ const MAX_ASSERTION_LEN: usize = 8192;
 const MAX_LIFETIME_SECS: i64 = 300;
 /// Clock skew allowed on `exp`, `nbf` and `iat`.
 const LEEWAY_SECS: i64 = 60;
-/// Assertions remembered per generation in this process.
-const REPLAY_CAPACITY: usize = 200_000;
+/// Assertions remembered per generation in this process without Redis. An assertion is
+/// usable until `exp` + leeway, at most 7 minutes after it is first seen, so that is how long
+/// it is remembered; 2,000,000 per 7 minutes is over 4,700 assertions a second sustained, in
+/// at most about 140 MB (BENCHMARKS.md measured 9,500 a second at full load, and at the old
+/// 200,000 per 12 minutes found a ceiling of 280 a second). With Redis, Redis remembers.
+const REPLAY_CAPACITY: usize = 2_000_000;
 /// Keys fetched from a `jwks_uri` are used this long before they are fetched again.
 const KEYS_LIFETIME_SECS: i64 = 3600;
 /// An unknown `kid` fetches a client's keys again at most this often.
@@ -339,7 +343,7 @@ impl Assertions {
     /// Fetches from private and loopback addresses only when `allow_private`.
     pub(crate) fn new(allow_private: bool) -> Self {
         Self {
-            replay: ReplayCache::new(MAX_LIFETIME_SECS + LEEWAY_SECS, REPLAY_CAPACITY),
+            replay: ReplayCache::remembering(MAX_LIFETIME_SECS + 2 * LEEWAY_SECS, REPLAY_CAPACITY),
             fetched: Mutex::new(HashMap::new()),
             http: crate::fetch::Fetcher::new(allow_private),
             policies: Mutex::new(HashMap::new()),

@@ -174,10 +174,13 @@ pub fn check_proof(
 /// The proofs seen lately, by key and `jti`, in bounded memory (RFC 9449 section 11.1).
 ///
 /// Two generations of 128-bit digests: a proof is a replay if either holds it. The current
-/// generation becomes the previous one every `2 * window` seconds, so a proof is remembered
-/// for at least twice the `iat` window, as long as a proof with an `iat` at the window's far
-/// edge stays acceptable. At most `capacity` proofs per generation: past that, new proofs are
-/// refused ([`DpopError::Busy`]) rather than forgotten, so replay protection never lapses.
+/// generation becomes the previous one every `remember` seconds, so an entry is remembered
+/// for `remember` to `2 * remember` seconds. For DPoP proofs `remember` is twice the `iat`
+/// window ([`ReplayCache::new`]), as long as a proof with an `iat` at the window's far edge
+/// stays acceptable. At most `capacity` entries per generation (a `HashSet<u128>`: at most about
+/// 35 bytes each): past that, new ones are refused ([`DpopError::Busy`]) rather than
+/// forgotten, so replay protection never lapses. Size `capacity` for the sustained rate
+/// times `remember`.
 #[derive(Debug)]
 pub struct ReplayCache {
     span_secs: i64,
@@ -196,8 +199,14 @@ impl ReplayCache {
     /// A cache for proofs accepted within `window_secs` of the clock, holding at most
     /// `capacity` proofs per generation.
     pub fn new(window_secs: i64, capacity: usize) -> Self {
+        Self::remembering(2 * window_secs, capacity)
+    }
+
+    /// A cache that remembers each entry for at least `remember_secs`, holding at most
+    /// `capacity` entries per generation.
+    pub fn remembering(remember_secs: i64, capacity: usize) -> Self {
         Self {
-            span_secs: 2 * window_secs.max(1),
+            span_secs: remember_secs.max(1),
             capacity,
             generations: Mutex::new(Generations::default()),
         }
@@ -259,6 +268,16 @@ mod tests {
         assert_eq!(cache.first_use("k", "a", 1_240), Ok(()));
         // A long quiet spell clears both.
         assert_eq!(cache.first_use("k", "b", 9_999), Ok(()));
+    }
+
+    #[test]
+    fn an_assertion_cache_remembers_for_as_long_as_asked() {
+        let cache = ReplayCache::remembering(420, 10);
+        assert_eq!(cache.first_use("client", "a", 0), Ok(()));
+        assert_eq!(cache.first_use("client", "a", 419), Err(DpopError::Replayed));
+        assert_eq!(cache.first_use("client", "b", 420), Ok(()));
+        assert_eq!(cache.first_use("client", "a", 839), Err(DpopError::Replayed));
+        assert_eq!(cache.first_use("client", "a", 840), Ok(()));
     }
 
     #[test]

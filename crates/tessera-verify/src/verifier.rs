@@ -79,8 +79,9 @@ impl VerifierBuilder {
     }
 
     /// How many DPoP proofs are remembered against replay per two-minute generation
-    /// (default 100,000; RFC 9449 section 11.1). Past it, new proofs are refused until the
-    /// generation turns over, rather than replays let through.
+    /// (default 1,000,000, about 8,000 proofs a second sustained, at most about 70 MB;
+    /// RFC 9449 section 11.1). Past it, new proofs are refused until the generation turns
+    /// over, rather than replays let through.
     pub fn dpop_replay_capacity(mut self, proofs: usize) -> Self {
         self.dpop_replay_capacity = proofs;
         self
@@ -329,7 +330,7 @@ impl Verifier {
             clock: Clock::system(),
             allow_insecure_http: false,
             resource_url: None,
-            dpop_replay_capacity: 100_000,
+            dpop_replay_capacity: 1_000_000,
         }
     }
 
