@@ -105,6 +105,27 @@ pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error>
     serde::de::IgnoredAny::deserialize(d).map(|_| true)
 }
 
+/// The JOSE header checks every reader shares (RFC 7515 section 5.2 steps 2 to 5): a JSON
+/// object of the expected members, no key reference, no `crit`, and an `alg` among `allowed`.
+fn checked_header(header: &[u8], allowed: &[Algorithm]) -> Result<(Header, Algorithm), JwsError> {
+    let header: Header = serde_json::from_slice(header).map_err(|_| JwsError::MalformedHeader)?;
+    if header.jku || header.jwk || header.x5u || header.x5c {
+        return Err(JwsError::UntrustedKeyReference);
+    }
+    if header.crit {
+        return Err(JwsError::CriticalHeader);
+    }
+    // `alg` is case-sensitive (RFC 7515 section 4.1.1): `none`, `None`, `HS256`, `eddsa` all
+    // fail here, before any key is touched (RFC 8725 sections 3.1 and 3.2).
+    let alg = header
+        .alg
+        .parse::<Algorithm>()
+        .ok()
+        .filter(|a| allowed.contains(a))
+        .ok_or(JwsError::AlgorithmNotAllowed)?;
+    Ok((header, alg))
+}
+
 /// Checks the form and the header of `token`, in order of cost and without crypto: the length
 /// bound, the three parts (RFC 7515 section 7.1), base64url without padding, then the header
 /// (RFC 7515 section 5.2 steps 1 to 5): no key reference, no `crit`, `alg` among `allowed`,
@@ -120,21 +141,7 @@ pub fn parse<'a>(
         payload,
         signature,
     } = split(token, max_len)?;
-    let header: Header = serde_json::from_slice(&header).map_err(|_| JwsError::MalformedHeader)?;
-    if header.jku || header.jwk || header.x5u || header.x5c {
-        return Err(JwsError::UntrustedKeyReference);
-    }
-    if header.crit {
-        return Err(JwsError::CriticalHeader);
-    }
-    // `alg` is case-sensitive (RFC 7515 section 4.1.1): `none`, `None`, `HS256`, `eddsa` all
-    // fail here, before any key is touched (RFC 8725 sections 3.1 and 3.2).
-    let alg = header
-        .alg
-        .parse::<Algorithm>()
-        .ok()
-        .filter(|a| allowed.contains(a))
-        .ok_or(JwsError::AlgorithmNotAllowed)?;
+    let (header, alg) = checked_header(&header, allowed)?;
     if !header.typ.as_deref().is_some_and(is_at_jwt) {
         return Err(JwsError::WrongType);
     }
@@ -226,19 +233,7 @@ pub fn parse_assertion<'a>(
         payload,
         signature,
     } = split(token, max_len)?;
-    let header: Header = serde_json::from_slice(&header).map_err(|_| JwsError::MalformedHeader)?;
-    if header.jku || header.jwk || header.x5u || header.x5c {
-        return Err(JwsError::UntrustedKeyReference);
-    }
-    if header.crit {
-        return Err(JwsError::CriticalHeader);
-    }
-    let alg = header
-        .alg
-        .parse::<Algorithm>()
-        .ok()
-        .filter(|a| allowed.contains(a))
-        .ok_or(JwsError::AlgorithmNotAllowed)?;
+    let (header, alg) = checked_header(&header, allowed)?;
     if header.typ.as_deref().is_some_and(|t| {
         is_at_jwt(t)
             || t.eq_ignore_ascii_case("dpop+jwt")
@@ -324,6 +319,27 @@ mod tests {
         assert_eq!((jws.alg, jws.kid.as_str()), (Algorithm::EdDSA, "k"));
         // An empty signature is well-formed; verifying it is the caller's business.
         assert!(parse(&format!("{}.{}.", b64(GOOD), b64("{}")), 8192, &ALL).is_ok());
+    }
+
+    #[test]
+    fn an_assertion_header_needs_no_kid_and_is_never_a_token_or_a_proof() {
+        let ok = |header: &str| parse_assertion(&token(header), 8192, &ALL).map(|a| a.kid);
+        assert_eq!(ok(r#"{"alg":"EdDSA"}"#), Ok(None));
+        assert_eq!(
+            ok(r#"{"alg":"ES256","kid":"k","typ":"client-authentication+jwt"}"#),
+            Ok(Some("k".into()))
+        );
+        assert_eq!(ok(r#"{"alg":"EdDSA","typ":"JWT"}"#), Ok(None));
+        for (header, why) in [
+            (r#"{"alg":"EdDSA","typ":"at+jwt"}"#, JwsError::WrongType),
+            (r#"{"alg":"EdDSA","typ":"DPoP+JWT"}"#, JwsError::WrongType),
+            (r#"{"alg":"none"}"#, JwsError::AlgorithmNotAllowed),
+            (r#"{"alg":"EdDSA","jwk":{}}"#, JwsError::UntrustedKeyReference),
+            (r#"{"alg":"EdDSA","crit":[]}"#, JwsError::CriticalHeader),
+            (r#"{"alg":"EdDSA","kid":""}"#, JwsError::BadKeyId),
+        ] {
+            assert_eq!(ok(header), Err(why), "{header}");
+        }
     }
 
     #[test]

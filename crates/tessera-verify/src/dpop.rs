@@ -274,9 +274,15 @@ mod tests {
     fn an_assertion_cache_remembers_for_as_long_as_asked() {
         let cache = ReplayCache::remembering(420, 10);
         assert_eq!(cache.first_use("client", "a", 0), Ok(()));
-        assert_eq!(cache.first_use("client", "a", 419), Err(DpopError::Replayed));
+        assert_eq!(
+            cache.first_use("client", "a", 419),
+            Err(DpopError::Replayed)
+        );
         assert_eq!(cache.first_use("client", "b", 420), Ok(()));
-        assert_eq!(cache.first_use("client", "a", 839), Err(DpopError::Replayed));
+        assert_eq!(
+            cache.first_use("client", "a", 839),
+            Err(DpopError::Replayed)
+        );
         assert_eq!(cache.first_use("client", "a", 840), Ok(()));
     }
 
