@@ -334,7 +334,10 @@ mod tests {
             (r#"{"alg":"EdDSA","typ":"at+jwt"}"#, JwsError::WrongType),
             (r#"{"alg":"EdDSA","typ":"DPoP+JWT"}"#, JwsError::WrongType),
             (r#"{"alg":"none"}"#, JwsError::AlgorithmNotAllowed),
-            (r#"{"alg":"EdDSA","jwk":{}}"#, JwsError::UntrustedKeyReference),
+            (
+                r#"{"alg":"EdDSA","jwk":{}}"#,
+                JwsError::UntrustedKeyReference,
+            ),
             (r#"{"alg":"EdDSA","crit":[]}"#, JwsError::CriticalHeader),
             (r#"{"alg":"EdDSA","kid":""}"#, JwsError::BadKeyId),
         ] {
