@@ -363,12 +363,8 @@ fn check_dpop(parts: &Parts, verifier: &Verifier, token: &str, jkt: &str) -> Res
     // under either scheme (the API may sit behind TLS termination).
     let candidates: Vec<String> = match verifier.resource_url() {
         Some(resource) => {
-            let origin = resource
-                .split_once("://")
-                .map_or(resource.len(), |(scheme, rest)| {
-                    scheme.len() + 3 + rest.find('/').unwrap_or(rest.len())
-                });
-            vec![format!("{}{path}", &resource[..origin])]
+            let (origin, _) = crate::resource::split_origin(resource);
+            vec![format!("{origin}{path}")]
         }
         None => {
             let host = parts

@@ -37,20 +37,24 @@ pub struct ProtectedResourceMetadata {
 /// suffix inserted between the host and the resource's path (RFC 9728 section 3.1), the
 /// path's trailing `/` dropped.
 pub fn well_known_path(resource: &str) -> String {
-    let path = resource
-        .split_once("://")
-        .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
-        .unwrap_or("/");
+    let (_, path) = split_origin(resource);
     format!("{WELL_KNOWN}{}", path.trim_end_matches('/'))
 }
 
 /// The URL of the metadata of `resource` (in `htu` form).
 pub(crate) fn metadata_url(resource: &str) -> String {
-    let origin_len = resource
-        .split_once("://")
-        .map(|(scheme, rest)| scheme.len() + 3 + rest.find('/').unwrap_or(rest.len()))
-        .unwrap_or(resource.len());
-    format!("{}{}", &resource[..origin_len], well_known_path(resource))
+    format!("{}{}", split_origin(resource).0, well_known_path(resource))
+}
+
+/// `scheme://authority` and the path (`/` when there is none) of an absolute URL.
+pub(crate) fn split_origin(url: &str) -> (&str, &str) {
+    let origin_len = url.split_once("://").map_or(url.len(), |(scheme, rest)| {
+        scheme.len() + 3 + rest.find('/').unwrap_or(rest.len())
+    });
+    match url.split_at(origin_len) {
+        (origin, "") => (origin, "/"),
+        split => split,
+    }
 }
 
 impl Verifier {
