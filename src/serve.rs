@@ -396,28 +396,16 @@ async fn reload_on_hangup(tls: Arc<tessera_server::tls::Tls>) {
 }
 
 /// Logs to stderr through a background writer, so that the token path never waits on a
-/// write system call. Lossless: when the buffer is full, logging waits rather than drop an
-/// audit event.
-fn init_logging(json: bool) -> tracing_appender::non_blocking::WorkerGuard {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        // Buffered: the writer thread flushes after each batch it drains, so under load
-        // many lines go out in one write, and when idle each line goes out at once.
-        .finish(std::io::BufWriter::with_capacity(
-            64 * 1024,
-            std::io::stderr(),
-        ));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(writer);
-    if json {
-        builder.json().init();
+/// write system call, nor formats its audit line (see `tessera_server::logging`). Lossless:
+/// when the queue is full, logging waits rather than drop an audit event.
+fn init_logging(json: bool) -> tessera_server::logging::Guard {
+    use tessera_server::logging::{self, Format};
+    let format = if json {
+        Format::Json
     } else {
-        builder.init();
-    }
-    guard
+        Format::Text {
+            ansi: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        }
+    };
+    logging::init(format, "info,sqlx=warn", std::io::stderr())
 }

@@ -22,6 +22,8 @@
 //! - [`registry`]: plans, clients and keys held in memory, kept fresh from the store.
 //! - [`keys`]: signing keys and the first key's bootstrap; [`secrets`]: the master key and
 //!   its policy (the key file beside the database), secret hashing, sealing.
+//! - [`logging`]: the log on stderr, written by a background thread; audit events
+//!   formatted there from their raw fields.
 //! - [`metrics`], `audit.rs`, [`usage`], `refusals.rs` (each client's last refusals, for
 //!   the console): what operators see; `reuse.rs`: per-plan token reuse.
 //! - `dpop.rs`: DPoP at the token endpoint (RFC 9449 section 5): proofs checked against the
@@ -44,6 +46,7 @@ mod fetch;
 mod housekeeping;
 pub mod keys;
 mod limits;
+pub mod logging;
 pub mod metrics;
 mod mtls;
 mod refusals;

@@ -1,0 +1,768 @@
+//! The process's log on stderr, written by one background thread so that a request never
+//! waits on a write system call, and with the audit trail kept off the request's thread.
+//!
+//! Two paths feed one queue:
+//!
+//! - Audit events (target `tessera::audit`, one per token: `audit.rs`) skip the generic
+//!   formatter. The request's thread copies their fields into a [`Record`] (the field names
+//!   are `'static`, the values go into one buffer) and the writer thread formats it, in the
+//!   very shape `tracing_subscriber::fmt` gives every other line, text or JSON.
+//! - Every other event is formatted by `tracing_subscriber::fmt` where it happens and handed
+//!   over as bytes.
+//!
+//! One queue keeps every line in the order it was logged (so a client's audit trail stays in
+//! order). It is lossless: a full queue makes the logging thread wait for the writer rather
+//! than drop a line. The writer wakes once per batch, not once per line: a line into an
+//! empty queue wakes it, and it lingers [`LINGER`] before draining, so that the lines logged
+//! meanwhile go out with it in one write, and on one core a token costs no thread switch.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::{Context, SubscriberExt as _};
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The target of the audit trail.
+pub const AUDIT_TARGET: &str = "tessera::audit";
+
+/// How long the writer waits, once woken, for more lines to join the batch: the most a line
+/// waits before it is written, and under load the period of the writer's wake-ups.
+pub const LINGER: Duration = Duration::from_millis(2);
+
+/// Lines the queue holds before a logging thread waits for the writer.
+const CAPACITY: usize = 16_384;
+
+/// How lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `tracing_subscriber::fmt`'s default, one line per event; `ansi`: with its colours.
+    Text {
+        /// Colours, as on a terminal.
+        ansi: bool,
+    },
+    /// One JSON object per line, as `tracing_subscriber::fmt().json()` writes them.
+    Json,
+}
+
+/// Installs the global subscriber: events filtered by `RUST_LOG` (default `default_filter`),
+/// written to `out` in `format` by a background thread. Keep the guard: dropping it writes
+/// what is queued and stops the thread.
+pub fn init(
+    format: Format,
+    default_filter: &str,
+    out: impl std::io::Write + Send + 'static,
+) -> Guard {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let (sink, guard) = Sink::spawn(format, out);
+    let not_audit = tracing_subscriber::filter::filter_fn(|meta| meta.target() != AUDIT_TARGET);
+    let only_audit = tracing_subscriber::filter::filter_fn(|meta| meta.target() == AUDIT_TARGET);
+    let audit = AuditLayer { sink: sink.clone() }.with_filter(only_audit);
+    let registry = tracing_subscriber::registry().with(filter).with(audit);
+    match format {
+        Format::Text { ansi } => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(ansi)
+                    .with_writer(sink)
+                    .with_filter(not_audit),
+            )
+            .init(),
+        Format::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(sink)
+                    .with_filter(not_audit),
+            )
+            .init(),
+    }
+    guard
+}
+
+/// One queued line.
+// Entries sit in a queue whose buffer is reused batch after batch: an audit record inline
+// costs a copy, boxed it would cost an allocation per event.
+#[allow(clippy::large_enum_variant)]
+enum Entry {
+    /// Formatted already.
+    Line(Vec<u8>),
+    /// An audit event, formatted by the writer.
+    Audit(Record),
+}
+
+/// Fields a record holds without allocating for them.
+const INLINE_FIELDS: usize = 12;
+
+/// An audit event's raw fields: a fixed-size record plus one buffer for the values.
+pub struct Record {
+    at: SystemTime,
+    level: Level,
+    target: &'static str,
+    /// The values, one after another; each field says where its value ends.
+    values: String,
+    fields: [Slot; INLINE_FIELDS],
+    len: usize,
+    /// Fields beyond [`INLINE_FIELDS`]: empty (no allocation) for every audit event today.
+    more: Vec<Slot>,
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The values are written to the log, not to debug output.
+        f.debug_struct("Record")
+            .field("target", &self.target)
+            .field("fields", &self.slots().map(|s| s.name).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    name: &'static str,
+    kind: Kind,
+    end: u32,
+}
+
+const EMPTY: Slot = Slot {
+    name: "",
+    kind: Kind::Raw,
+    end: 0,
+};
+
+/// How a value was recorded, which decides how each format writes it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A string: quoted and escaped.
+    Str,
+    /// `Debug` output of another value: as it is in text, a string in JSON.
+    Raw,
+    /// A number or a boolean: as it is in both.
+    Plain,
+}
+
+impl Record {
+    fn of(event: &Event<'_>) -> Self {
+        let meta = event.metadata();
+        let mut record = Self {
+            at: SystemTime::now(),
+            level: *meta.level(),
+            target: meta.target(),
+            values: String::with_capacity(192),
+            fields: [EMPTY; INLINE_FIELDS],
+            len: 0,
+            more: Vec::new(),
+        };
+        event.record(&mut record);
+        record
+    }
+
+    fn push(&mut self, field: &Field, kind: Kind) {
+        let slot = Slot {
+            name: field.name(),
+            kind,
+            end: u32::try_from(self.values.len()).unwrap_or(u32::MAX),
+        };
+        if self.len < INLINE_FIELDS {
+            self.fields[self.len] = slot;
+            self.len += 1;
+        } else {
+            self.more.push(slot);
+        }
+    }
+
+    /// Each field with its value.
+    fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.fields[..self.len]
+            .iter()
+            .chain(self.more.iter())
+            .copied()
+    }
+
+    fn each(&self, mut write: impl FnMut(&'static str, Kind, &str)) {
+        let mut start = 0;
+        for slot in self.slots() {
+            let end = slot.end as usize;
+            write(
+                slot.name,
+                slot.kind,
+                self.values.get(start..end).unwrap_or(""),
+            );
+            start = end;
+        }
+    }
+
+    /// Appends the line `format` gives this record to `out`.
+    fn format(&self, format: Format, out: &mut String) {
+        match format {
+            Format::Text { ansi } => self.text(ansi, out),
+            Format::Json => self.json(out),
+        }
+    }
+
+    fn text(&self, ansi: bool, out: &mut String) {
+        let paint = |out: &mut String, style: &str, text: &str| {
+            if ansi {
+                let _ = write!(out, "\x1b[{style}m{text}\x1b[0m");
+            } else {
+                out.push_str(text);
+            }
+        };
+        if ansi {
+            out.push_str("\x1b[2m");
+        }
+        timestamp(self.at, out);
+        if ansi {
+            out.push_str("\x1b[0m");
+        }
+        out.push(' ');
+        let level = match self.level {
+            Level::TRACE => ("35", "TRACE"),
+            Level::DEBUG => ("34", "DEBUG"),
+            Level::INFO => ("32", " INFO"),
+            Level::WARN => ("33", " WARN"),
+            Level::ERROR => ("31", "ERROR"),
+        };
+        paint(out, level.0, level.1);
+        out.push(' ');
+        paint(out, "2", self.target);
+        paint(out, "2", ":");
+        out.push(' ');
+        let mut first = true;
+        self.each(|name, kind, value| {
+            if !first {
+                out.push(' ');
+            }
+            first = false;
+            paint(out, "3", name);
+            paint(out, "2", "=");
+            match kind {
+                Kind::Str => debug_string(value, out),
+                Kind::Raw | Kind::Plain => out.push_str(value),
+            }
+        });
+        out.push('\n');
+    }
+
+    fn json(&self, out: &mut String) {
+        out.push_str("{\"timestamp\":\"");
+        timestamp(self.at, out);
+        out.push_str("\",\"level\":");
+        json_string(self.level.as_str(), out);
+        out.push_str(",\"fields\":{");
+        let mut first = true;
+        self.each(|name, kind, value| {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            json_string(name, out);
+            out.push(':');
+            match kind {
+                Kind::Str | Kind::Raw => json_string(value, out),
+                Kind::Plain => out.push_str(value),
+            }
+        });
+        out.push_str("},\"target\":");
+        json_string(self.target, out);
+        out.push_str("}\n");
+    }
+}
+
+impl Visit for Record {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.values.push_str(value);
+        self.push(field, Kind::Str);
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let _ = write!(self.values, "{value:?}");
+        self.push(field, Kind::Raw);
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        let _ = write!(self.values, "{value}");
+        self.push(field, Kind::Plain);
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        let _ = write!(self.values, "{value}");
+        self.push(field, Kind::Plain);
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        let _ = write!(self.values, "{value}");
+        self.push(field, Kind::Plain);
+    }
+}
+
+/// Whether `value` is printable ASCII without a quote or backslash: then both formats write
+/// it between quotes as it is (the common case: ids, scopes, addresses).
+fn plain(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+}
+
+/// A string as `{:?}` writes it, as the generic formatter does.
+fn debug_string(value: &str, out: &mut String) {
+    if plain(value) {
+        out.push('"');
+        out.push_str(value);
+        out.push('"');
+    } else {
+        let _ = write!(out, "{value:?}");
+    }
+}
+
+/// A JSON string, escaped as RFC 8259 section 7 requires (as `serde_json` writes it).
+fn json_string(value: &str, out: &mut String) {
+    out.push('"');
+    if plain(value) {
+        out.push_str(value);
+    } else {
+        for c in value.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{08}' => out.push_str("\\b"),
+                '\u{0c}' => out.push_str("\\f"),
+                c if c < ' ' => {
+                    let _ = write!(out, "\\u{:04x}", u32::from(c));
+                }
+                c => out.push(c),
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// `at` as RFC 3339 UTC with microseconds (`2026-11-26T11:26:50.123456Z`), as
+/// `tracing_subscriber::fmt` writes it.
+fn timestamp(at: SystemTime, out: &mut String) {
+    let since = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let in_day = secs % 86_400;
+    // Days to a civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let _ = write!(
+        out,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        in_day / 3600,
+        in_day / 60 % 60,
+        in_day % 60,
+        since.subsec_micros()
+    );
+}
+
+/// The queue between the logging threads and the writer.
+struct Shared {
+    state: Mutex<State>,
+    /// The writer waits here for a first line.
+    wake: Condvar,
+    /// Logging threads wait here for room.
+    drained: Condvar,
+    format: Format,
+}
+
+struct State {
+    queue: Vec<Entry>,
+    /// Whether the writer waits for a line (and so needs waking).
+    idle: bool,
+    /// Whether the writer has stopped: lines are then written by whoever logs them.
+    closed: bool,
+}
+
+/// The handle the subscriber writes through.
+#[derive(Clone)]
+pub struct Sink {
+    shared: Arc<Shared>,
+    /// Where lines go once the writer has stopped.
+    late: Arc<Mutex<Box<dyn std::io::Write + Send>>>,
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink")
+            .field("format", &self.shared.format)
+            .finish()
+    }
+}
+
+/// Stops the writer when dropped, after it has written every queued line.
+#[derive(Debug)]
+pub struct Guard {
+    sink: Sink,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        {
+            let mut state = lock(&self.sink.shared.state);
+            state.closed = true;
+        }
+        self.sink.shared.wake.notify_one();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `out` behind a lock, for the writer thread and for lines after it stopped.
+type Out = Arc<Mutex<Box<dyn std::io::Write + Send>>>;
+
+impl Sink {
+    /// Starts the writer thread, writing to `out` (buffered, flushed after each batch).
+    pub fn spawn(format: Format, out: impl std::io::Write + Send + 'static) -> (Self, Guard) {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                queue: Vec::new(),
+                idle: false,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            drained: Condvar::new(),
+            format,
+        });
+        let out: Out = Arc::new(Mutex::new(Box::new(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            out,
+        ))));
+        let sink = Self {
+            shared: shared.clone(),
+            late: out.clone(),
+        };
+        let writer = std::thread::Builder::new()
+            .name("tessera-log".into())
+            .spawn(move || write_forever(&shared, &out))
+            .ok();
+        if writer.is_none() {
+            lock(&sink.shared.state).closed = true;
+        }
+        let guard = Guard {
+            sink: sink.clone(),
+            writer,
+        };
+        (sink, guard)
+    }
+
+    fn push(&self, entry: Entry) {
+        let shared = &self.shared;
+        let mut state = lock(&shared.state);
+        while state.queue.len() >= CAPACITY && !state.closed {
+            // The writer is busy or lingering (a full queue is never one it waits on).
+            state = shared
+                .drained
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        if state.closed {
+            drop(state);
+            let mut out = lock(&self.late);
+            write_entries(shared.format, std::iter::once(entry), &mut **out);
+            let _ = out.flush();
+            return;
+        }
+        state.queue.push(entry);
+        if state.idle {
+            state.idle = false;
+            drop(state);
+            shared.wake.notify_one();
+        }
+    }
+}
+
+/// The writer thread: waits for a line, lingers, writes the batch, until closed and empty.
+fn write_forever(shared: &Shared, out: &Out) {
+    let mut batch = Vec::new();
+    loop {
+        {
+            let mut state = lock(&shared.state);
+            while state.queue.is_empty() && !state.closed {
+                state.idle = true;
+                state = shared
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            if state.queue.is_empty() {
+                return;
+            }
+            if !state.closed {
+                // Let the lines logged in the next moment join this write.
+                drop(state);
+                std::thread::sleep(LINGER);
+                state = lock(&shared.state);
+            }
+            std::mem::swap(&mut batch, &mut state.queue);
+        }
+        shared.drained.notify_all();
+        let mut out = lock(out);
+        write_entries(shared.format, batch.drain(..), &mut **out);
+        let _ = out.flush();
+    }
+}
+
+fn write_entries(
+    format: Format,
+    entries: impl Iterator<Item = Entry>,
+    out: &mut dyn std::io::Write,
+) {
+    let mut line = String::with_capacity(512);
+    for entry in entries {
+        // A failed write (stderr closed) loses nothing the process could still save.
+        let _ = match entry {
+            Entry::Line(bytes) => out.write_all(&bytes),
+            Entry::Audit(record) => {
+                line.clear();
+                record.format(format, &mut line);
+                out.write_all(line.as_bytes())
+            }
+        };
+    }
+}
+
+/// What `tracing_subscriber::fmt` writes through: each formatted event becomes one entry.
+#[derive(Debug)]
+pub struct LineWriter<'a>(&'a Sink);
+
+impl std::io::Write for LineWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.push(Entry::Line(buf.to_vec()));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Sink {
+    type Writer = LineWriter<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter(self)
+    }
+}
+
+/// Hands audit events to the writer as records.
+struct AuditLayer {
+    sink: Sink,
+}
+
+impl<S: Subscriber> Layer<S> for AuditLayer {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        self.sink.push(Entry::Audit(Record::of(event)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer tests read back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8(lock(&self.0).clone()).unwrap()
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Self;
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    fn audit_event(n: u64) {
+        let source: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        tracing::info!(
+            target: "tessera::audit",
+            event = "token_issued",
+            client_id = "tcl_0123",
+            scope = "news-api \"quoted\"\n\u{1b}[31m",
+            n,
+            ok = true,
+            missing = None::<&str>,
+            source = tracing::field::display(source),
+        );
+    }
+
+    /// The line the generic formatter writes for one audit event, and the record's.
+    fn both(format: Format) -> (String, String) {
+        let generic = Captured::default();
+        let subscriber = tracing_subscriber::registry();
+        let dispatch = match format {
+            Format::Text { ansi } => tracing::Dispatch::new(
+                subscriber.with(
+                    tracing_subscriber::fmt::layer()
+                        .with_ansi(ansi)
+                        .with_writer(generic.clone()),
+                ),
+            ),
+            Format::Json => tracing::Dispatch::new(
+                subscriber.with(
+                    tracing_subscriber::fmt::layer()
+                        .json()
+                        .with_writer(generic.clone()),
+                ),
+            ),
+        };
+        tracing::dispatcher::with_default(&dispatch, || audit_event(42));
+        let ours = Captured::default();
+        let (sink, guard) = Sink::spawn(format, ours.clone());
+        let dispatch =
+            tracing::Dispatch::new(tracing_subscriber::registry().with(AuditLayer { sink }));
+        tracing::dispatcher::with_default(&dispatch, || audit_event(42));
+        drop(guard);
+        (generic.text(), ours.text())
+    }
+
+    /// Everything after the timestamp, which differs between the two writes.
+    fn after_timestamp(line: &str, format: Format) -> &str {
+        match format {
+            Format::Json => &line[line.find("\",\"level\"").unwrap()..],
+            Format::Text { .. } => &line[line.find('Z').unwrap()..],
+        }
+    }
+
+    #[test]
+    fn an_audit_record_is_written_as_the_generic_formatter_writes_it() {
+        for format in [
+            Format::Text { ansi: false },
+            Format::Text { ansi: true },
+            Format::Json,
+        ] {
+            let (generic, ours) = both(format);
+            assert_eq!(
+                after_timestamp(&ours, format),
+                after_timestamp(&generic, format),
+                "{format:?}"
+            );
+            assert_eq!(ours.lines().count(), 1);
+        }
+    }
+
+    #[test]
+    fn timestamps_are_rfc_3339_utc_with_microseconds() {
+        let at = |secs: u64, micros: u64| {
+            let mut out = String::new();
+            timestamp(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros),
+                &mut out,
+            );
+            out
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        // 2024 is a leap year; 2100 is not.
+        assert_eq!(at(1_709_164_800, 5), "2024-02-29T00:00:00.000005Z");
+        assert_eq!(at(1_795_692_410, 123_456), "2026-11-26T11:26:50.123456Z");
+        assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
+        assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000000Z");
+    }
+
+    /// Many threads logging at once into a queue far smaller than what they log: every
+    /// line is written, and each thread's lines in the order it logged them.
+    #[test]
+    fn no_line_is_lost_and_each_threads_lines_stay_in_order() {
+        let out = Captured::default();
+        let (sink, guard) = Sink::spawn(Format::Json, out.clone());
+        let dispatch = tracing::Dispatch::new(
+            tracing_subscriber::registry()
+                .with(AuditLayer { sink: sink.clone() }.with_filter(
+                    tracing_subscriber::filter::filter_fn(|m| m.target() == AUDIT_TARGET),
+                ))
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .json()
+                        .with_writer(sink)
+                        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+                            m.target() != AUDIT_TARGET
+                        })),
+                ),
+        );
+        let per_thread = 3 * CAPACITY as u64;
+        std::thread::scope(|scope| {
+            for thread in 0..4u64 {
+                let dispatch = dispatch.clone();
+                scope.spawn(move || {
+                    tracing::dispatcher::with_default(&dispatch, || {
+                        for n in 0..per_thread {
+                            if n % 2 == 0 {
+                                tracing::info!(target: "tessera::audit", thread, n);
+                            } else {
+                                tracing::info!(thread, n, "other");
+                            }
+                        }
+                    });
+                });
+            }
+        });
+        drop(guard);
+        let mut next = [0u64; 4];
+        let text = out.text();
+        for line in text.lines() {
+            let event: serde_json::Value = serde_json::from_str(line).unwrap();
+            let thread = event["fields"]["thread"].as_u64().unwrap() as usize;
+            assert_eq!(event["fields"]["n"], next[thread], "{line}");
+            next[thread] += 1;
+        }
+        assert_eq!(next, [per_thread; 4]);
+    }
+
+    /// What is logged after the writer stopped is written at once, not queued and lost.
+    #[test]
+    fn lines_after_the_guard_is_dropped_are_still_written() {
+        let out = Captured::default();
+        let (sink, guard) = Sink::spawn(Format::Text { ansi: false }, out.clone());
+        drop(guard);
+        let dispatch =
+            tracing::Dispatch::new(tracing_subscriber::registry().with(AuditLayer { sink }));
+        tracing::dispatcher::with_default(&dispatch, || audit_event(1));
+        assert!(
+            out.text().contains("event=\"token_issued\""),
+            "{}",
+            out.text()
+        );
+    }
+}
