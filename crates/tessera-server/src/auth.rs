@@ -214,13 +214,10 @@ pub(crate) fn authenticate(
     let checked = clients.with(presented.client_id.as_str(), |client| {
         match &presented.proof {
             Proof::Secret { secret, method } => {
-                let current = secrets.verify_secret(secret, &client.secret_hash);
-                let previous = client
-                    .previous_secret
-                    .as_ref()
-                    .is_some_and(|(hash, until)| {
-                        now < *until && secrets.verify_secret(secret, hash)
-                    });
+                let current = secrets.verify_secret(secret, client.secret_hash());
+                let previous = client.previous_secret().is_some_and(|(hash, until)| {
+                    now < until && secrets.verify_secret(secret, hash)
+                });
                 if !(current || previous) {
                     return Err(AuthFailure::WrongSecret);
                 }
@@ -242,7 +239,7 @@ pub(crate) fn authenticate(
                 let when = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
                     u64::try_from(now).unwrap_or(0),
                 ));
-                let matches = mtls::decode_match(&client.secret_hash).is_some_and(|expected| {
+                let matches = mtls::decode_match(client.secret_hash()).is_some_and(|expected| {
                     mtls::authenticates(
                         client_ca,
                         &certificate.0,

@@ -16,7 +16,6 @@
 //! copy of the registry.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -60,14 +59,14 @@ const SHARDS: usize = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlanSlot(u32);
 
-/// A client as the token endpoint needs it. `Debug` leaves the hashes out.
+/// A client as the token endpoint needs it, in 48 bytes and no allocation of its own for a
+/// client with a secret (the common case). `Debug` leaves the hashes out.
 pub struct ClientEntry {
-    /// HMAC of the current secret; for a certificate method (RFC 8705), what the
-    /// certificate must match instead, encoded by `mtls::encode_match` (one field
-    /// for both keeps an entry at 64 bytes).
-    pub secret_hash: Vec<u8>,
-    /// HMAC of the previous secret and when it stops working.
-    pub previous_secret: Option<(Vec<u8>, Timestamp)>,
+    /// HMAC-SHA-256 of the current secret. When [`Extra::credential`] is set, it holds the
+    /// credential instead and this is zero.
+    hash: [u8; 32],
+    /// What few clients have: a certificate or key to match, a previous secret.
+    extra: Option<Box<Extra>>,
     /// Its plan, in the registry snapshot.
     pub plan: PlanSlot,
     /// How it must authenticate.
@@ -80,6 +79,63 @@ pub struct ClientEntry {
     mark: u8,
 }
 
+/// The rarer parts of a client, behind one pointer.
+struct Extra {
+    /// For a certificate or key method (RFC 8705, RFC 7523), what the certificate or
+    /// assertion must match, encoded by `mtls::encode_match`; or a secret's hash that is not
+    /// 32 bytes long.
+    credential: Option<Box<[u8]>>,
+    /// HMAC of the previous secret and when it stops working.
+    previous_secret: Option<(Box<[u8]>, Timestamp)>,
+}
+
+impl ClientEntry {
+    fn new(client: Client, plan: PlanSlot, mark: u8) -> Self {
+        let credential = match &client.certificate {
+            Some(certificate) if client.auth_method.is_keyed() => {
+                crate::mtls::encode_match(certificate)
+            }
+            _ => client.secret_hash,
+        };
+        let (hash, credential) = match <[u8; 32]>::try_from(credential.as_slice()) {
+            Ok(hash) => (hash, None),
+            Err(_) => ([0; 32], Some(credential.into_boxed_slice())),
+        };
+        let previous_secret = client
+            .previous_secret
+            .map(|(hash, until)| (hash.into_boxed_slice(), until));
+        let extra = (credential.is_some() || previous_secret.is_some()).then(|| {
+            Box::new(Extra {
+                credential,
+                previous_secret,
+            })
+        });
+        Self {
+            hash,
+            extra,
+            plan,
+            auth_method: client.auth_method,
+            enabled: client.enabled,
+            mark,
+        }
+    }
+
+    /// HMAC of the current secret; for a certificate or key method, what the certificate
+    /// or assertion must match instead (see `mtls::decode_match`).
+    pub fn secret_hash(&self) -> &[u8] {
+        self.extra
+            .as_ref()
+            .and_then(|extra| extra.credential.as_deref())
+            .unwrap_or(&self.hash)
+    }
+
+    /// HMAC of the previous secret and when it stops working, after a rotation.
+    pub fn previous_secret(&self) -> Option<(&[u8], Timestamp)> {
+        let (hash, until) = self.extra.as_ref()?.previous_secret.as_ref()?;
+        Some((hash, *until))
+    }
+}
+
 impl std::fmt::Debug for ClientEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientEntry")
@@ -87,7 +143,7 @@ impl std::fmt::Debug for ClientEntry {
             .field("secret_hash", &"[redacted]")
             .field(
                 "previous_secret_until",
-                &self.previous_secret.as_ref().map(|(_, t)| t),
+                &self.previous_secret().map(|(_, t)| t),
             )
             .field("auth_method", &self.auth_method)
             .field("enabled", &self.enabled)
@@ -95,15 +151,93 @@ impl std::fmt::Debug for ClientEntry {
     }
 }
 
+/// A client id as a map key: inline when it is as short as generated ids are (`tc_` and 22
+/// characters), so that a client costs no allocation for its id; boxed otherwise. Hashed and
+/// compared as its bytes, so that a map of them is searched by `&[u8]`.
+#[derive(Clone)]
+pub(crate) enum ClientKey {
+    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    Boxed(Box<str>),
+}
+
+/// The longest id held inline: generated ids are 25 bytes.
+const INLINE_ID: usize = 30;
+
+impl ClientKey {
+    pub(crate) fn new(id: &str) -> Self {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= INLINE_ID => {
+                let mut bytes = [0; INLINE_ID];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Boxed(id.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Boxed(id) => id.as_bytes(),
+        }
+    }
+
+    /// The id. Made from a `&str`, so always UTF-8.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Self::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Self::Boxed(id) => id,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq for ClientKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for ClientKey {}
+
+impl std::hash::Hash for ClientKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `[u8]` hashes, which `Borrow` requires.
+        self.as_bytes().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for ClientKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// The shard of `id`: FNV-1a over its bytes, with a per-process seed. Only a lock stripe,
+/// never a search, depends on it (each shard's map hashes with its own random key), so a
+/// cheap function serves; the maps' SipHash is paid once per search, not twice.
+fn shard_of(id: &str, seed: u64) -> usize {
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325 ^ seed, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    // The high bits mix best.
+    (hash >> 32) as usize % SHARDS
+}
+
 /// One shard of the clients: a map by id.
-type Shard = RwLock<HashMap<Box<str>, ClientEntry>>;
+type Shard = RwLock<HashMap<ClientKey, ClientEntry>>;
 
 /// The clients by id, in shards each behind its own lock: readers of one shard never wait
 /// for each other, and a change holds one shard's lock only while it writes one entry.
 pub struct Clients {
     shards: Box<[Shard]>,
-    /// Picks the shard; keyed per process like the maps themselves.
-    hasher: std::collections::hash_map::RandomState,
+    /// Mixed into the shard choice, per process.
+    seed: u64,
 }
 
 impl std::fmt::Debug for Clients {
@@ -116,22 +250,24 @@ impl Default for Clients {
     fn default() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
-            hasher: Default::default(),
+            seed: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                0u8,
+            ),
         }
     }
 }
 
 impl Clients {
     fn shard(&self, id: &str) -> &Shard {
-        let hash = self.hasher.hash_one(id);
-        &self.shards[(hash % SHARDS as u64) as usize]
+        &self.shards[shard_of(id, self.seed)]
     }
 
     /// Calls `read` with the client `id`, under its shard's read lock; `None` if unknown.
     /// `read` must be quick: it holds up changes to the shard (never the other readers).
     pub fn with<R>(&self, id: &str, read: impl FnOnce(&ClientEntry) -> R) -> Option<R> {
         let shard = self.shard(id).read().unwrap_or_else(|p| p.into_inner());
-        shard.get(id).map(read)
+        shard.get(id.as_bytes()).map(read)
     }
 
     /// How many clients there are.
@@ -148,12 +284,21 @@ impl Clients {
     }
 
     fn put(&self, id: &str, entry: ClientEntry) {
-        let mut shard = self.shard(id).write().unwrap_or_else(|p| p.into_inner());
-        match shard.get_mut(id) {
-            Some(existing) => *existing = entry,
-            None => {
-                shard.insert(id.into(), entry);
-            }
+        // One search: the key costs no allocation to make, and an existing one is kept.
+        self.shard(id)
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ClientKey::new(id), entry);
+    }
+
+    /// Makes room for `more` clients beyond those held, spread over the shards, so that a
+    /// first load grows no shard step by step.
+    fn reserve(&self, more: usize) {
+        for shard in self.shards.iter() {
+            shard
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .reserve(more / SHARDS + 1);
         }
     }
 
@@ -161,7 +306,7 @@ impl Clients {
         self.shard(id)
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+            .remove(id.as_bytes());
     }
 
     /// Removes every client not marked `mark`; returns how many.
@@ -530,21 +675,9 @@ impl Live {
             tracing::error!(client = %client.id, plan = %client.plan, "client of a plan without a slot");
             return;
         };
-        let secret_hash = match &client.certificate {
-            Some(certificate) if client.auth_method.is_keyed() => {
-                crate::mtls::encode_match(certificate)
-            }
-            _ => client.secret_hash,
-        };
-        let entry = ClientEntry {
-            secret_hash,
-            previous_secret: client.previous_secret,
-            plan,
-            auth_method: client.auth_method,
-            enabled: client.enabled,
-            mark,
-        };
-        self.clients.put(client.id.as_str(), entry);
+        let id = client.id.clone();
+        let entry = ClientEntry::new(client, plan, mark);
+        self.clients.put(id.as_str(), entry);
     }
 
     /// Reads every plan, client and key again, as a safety net against a change the log
@@ -596,6 +729,12 @@ impl Live {
             self.mark.store(mark, Ordering::Relaxed);
             mark
         };
+        if self.clients.is_empty() {
+            // The first load: every shard sized once for what is there.
+            let total: u64 = store.clients_per_plan().await?.iter().map(|(_, n)| n).sum();
+            self.clients
+                .reserve(usize::try_from(total).unwrap_or(usize::MAX));
+        }
         let mut after: Option<String> = None;
         loop {
             let _one_at_a_time = self.syncing.lock().await;
@@ -777,11 +916,20 @@ impl Live {
 mod tests {
     use super::*;
 
-    /// Memory per client matters at a million clients: the reload mark rides in padding,
-    /// and the plan is a slot, not a pointer.
+    /// Memory per client matters at a million clients: a generated id and a secret's hash
+    /// are held inline, the reload mark rides in padding, and the plan is a slot, not a
+    /// pointer: 80 bytes a map slot, nothing on the heap.
     #[test]
-    fn a_client_entry_stays_within_64_bytes() {
-        assert!(std::mem::size_of::<ClientEntry>() <= 64);
-        assert_eq!(std::mem::size_of::<Box<str>>(), 16);
+    fn a_client_costs_an_80_byte_map_slot() {
+        assert_eq!(std::mem::size_of::<ClientEntry>(), 48);
+        assert_eq!(std::mem::size_of::<ClientKey>(), 32);
+        let generated = crate::secrets::new_client_id();
+        assert!(matches!(
+            ClientKey::new(generated.as_str()),
+            ClientKey::Inline { .. }
+        ));
+        let long = "x".repeat(INLINE_ID + 1);
+        assert_eq!(ClientKey::new(&long).as_bytes(), long.as_bytes());
+        assert!(matches!(ClientKey::new(&long), ClientKey::Boxed(_)));
     }
 }

@@ -238,7 +238,7 @@ async fn check(
         let id = presented.client_id.as_str();
         let registered = clients.with(id, |client| {
             (client.auth_method == tessera_store::AuthMethod::PrivateKeyJwt)
-                .then(|| crate::mtls::decode_match(&client.secret_hash))
+                .then(|| crate::mtls::decode_match(client.secret_hash()))
                 .flatten()
         });
         let Some(keys) = registered else {
