@@ -42,4 +42,6 @@ impl Dialect for Postgres {
     const REVOKE_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7289504519)");
     // The server checkpoints its own write-ahead log.
     const CHECKPOINT: Option<&'static str> = None;
+    // Rows come off the connection's socket buffer on the caller's thread: cheap as they are.
+    const PACKED_CLIENTS: Option<&'static str> = None;
 }

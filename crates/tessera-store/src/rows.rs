@@ -125,6 +125,90 @@ where
     Ok(None)
 }
 
+/// One client of a packed page (see `Dialect::PACKED_CLIENTS`), its columns in this order:
+/// id, plan, label, secret_hash (hex), previous_secret_hash (hex or null),
+/// previous_secret_expires_at, auth_method, enabled (0 or 1), created_at, updated_at, then
+/// the five key columns in the order of [`certificate`].
+type Packed = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The clients of a packed page: a JSON array of [`Packed`] arrays.
+pub(crate) fn packed_clients(json: &str) -> Result<Vec<Client>, StoreError> {
+    let packed: Vec<Packed> =
+        serde_json::from_str(json).map_err(|e| corrupt("clients (packed page)", e))?;
+    packed.into_iter().map(packed_client).collect()
+}
+
+fn packed_client(row: Packed) -> Result<Client, StoreError> {
+    let (id, plan, label, hash, previous, until, method, enabled, created_at, updated_at) = (
+        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9,
+    );
+    let keys = [row.10, row.11, row.12, row.13, row.14];
+    type Make = fn(String) -> CertificateMatch;
+    let makes: [Make; 5] = [
+        CertificateMatch::SubjectDn,
+        CertificateMatch::SanDns,
+        CertificateMatch::SanUri,
+        CertificateMatch::Jwks,
+        CertificateMatch::JwksUri,
+    ];
+    let certificate = keys
+        .into_iter()
+        .zip(makes)
+        .find_map(|(value, make)| value.map(make));
+    let previous = previous
+        .map(|hex| unhex(&hex).ok_or_else(|| corrupt("clients.previous_secret_hash", "not hex")))
+        .transpose()?;
+    Ok(Client {
+        id: ClientId::parse(&id).ok_or_else(|| corrupt("clients.id", "empty"))?,
+        plan,
+        label,
+        secret_hash: unhex(&hash).ok_or_else(|| corrupt("clients.secret_hash", "not hex"))?,
+        previous_secret: previous.zip(until),
+        auth_method: AuthMethod::parse(&method)
+            .ok_or_else(|| corrupt("clients.auth_method", &method))?,
+        certificate,
+        enabled: match enabled {
+            0 => false,
+            1 => true,
+            other => return Err(corrupt("clients.enabled", other)),
+        },
+        created_at,
+        updated_at,
+    })
+}
+
+/// Bytes from hexadecimal digits (SQLite's `hex()` writes upper case).
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    let digit = |b: u8| {
+        char::from(b)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    hex.as_bytes()
+        .chunks(2)
+        .map(|pair| match pair {
+            [high, low] => Some(digit(*high)? << 4 | digit(*low)?),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The five key columns of a client, in the order of [`certificate`].
 pub(crate) fn certificate_columns(client: &Client) -> [Option<&str>; 5] {
     let mut columns = [None; 5];

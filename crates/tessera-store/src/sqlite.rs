@@ -122,6 +122,13 @@ impl Dialect for Sqlite {
     const REVOKE_LOCK: Option<&'static str> = None;
     // TRUNCATE: the -wal file is left empty, not only marked as reusable.
     const CHECKPOINT: Option<&'static str> = Some("PRAGMA wal_checkpoint(TRUNCATE)");
+    // hex(NULL) is '', so the previous hash is spelled out as null.
+    const PACKED_CLIENTS: Option<&'static str> = Some(
+        "SELECT coalesce(json_group_array(json_array(id, plan, label, hex(secret_hash), \
+         CASE WHEN previous_secret_hash IS NULL THEN NULL ELSE hex(previous_secret_hash) END, \
+         previous_secret_expires_at, auth_method, enabled, created_at, updated_at, \
+         tls_subject_dn, tls_san_dns, tls_san_uri, jwks, jwks_uri)), '[]') AS page FROM ({page})",
+    );
 }
 
 #[cfg(test)]
@@ -213,5 +220,80 @@ mod tests {
             assert_eq!((synchronous, journal.as_str()), (2, "wal"));
             held.push(connection);
         }
+    }
+
+    /// 0013 rebuilds `clients` in id order: every client, its change triggers and the trust
+    /// policies that reference it (which the drop of the old table would cascade away) are
+    /// all still there, and the clients come back from a packed page as they went in.
+    #[tokio::test]
+    async fn clustering_clients_by_id_keeps_clients_triggers_and_trust_policies() {
+        use crate::Store;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
+            .unwrap()
+            .create_if_missing(true)
+            .foreign_keys(true);
+        let mut before = sqlx::migrate!("migrations/sqlite");
+        let upto: Vec<_> = before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 13)
+            .cloned()
+            .collect();
+        before.migrations = upto.into();
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        before.run(&pool).await.unwrap();
+        for statement in [
+            "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at) \
+             VALUES ('p', 'a', 60, 0, 0)",
+            "INSERT INTO clients (id, plan, label, secret_hash, previous_secret_hash, \
+             previous_secret_expires_at, auth_method, enabled, created_at, updated_at) \
+             VALUES ('tc_b', 'p', 'second', x'0102', x'0304', 99, 'client_secret_basic', 1, 1, 2)",
+            "INSERT INTO clients (id, plan, label, secret_hash, auth_method, enabled, \
+             created_at, updated_at, jwks_uri) \
+             VALUES ('tc_a', 'p', 'first', x'05', 'private_key_jwt', 0, 3, 4, 'https://k')",
+            "INSERT INTO trust_policies (name, client_id, issuer, audience, subject, claims, \
+             created_at) VALUES ('t', 'tc_a', 'https://i', 'aud', 'sub', '{}', 5)",
+        ] {
+            sqlx::query(statement).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+
+        let store = SqliteStore::open_existing(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        let table: String =
+            sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE name = 'clients'")
+                .fetch_one(&store.pool)
+                .await
+                .unwrap();
+        assert!(table.ends_with("WITHOUT ROWID"), "{table}");
+        let clients = store.clients_page(None, None, 10).await.unwrap();
+        let ids: Vec<&str> = clients.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["tc_a", "tc_b"]);
+        assert_eq!(
+            clients[0].certificate,
+            Some(crate::CertificateMatch::JwksUri("https://k".into()))
+        );
+        assert!(!clients[0].enabled);
+        assert_eq!(clients[1].label, "second");
+        assert_eq!(clients[1].secret_hash, [1, 2]);
+        assert_eq!(clients[1].previous_secret, Some((vec![3, 4], 99)));
+        assert_eq!((clients[1].created_at, clients[1].updated_at), (1, 2));
+        let policies = store.trust_policies().await.unwrap();
+        assert_eq!(policies.len(), 1);
+        // The change triggers came back with the table.
+        let latest = store.latest_change().await.unwrap();
+        sqlx::query("UPDATE clients SET enabled = 1 WHERE id = 'tc_a'")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let changes = store.changes_since(latest, 10).await.unwrap().unwrap();
+        assert_eq!(changes.clients.len(), 1);
     }
 }
