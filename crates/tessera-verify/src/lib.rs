@@ -17,8 +17,9 @@
 //!   loopback unless [`VerifierBuilder::allow_insecure_http`].
 //! - [`error`]: [`VerifyError`] (why a token was refused), [`ConfigError`],
 //!   [`KeySourceError`]. No HTTP in them.
-//! - `token_cache`: tokens that passed, by SHA-256, so that a repeat costs a lookup; bounded,
-//!   and each entry used only while its key is published and its `exp` not passed.
+//! - `token_cache`: tokens that passed, kept whole, so that the same bytes again cost a
+//!   lookup; bounded, and each entry used only while its key is published and its `exp`
+//!   not passed.
 //! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`], and
 //!   how the bearer token is read (RFC 6750 section 2).
 //! - [`binding`]: [`ClientCertificate`], for tokens bound to a client certificate

@@ -5,9 +5,12 @@
 //!
 //! What is remembered and what is not:
 //!
-//! - The key is the SHA-256 of the whole token, so a token that differs in any byte (header,
-//!   payload or signature) is a different key and goes through the full check. Finding
-//!   another token with the digest of a cached one is a second preimage of SHA-256.
+//! - An entry keeps the whole token, and a lookup compares it byte for byte: a token that
+//!   differs anywhere (header, payload or signature) is never served from the cache. The
+//!   lookup hashes only the token's last 32 characters, the end of its signature, which is
+//!   unpredictable and different for every token issued, with a hasher keyed at random:
+//!   SipHash over the whole token would cost a third of a hit. A token crafted to share a
+//!   cached token's end costs one comparison more and then the full check.
 //! - Only tokens that passed every check are inserted: a forged token never gets in, so a
 //!   flood of them costs what it cost before and evicts nothing.
 //! - An entry holds the claims and the key that verified them. It is served only while that
@@ -22,26 +25,20 @@
 //!   survives every turnover and a token unused for two generations goes.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use aws_lc_rs::digest::{digest, SHA256};
 use tessera_proto::AccessTokenClaims;
 
 use crate::jwks::VerifyingKey;
 
-/// The SHA-256 of a whole token.
-pub(crate) type TokenDigest = [u8; 32];
+/// How many characters at the end of a token the lookup hashes.
+const HASHED_TAIL: usize = 32;
 
-/// The digest a token is cached under.
-pub(crate) fn token_digest(token: &str) -> TokenDigest {
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest(&SHA256, token.as_bytes()).as_ref());
-    out
-}
-
-/// What a successful verification produced.
-#[derive(Debug)]
+/// What a successful verification produced. No `Debug`: it holds a token.
 pub(crate) struct Entry {
+    /// The token, compared in full at each lookup.
+    pub token: Box<str>,
     /// The claims, with `iss` checked; the time window and audience are checked at each use.
     pub claims: AccessTokenClaims,
     /// The key whose signature verified, shared with the key set it came from.
@@ -70,6 +67,8 @@ const SHARDS: usize = 32;
 /// The cache. Memory is at most `capacity` entries; see
 /// [`crate::VerifierBuilder::token_cache_capacity`] for their size.
 pub(crate) struct TokenCache {
+    /// Keyed at random per cache, so where a token lands cannot be worked out from outside.
+    hasher: RandomState,
     shards: Box<[Mutex<Shard>]>,
     /// Entries per generation in each shard; 0 turns the cache off.
     per_generation: usize,
@@ -77,8 +76,8 @@ pub(crate) struct TokenCache {
 
 #[derive(Default)]
 struct Shard {
-    current: HashMap<TokenDigest, Arc<Entry>>,
-    previous: HashMap<TokenDigest, Arc<Entry>>,
+    current: HashMap<u64, Arc<Entry>>,
+    previous: HashMap<u64, Arc<Entry>>,
     /// Counted under the shard's lock rather than in shared atomics, which every core would
     /// fight over.
     hits: u64,
@@ -95,6 +94,7 @@ impl TokenCache {
             1
         };
         Self {
+            hasher: RandomState::new(),
             shards: (0..shards).map(|_| Mutex::default()).collect(),
             per_generation: capacity / (2 * shards),
         }
@@ -104,35 +104,52 @@ impl TokenCache {
         self.per_generation > 0
     }
 
-    fn shard(&self, digest: &TokenDigest) -> std::sync::MutexGuard<'_, Shard> {
-        // The digest is uniform, so any of its bytes picks a shard evenly.
-        self.shards[usize::from(digest[31]) % self.shards.len()]
+    /// Where `token` is filed: a hash of its end, and the shard that holds it.
+    fn slot(&self, token: &str) -> (u64, std::sync::MutexGuard<'_, Shard>) {
+        let tail = &token.as_bytes()[token.len().saturating_sub(HASHED_TAIL)..];
+        let hash = self.hasher.hash_one(tail);
+        // The top bits pick the shard; the maps hash the whole value again.
+        let shard = (hash >> 58) as usize % self.shards.len();
+        let guard = self.shards[shard]
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner);
+        (hash, guard)
     }
 
-    /// The entry of `digest`, if there is one and `usable` says its key still stands; an
-    /// entry whose key does not is removed.
+    /// The entry of exactly `token`, if there is one and `usable` says its key still stands;
+    /// an entry whose key does not is removed. An entry for other bytes filed in the same
+    /// place stays where it is.
     pub(crate) fn get(
         &self,
-        digest: &TokenDigest,
+        token: &str,
         usable: impl FnOnce(&Entry) -> bool,
     ) -> Option<Arc<Entry>> {
-        let mut guard = self.shard(digest);
+        let (hash, mut guard) = self.slot(token);
         let shard = &mut *guard;
-        let found = match shard.current.get(digest) {
-            Some(entry) => Some(Arc::clone(entry)),
-            None => shard.previous.remove(digest),
+        let exact = |entry: &&Arc<Entry>| *entry.token == *token;
+        let (entry, in_current) = match shard.current.get(&hash).filter(exact) {
+            Some(entry) => (Arc::clone(entry), true),
+            None => match shard.previous.get(&hash).filter(exact) {
+                Some(entry) => (Arc::clone(entry), false),
+                None => {
+                    shard.misses += 1;
+                    return None;
+                }
+            },
         };
-        let Some(entry) = found.filter(|e| usable(e)) else {
-            shard.current.remove(digest);
+        if !usable(&entry) {
+            if in_current {
+                shard.current.remove(&hash);
+            } else {
+                shard.previous.remove(&hash);
+            }
             shard.misses += 1;
             return None;
-        };
+        }
         shard.hits += 1;
-        if !shard.current.contains_key(digest) {
+        if !in_current {
             // Second chance: a token in use moves back into the current generation.
-            let dropped = shard.insert(*digest, Arc::clone(&entry), self.per_generation);
+            let dropped = shard.insert(hash, Arc::clone(&entry), self.per_generation);
             drop(guard);
             drop(dropped);
         }
@@ -140,13 +157,13 @@ impl TokenCache {
     }
 
     /// Remembers a token that passed every check.
-    pub(crate) fn insert(&self, digest: TokenDigest, entry: Entry) {
+    pub(crate) fn insert(&self, entry: Entry) {
         if !self.is_enabled() {
             return;
         }
-        let dropped = self
-            .shard(&digest)
-            .insert(digest, Arc::new(entry), self.per_generation);
+        let (hash, mut shard) = self.slot(&entry.token);
+        let dropped = shard.insert(hash, Arc::new(entry), self.per_generation);
+        drop(shard);
         // The old generation is freed here, after the lock is released.
         drop(dropped);
     }
@@ -171,17 +188,17 @@ impl Shard {
     /// full; returns the generation dropped, for the caller to free outside the lock.
     fn insert(
         &mut self,
-        digest: TokenDigest,
+        hash: u64,
         entry: Arc<Entry>,
         per_generation: usize,
-    ) -> Option<HashMap<TokenDigest, Arc<Entry>>> {
+    ) -> Option<HashMap<u64, Arc<Entry>>> {
         let mut dropped = None;
-        if self.current.len() >= per_generation && !self.current.contains_key(&digest) {
+        if self.current.len() >= per_generation && !self.current.contains_key(&hash) {
             let full = std::mem::replace(&mut self.current, HashMap::with_capacity(per_generation));
             dropped = Some(std::mem::replace(&mut self.previous, full));
         }
-        self.previous.remove(&digest);
-        self.current.insert(digest, entry);
+        self.previous.remove(&hash);
+        self.current.insert(hash, entry);
         dropped
     }
 }
