@@ -39,6 +39,8 @@ const MAX_DOCUMENT: usize = 64 * 1024;
 #[derive(Debug)]
 pub(crate) struct VerifyingKey {
     pub alg: Algorithm,
+    /// The `kid` it was published under, so that a cached token can find its key again.
+    pub kid: String,
     key: ParsedPublicKey,
 }
 
@@ -101,8 +103,18 @@ impl VerifyingKey {
         // Parsing once here validates the point and spares it on every verification.
         Some(Self {
             alg,
+            kid: jwk.kid.clone(),
             key: key.ok()?,
         })
+    }
+
+    /// Whether `other` is this key: the same `kid`, algorithm and public key bytes, as when
+    /// a refresh publishes a key again.
+    pub(crate) fn same_as(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+            || (self.kid == other.kid
+                && self.alg == other.alg
+                && self.key.as_ref() == other.key.as_ref())
     }
 
     /// Whether `signature` is this key's signature of `message`.
@@ -129,7 +141,8 @@ pub fn verify_signature(
 /// The usable keys of one JWK Set, by `kid`.
 #[derive(Debug, Default)]
 pub(crate) struct KeySet {
-    by_kid: HashMap<String, VerifyingKey>,
+    /// Shared with the verified tokens cached under each key (`crate::token_cache`).
+    by_kid: HashMap<String, Arc<VerifyingKey>>,
 }
 
 impl KeySet {
@@ -139,7 +152,7 @@ impl KeySet {
         for jwk in jwks {
             match VerifyingKey::from_jwk(jwk) {
                 Some(key) => {
-                    by_kid.entry(jwk.kid.clone()).or_insert(key);
+                    by_kid.entry(jwk.kid.clone()).or_insert(Arc::new(key));
                 }
                 None => tracing::debug!(kid = %jwk.kid, kty = %jwk.kty, "JWK ignored"),
             }
@@ -147,7 +160,7 @@ impl KeySet {
         Self { by_kid }
     }
 
-    pub(crate) fn get(&self, kid: &str) -> Option<&VerifyingKey> {
+    pub(crate) fn get(&self, kid: &str) -> Option<&Arc<VerifyingKey>> {
         self.by_kid.get(kid)
     }
 

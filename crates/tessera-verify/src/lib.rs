@@ -17,6 +17,9 @@
 //!   loopback unless [`VerifierBuilder::allow_insecure_http`].
 //! - [`error`]: [`VerifyError`] (why a token was refused), [`ConfigError`],
 //!   [`KeySourceError`]. No HTTP in them.
+//! - `token_cache`: tokens that passed, kept whole, so that the same bytes again cost a
+//!   lookup; bounded, and each entry used only while its key is published and its `exp`
+//!   not passed.
 //! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`], and
 //!   how the bearer token is read (RFC 6750 section 2).
 //! - [`binding`]: [`ClientCertificate`], for tokens bound to a client certificate
@@ -77,6 +80,7 @@ pub mod fuzzing;
 mod jwks;
 pub mod rejection;
 pub mod resource;
+mod token_cache;
 mod validate;
 pub mod verifier;
 
@@ -86,4 +90,5 @@ pub use extract::{RequiredScope, Scoped, UserToken, VerifiedToken};
 pub use jwks::verify_signature;
 pub use rejection::{AuthError, AuthRejection};
 pub use tessera_proto::{AccessTokenClaims, Algorithm, JwkSet};
+pub use token_cache::TokenCacheStats;
 pub use verifier::{defaults, Verifier, VerifierBuilder};

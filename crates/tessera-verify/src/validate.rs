@@ -28,6 +28,16 @@ pub(crate) fn check_claims(
     if claims.iss != expected.issuer {
         return Err(VerifyError::WrongIssuer);
     }
+    check_current(&claims, expected)?;
+    Ok(claims)
+}
+
+/// The checks that depend on the moment and on the caller rather than on the token alone:
+/// the time window and the audience. They run on every verification, the cached ones too.
+pub(crate) fn check_current(
+    claims: &AccessTokenClaims,
+    expected: Expected<'_>,
+) -> Result<(), VerifyError> {
     // Valid while now < exp (RFC 7519 4.1.4) and now >= nbf (4.1.5), each give or take leeway.
     if expected.now >= claims.exp.saturating_add(expected.leeway) {
         return Err(VerifyError::Expired);
@@ -44,7 +54,7 @@ pub(crate) fn check_claims(
     {
         return Err(VerifyError::WrongAudience);
     }
-    Ok(claims)
+    Ok(())
 }
 
 #[cfg(test)]

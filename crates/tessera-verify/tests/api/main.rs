@@ -6,3 +6,4 @@ mod helpers;
 mod hostile;
 mod plain_http;
 mod router;
+mod token_cache;

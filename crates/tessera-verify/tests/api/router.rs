@@ -22,7 +22,7 @@ impl RequiredScope for OrdersWrite {
     const SCOPE: &'static str = "orders:write";
 }
 
-fn app(verifier: Verifier) -> Router {
+pub(crate) fn app(verifier: Verifier) -> Router {
     Router::new()
         .route(
             "/whoami",
@@ -44,13 +44,13 @@ fn app(verifier: Verifier) -> Router {
         .with_state(verifier)
 }
 
-struct Answer {
-    status: StatusCode,
-    challenge: Option<String>,
-    body: Value,
+pub(crate) struct Answer {
+    pub status: StatusCode,
+    pub challenge: Option<String>,
+    pub body: Value,
 }
 
-async fn call(app: &Router, request: Request<Body>) -> Answer {
+pub(crate) async fn call(app: &Router, request: Request<Body>) -> Answer {
     let response = app.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let challenge = response
@@ -67,7 +67,7 @@ async fn call(app: &Router, request: Request<Body>) -> Answer {
     }
 }
 
-fn get_with(uri: &str, authorization: Option<&str>) -> Request<Body> {
+pub(crate) fn get_with(uri: &str, authorization: Option<&str>) -> Request<Body> {
     let mut req = Request::get(uri);
     if let Some(value) = authorization {
         req = req.header(header::AUTHORIZATION, value);
@@ -75,7 +75,7 @@ fn get_with(uri: &str, authorization: Option<&str>) -> Request<Body> {
     req.body(Body::empty()).unwrap()
 }
 
-async fn bearer(app: &Router, uri: &str, token: &str) -> Answer {
+pub(crate) async fn bearer(app: &Router, uri: &str, token: &str) -> Answer {
     call(app, get_with(uri, Some(&format!("Bearer {token}")))).await
 }
 
