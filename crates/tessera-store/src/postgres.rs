@@ -1,6 +1,6 @@
 //! The PostgreSQL backend, for many stateless Tessera instances sharing one database. The
 //! schema is in `migrations/postgres/`; the queries are shared with SQLite (`sql.rs`), so
-//! this module only connects and gives the one statement PostgreSQL words its own way.
+//! this module only connects and gives the statements PostgreSQL words its own way.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -42,4 +42,7 @@ impl Dialect for Postgres {
     const REVOKE_LOCK: Option<&'static str> = Some("SELECT pg_advisory_xact_lock(7289504519)");
     // The server checkpoints its own write-ahead log.
     const CHECKPOINT: Option<&'static str> = None;
+    fn bulk_param(n: usize) -> String {
+        format!("${n}")
+    }
 }
