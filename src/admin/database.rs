@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use tessera_proto::clock::Timestamp;
 use tessera_proto::Algorithm;
-use tessera_server::admin::{Admin, PlanSettings, TrustPolicyInput};
+use tessera_server::admin::{Admin, CreatedClients, PlanSettings, TrustPolicyInput};
 use tessera_server::clock::Clock;
 use tessera_server::secrets::Secrets;
 use tessera_store::{AuthMethod, Store};
@@ -15,7 +15,8 @@ use tessera_store::{AuthMethod, Store};
 use super::model::{
     Client, ClientPatch, ClientWithSecret, Key, KeyStatus, NewClient, Plan, TrustPolicy, UsageDay,
 };
-use super::Operations;
+use super::progress::Progress;
+use super::{OnCreated, Operations};
 use crate::{Access, DataArgs};
 
 /// The store named by `--database`, dated by the system clock.
@@ -130,12 +131,14 @@ impl Operations for Database<'_> {
             .collect())
     }
 
-    /// All or none, in one transaction.
+    /// All or none, in one transaction; the secrets are handed to `on_created` only once it
+    /// is committed, so none is printed for a client that does not exist.
     async fn create_clients(
         &self,
         new: &NewClient,
         count: u32,
-        on_created: &mut dyn FnMut(ClientWithSecret) -> Result<()>,
+        progress: &Progress,
+        on_created: &mut OnCreated<'_>,
     ) -> Result<()> {
         let secrets = self.secrets().await?;
         let method = AuthMethod::parse(new.token_endpoint_auth_method)
@@ -152,24 +155,51 @@ impl Operations for Database<'_> {
                         certificate.clone(),
                     )
                     .await?;
-                on_created(ClientWithSecret {
+                progress.advance(1);
+                on_created(&mut std::iter::once(ClientWithSecret {
                     client: client(c),
                     client_secret: None,
-                })?;
+                }))?;
             }
             return Ok(());
         }
         let created = self
             .admin()
-            .create_clients(&secrets, &new.plan, &new.name, method, count as usize)
-            .await?;
-        for (c, secret) in created {
-            on_created(ClientWithSecret {
-                client: client(c),
-                client_secret: Some(secret),
-            })?;
-        }
-        Ok(())
+            .create_clients(
+                &secrets,
+                &new.plan,
+                &new.name,
+                method,
+                count as usize,
+                &|n| progress.advance(n),
+            )
+            .await;
+        progress.finish();
+        let created = created?;
+        let CreatedClients {
+            plan,
+            label,
+            auth_method,
+            created_at,
+            credentials,
+        } = created;
+        on_created(
+            &mut credentials
+                .into_iter()
+                .map(|(client_id, secret)| ClientWithSecret {
+                    client: Client {
+                        client_id,
+                        plan: plan.clone(),
+                        name: label.clone(),
+                        enabled: true,
+                        token_endpoint_auth_method: auth_method.as_str().to_owned(),
+                        previous_secret_valid_until: None,
+                        created_at,
+                        updated_at: created_at,
+                    },
+                    client_secret: Some(secret),
+                }),
+        )
     }
 
     /// By client id, as the admin API lists them.

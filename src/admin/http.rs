@@ -23,7 +23,8 @@ use tokio::sync::OnceCell;
 use super::model::{
     Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, Rate, TrustPolicy, UsageDay,
 };
-use super::Operations;
+use super::progress::Progress;
+use super::{OnCreated, Operations};
 
 /// The full scope, asked for first.
 const ADMIN_SCOPE: &str = "tessera-admin";
@@ -379,11 +380,14 @@ impl Operations for Http {
     /// One `POST` per client, each with an `Idempotency-Key` of its own: not all or none
     /// as in the database, so each client is handed on as soon as it exists, and a failure
     /// says how many were made before it.
+    /// One request, and so one transaction, per client: each is printed as soon as it
+    /// exists.
     async fn create_clients(
         &self,
         new: &NewClient,
         count: u32,
-        on_created: &mut dyn FnMut(ClientWithSecret) -> Result<()>,
+        progress: &Progress,
+        on_created: &mut OnCreated<'_>,
     ) -> Result<()> {
         for made in 0..count {
             let created = self.create_one(new).await.with_context(|| {
@@ -393,7 +397,8 @@ impl Operations for Http {
                     format!("{made} of {count} clients created (printed above), then")
                 }
             })?;
-            on_created(created)?;
+            progress.advance(1);
+            on_created(&mut std::iter::once(created))?;
         }
         Ok(())
     }

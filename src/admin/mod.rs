@@ -8,7 +8,8 @@
 //!
 //! - this file: the commands, the [`Operations`] they call, and what they print;
 //! - [`model`]: the objects, as docs/admin-api.md defines them;
-//! - [`database`]: the operations on the store; [`http`]: the same over the admin API.
+//! - [`database`]: the operations on the store; [`http`]: the same over the admin API;
+//! - [`progress`]: the bar `client create --count` draws on a terminal.
 
 use std::io::Write;
 
@@ -24,10 +25,12 @@ use crate::{Access, DataArgs};
 mod database;
 mod http;
 mod model;
+mod progress;
 
 use database::Database;
 use http::Http;
 use model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, TrustPolicy, UsageDay};
+use progress::Progress;
 use tessera_server::admin::TrustPolicyInput;
 
 #[derive(Debug, Subcommand)]
@@ -286,6 +289,10 @@ impl AdminCommand {
     }
 }
 
+/// What receives clients just created, with their secrets: those committed together.
+pub(crate) type OnCreated<'a> =
+    dyn FnMut(&mut dyn Iterator<Item = ClientWithSecret>) -> Result<()> + 'a;
+
 /// The admin operations, one implementation per backend. Each answers with the admin API's
 /// objects; an error says what was refused, in words for the operator.
 pub(crate) trait Operations {
@@ -293,12 +300,15 @@ pub(crate) trait Operations {
     async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan>;
     /// Every plan, by name.
     async fn list_plans(&self) -> Result<Vec<Plan>>;
-    /// Registers `count` clients, handing each to `on_created` with its secret.
+    /// Registers `count` clients, handing them with their secrets to `on_created`, those
+    /// written in one transaction together and only once it is committed; `progress` counts
+    /// them as they are written.
     async fn create_clients(
         &self,
         new: &NewClient,
         count: u32,
-        on_created: &mut dyn FnMut(ClientWithSecret) -> Result<()>,
+        progress: &Progress,
+        on_created: &mut OnCreated<'_>,
     ) -> Result<()>;
     /// Every client.
     async fn list_clients(&self) -> Result<Vec<Client>>;
@@ -568,23 +578,31 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                     }
                 );
             }
-            // Each client is printed (and flushed) as soon as it exists, so that a failure
-            // part way over HTTP loses no secret.
-            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            let mut print = |created: ClientWithSecret| -> Result<()> {
-                if json {
-                    writeln!(out, "{}", serde_json::to_string(&created)?)?;
-                } else {
-                    writeln!(out, "client_id:     {}", created.client.client_id)?;
-                    if let Some(secret) = &created.client_secret {
-                        writeln!(out, "client_secret: {}", secret.expose())?;
+            // Clients are printed (and flushed) as soon as they exist, those committed
+            // together at once, so that a failure part way over HTTP (one client per
+            // request) loses no secret.
+            let progress = Progress::clients(count);
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+            let mut print = |created: &mut dyn Iterator<Item = ClientWithSecret>| {
+                progress.suspend(|| -> Result<()> {
+                    for created in created {
+                        if json {
+                            serde_json::to_writer(&mut out, &created)?;
+                            out.write_all(b"\n")?;
+                        } else {
+                            writeln!(out, "client_id:     {}", created.client.client_id)?;
+                            if let Some(secret) = &created.client_secret {
+                                writeln!(out, "client_secret: {}", secret.expose())?;
+                            }
+                            writeln!(out, "plan:          {}", created.client.plan)?;
+                        }
                     }
-                    writeln!(out, "plan:          {}", created.client.plan)?;
-                }
-                out.flush()?;
-                Ok(())
+                    out.flush()?;
+                    Ok(())
+                })
             };
-            let outcome = ops.create_clients(&new, count, &mut print).await;
+            let outcome = ops.create_clients(&new, count, &progress, &mut print).await;
+            progress.finish();
             if outcome.is_ok() && !json {
                 writeln!(out, "the secret is shown once; only its hash is stored")?;
             }

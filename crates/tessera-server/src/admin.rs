@@ -1,6 +1,7 @@
 //! The operations behind the CLI's `plan`, `client` and `keys` commands. Each one validates
 //! everything before it writes, and writes once, so that bad input leaves nothing behind.
 
+use tessera_proto::clock::Timestamp;
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
 use tessera_store::{
@@ -14,6 +15,52 @@ use crate::keys;
 use crate::secrets::{self, Secrets};
 
 pub use tessera_store::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
+
+/// How many clients [`Admin::create_clients`] hands to the store at a time.
+pub const CREATE_BATCH: usize = 5000;
+
+/// Clients registered together by [`Admin::create_clients`]: one plan, label, method and
+/// creation time, each with its own identifier and its secret, returned this once (only the
+/// keyed hash is stored).
+#[derive(Debug)]
+pub struct CreatedClients {
+    /// Their plan.
+    pub plan: String,
+    /// Their label.
+    pub label: String,
+    /// How they authenticate: with their secret, in the header or the body.
+    pub auth_method: AuthMethod,
+    /// When they were created, the time of the one transaction that wrote them.
+    pub created_at: Timestamp,
+    /// Each one's identifier and secret.
+    pub credentials: Vec<(ClientId, ClientSecret)>,
+}
+
+/// Client `id` with a fresh secret (RFC 6749 section 2.3.1: the password of
+/// `client_secret_basic` and `client_secret_post`), and the secret.
+fn make_client(
+    secrets: &Secrets,
+    id: ClientId,
+    plan: &str,
+    label: &str,
+    auth_method: AuthMethod,
+    now: Timestamp,
+) -> (Client, ClientSecret) {
+    let secret = secrets::new_client_secret();
+    let client = Client {
+        id,
+        plan: plan.to_owned(),
+        label: label.to_owned(),
+        secret_hash: secrets.hash_secret(&secret),
+        previous_secret: None,
+        auth_method,
+        certificate: None,
+        enabled: true,
+        created_at: now,
+        updated_at: now,
+    };
+    (client, secret)
+}
 
 /// Why an admin operation was refused.
 #[derive(Debug, Error)]
@@ -252,13 +299,15 @@ impl<'a> Admin<'a> {
         label: &str,
         auth_method: AuthMethod,
     ) -> Result<(Client, ClientSecret), AdminError> {
-        let mut created = self
-            .create_clients(secrets, plan, label, auth_method, 1)
-            .await?;
-        Ok(created.remove(0))
+        let (client, secret) = self.new_client(secrets, plan, label, auth_method);
+        self.store.insert_client(&client).await?;
+        Ok((client, secret))
     }
 
-    /// Registers `count` clients at once, all or none.
+    /// Registers `count` clients on one plan in one transaction, all or none, handing them
+    /// to the store [`CREATE_BATCH`] at a time so that only their ids and secrets are held
+    /// (about 130 bytes a client). `progress` is told how many more are written, batch by
+    /// batch, before the commit.
     pub async fn create_clients(
         &self,
         secrets: &Secrets,
@@ -266,13 +315,44 @@ impl<'a> Admin<'a> {
         label: &str,
         auth_method: AuthMethod,
         count: usize,
-    ) -> Result<Vec<(Client, ClientSecret)>, AdminError> {
-        let created: Vec<(Client, ClientSecret)> = (0..count)
-            .map(|_| self.new_client(secrets, plan, label, auth_method))
-            .collect();
-        let clients: Vec<Client> = created.iter().map(|(c, _)| c.clone()).collect();
-        self.store.insert_clients(&clients).await?;
-        Ok(created)
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<CreatedClients, AdminError> {
+        let created_at = self.clock.now();
+        // Ids in ascending order, so that each statement adds to the right edge of the id
+        // indexes instead of to pages all over them: at a million clients, random ids made
+        // SQLite's page cache spill to the WAL and read pages back.
+        let mut ids: Vec<ClientId> = (0..count).map(|_| secrets::new_client_id()).collect();
+        ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        let mut ids = ids.into_iter();
+        let mut credentials = Vec::with_capacity(count);
+        let mut made = 0;
+        let mut batches = std::iter::from_fn(|| {
+            // Asked for the next batch: the one before is written.
+            if credentials.len() > made {
+                progress(credentials.len() - made);
+                made = credentials.len();
+            }
+            let size = CREATE_BATCH.min(count - made);
+            (size > 0).then(|| {
+                ids.by_ref()
+                    .take(size)
+                    .map(|id| {
+                        let (client, secret) =
+                            make_client(secrets, id, plan, label, auth_method, created_at);
+                        credentials.push((client.id.clone(), secret));
+                        client
+                    })
+                    .collect()
+            })
+        });
+        self.store.insert_client_batches(&mut batches).await?;
+        Ok(CreatedClients {
+            plan: plan.to_owned(),
+            label: label.to_owned(),
+            auth_method,
+            created_at,
+            credentials,
+        })
     }
 
     /// A new client with a fresh identifier and secret, not yet stored (see
@@ -284,21 +364,8 @@ impl<'a> Admin<'a> {
         label: &str,
         auth_method: AuthMethod,
     ) -> (Client, ClientSecret) {
-        let now = self.clock.now();
-        let secret = secrets::new_client_secret();
-        let client = Client {
-            id: secrets::new_client_id(),
-            plan: plan.to_owned(),
-            label: label.to_owned(),
-            secret_hash: secrets.hash_secret(&secret),
-            previous_secret: None,
-            auth_method,
-            certificate: None,
-            enabled: true,
-            created_at: now,
-            updated_at: now,
-        };
-        (client, secret)
+        let id = secrets::new_client_id();
+        make_client(secrets, id, plan, label, auth_method, self.clock.now())
     }
 
     /// Registers a client that authenticates with a key of its own: a certificate (RFC 8705),

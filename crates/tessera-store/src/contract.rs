@@ -421,6 +421,65 @@ async fn postgres_keeps_the_admin_contract() {
     admin_contract(crate::open(&schema.url).await.unwrap().as_ref()).await;
 }
 
+/// Clients written batch by batch in one transaction, more than one statement's worth in
+/// each batch: all of them, each as given and with its change; or, when a later batch
+/// fails, none of them and no change.
+async fn batches(store: &dyn Store) {
+    store.put_plan(&plan("bulk", "news-api")).await.unwrap();
+    let batch = |prefix: &str, n: usize, plan: &str| -> Vec<Client> {
+        (0..n)
+            .map(|i| {
+                let mut c = client(&format!("{prefix}{i:05}"), plan);
+                c.secret_hash = vec![(i % 251) as u8; 32];
+                c
+            })
+            .collect()
+    };
+    let seen = store.latest_change().await.unwrap();
+    let mut failing = vec![batch("x", 2500, "bulk"), batch("y", 10, "nope")].into_iter();
+    let err = store.insert_client_batches(&mut failing).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::UnknownPlan(p) if p == "nope"),
+        "{err}"
+    );
+    // A duplicate id in the second statement of a later batch.
+    let mut again = batch("z", 1500, "bulk");
+    again[1200].id = again[3].id.clone();
+    let mut failing = vec![batch("w", 10, "bulk"), again].into_iter();
+    let err = store.insert_client_batches(&mut failing).await.unwrap_err();
+    assert!(matches!(err, StoreError::Duplicate(_)), "{err}");
+    assert!(store.clients().await.unwrap().is_empty());
+    assert_eq!(store.latest_change().await.unwrap(), seen);
+
+    let written = [
+        batch("a", 2500, "bulk"),
+        Vec::new(),
+        batch("b", 1001, "bulk"),
+    ];
+    store
+        .insert_client_batches(&mut written.clone().into_iter())
+        .await
+        .unwrap();
+    let mut stored = store.clients().await.unwrap();
+    stored.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+    assert_eq!(stored, written.concat());
+    let changes = read_changes(store, seen, 1000).await.unwrap();
+    assert_eq!(changes.clients.len(), 3501);
+}
+
+#[tokio::test]
+async fn sqlite_writes_client_batches_all_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    batches(crate::open(&url).await.unwrap().as_ref()).await;
+}
+
+#[tokio::test]
+async fn postgres_writes_client_batches_all_or_none() {
+    let schema = crate::testing::scratch_postgres().await;
+    batches(crate::open(&schema.url).await.unwrap().as_ref()).await;
+}
+
 /// The changes after `after`, read to the end in pages of `limit`, merged: each id with its
 /// last state.
 async fn read_changes(store: &dyn Store, mut after: i64, limit: u32) -> Option<Changes> {

@@ -448,6 +448,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn insert_clients(&self, clients: &[Client]) -> Result<()> {
         self.insert_clients_once(clients, None).await.map(|_| ())
     }
+    /// Adds the clients of every batch `batches` yields, in one transaction: all of them or
+    /// none. A batch is asked for once the one before is written, so that a million clients
+    /// need not be held at once (`tessera client create --count`).
+    async fn insert_client_batches(
+        &self,
+        batches: &mut (dyn Iterator<Item = Vec<Client>> + Send),
+    ) -> Result<()>;
     /// All clients, oldest first.
     async fn clients(&self) -> Result<Vec<Client>>;
     /// One client.

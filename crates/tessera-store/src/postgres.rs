@@ -1,6 +1,6 @@
 //! The PostgreSQL backend, for many stateless Tessera instances sharing one database. The
 //! schema is in `migrations/postgres/`; the queries are shared with SQLite (`sql.rs`), so
-//! this module only connects and gives the one statement PostgreSQL words its own way.
+//! this module only connects and gives the statements PostgreSQL words its own way.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -44,4 +44,7 @@ impl Dialect for Postgres {
     const CHECKPOINT: Option<&'static str> = None;
     // Rows come off the connection's socket buffer on the caller's thread: cheap as they are.
     const PACKED_CLIENTS: Option<&'static str> = None;
+    fn bulk_param(n: usize) -> String {
+        format!("${n}")
+    }
 }

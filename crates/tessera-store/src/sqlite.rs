@@ -129,6 +129,12 @@ impl Dialect for Sqlite {
          previous_secret_expires_at, auth_method, enabled, created_at, updated_at, \
          tls_subject_dn, tls_san_dns, tls_san_uri, jwks, jwks_uri)), '[]') AS page FROM ({page})",
     );
+    // sqlx binds a numbered parameter after asking SQLite its name, which SQLite finds by
+    // scanning the statement's list of names: 15,000 `$N` made each statement quadratic
+    // (30 s of CPU for 100,000 clients). Plain `?` has no name and binds in order.
+    fn bulk_param(_: usize) -> String {
+        "?".to_owned()
+    }
 }
 
 #[cfg(test)]

@@ -30,11 +30,11 @@ pub mod defaults {
     pub const CACHE_LIFETIME: Duration = Duration::from_secs(300);
     /// The whole-request timeout of a metadata or JWKS fetch: 5 s.
     pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
-    /// Verified tokens remembered: 100,000, about 110 MB at most for 500-byte tokens (see
+    /// Verified tokens remembered: 10,000, about 11 MB at most for 500-byte tokens (see
     /// [`VerifierBuilder::token_cache_capacity`](super::VerifierBuilder::token_cache_capacity)).
-    /// A client keeps its token for its whole life, so this covers 100,000 clients calling
-    /// at once.
-    pub const TOKEN_CACHE_CAPACITY: usize = 100_000;
+    /// A client keeps its token for its whole life, so this covers 10,000 clients calling
+    /// at once; an API with more callers raises it.
+    pub const TOKEN_CACHE_CAPACITY: usize = 10_000;
 }
 
 /// The largest leeway the builder takes.
@@ -100,7 +100,8 @@ impl VerifierBuilder {
     ///
     /// An entry holds the whole token (compared byte for byte on a lookup), its claims and a
     /// reference to its key: about 1.1 KB for a 500-byte token (measured as resident memory
-    /// with the cache full), so 100,000 entries take about 110 MB. Only tokens that passed every check are remembered, and each
+    /// with the cache full), so 100,000 entries take about 110 MB. Only tokens that passed
+    /// every check are remembered, and each
     /// is used again only while its key is published and, by this verifier's clock, within
     /// its `exp` and `nbf`; the audience is checked at each use too.
     pub fn token_cache_capacity(mut self, tokens: usize) -> Self {
