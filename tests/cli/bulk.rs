@@ -97,7 +97,7 @@ async fn client_create_count_is_all_or_none_when_the_insert_fails_midway() {
     let mut db = SqliteConnection::connect(&url).await.unwrap();
     sqlx::query(
         "CREATE TRIGGER refuse_late BEFORE INSERT ON clients \
-         WHEN (SELECT max(rowid) FROM clients) >= 7001 \
+         WHEN (SELECT count(*) FROM clients) >= 7001 \
          BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
     )
     .execute(&mut db)
