@@ -112,7 +112,7 @@ fn secs_to_nanos(secs: Timestamp) -> u64 {
 
 /// `(year, month, day)` of day number `days` since 1970-01-01 (civil-from-days, proleptic
 /// Gregorian calendar).
-fn civil(days: i64) -> (i64, i64, i64) {
+pub fn civil(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

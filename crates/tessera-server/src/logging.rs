@@ -355,16 +355,7 @@ fn timestamp(at: SystemTime, out: &mut String) {
     let secs = since.as_secs();
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let in_day = secs % 86_400;
-    // Days to a civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = tessera_proto::clock::civil(days);
     let _ = write!(
         out,
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",

@@ -258,6 +258,30 @@ async fn an_instance_behind_a_pruned_change_reads_everything_again() {
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
 }
 
+/// Inserts `n` clients on plan "pro" sharing one secret, in batches of 10,000, straight
+/// into the store (as a bulk import would).
+async fn insert_clients(app: &TestApp, n: usize, hash: &[u8]) {
+    let now = app.clock.now();
+    let batch = 10_000;
+    for first in (0..n).step_by(batch) {
+        let clients: Vec<Client> = (first..n.min(first + batch))
+            .map(|_| Client {
+                id: tessera_server::secrets::new_client_id(),
+                plan: "pro".into(),
+                label: "bulk".into(),
+                secret_hash: hash.to_vec(),
+                previous_secret: None,
+                auth_method: tessera_store::AuthMethod::ClientSecretBasic,
+                certificate: None,
+                enabled: true,
+                created_at: now,
+                updated_at: now,
+            })
+            .collect();
+        app.store.insert_clients(&clients).await.unwrap();
+    }
+}
+
 /// The README's promise that a change made elsewhere is in force within 1 s, at `n`
 /// clients: the poll runs at least once a second, and a sync after one client is disabled
 /// applies that one row, not a reload of the `n`. (How long a sync takes is measured in
@@ -269,25 +293,7 @@ async fn disabling_one_client_among(n: usize) {
     let started = std::time::Instant::now();
     let shared = tessera_proto::ClientSecret::new("tcs_shared");
     let hash = app.secrets.hash_secret(&shared);
-    let now = app.clock.now();
-    let batch = 10_000;
-    for first in (0..n).step_by(batch) {
-        let clients: Vec<Client> = (first..n.min(first + batch))
-            .map(|_| Client {
-                id: tessera_server::secrets::new_client_id(),
-                plan: "pro".into(),
-                label: "bulk".into(),
-                secret_hash: hash.clone(),
-                previous_secret: None,
-                auth_method: tessera_store::AuthMethod::ClientSecretBasic,
-                certificate: None,
-                enabled: true,
-                created_at: now,
-                updated_at: now,
-            })
-            .collect();
-        app.store.insert_clients(&clients).await.unwrap();
-    }
+    insert_clients(&app, n, &hash).await;
     let inserted = started.elapsed();
     let (target, secret) = app
         .admin()
@@ -377,24 +383,7 @@ async fn a_full_reload_holds_no_second_copy_of_the_clients() {
     let hash = app
         .secrets
         .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
-    let now = app.clock.now();
-    for first in (0..n).step_by(10_000) {
-        let clients: Vec<Client> = (first..n.min(first + 10_000))
-            .map(|_| Client {
-                id: tessera_server::secrets::new_client_id(),
-                plan: "pro".into(),
-                label: "bulk".into(),
-                secret_hash: hash.clone(),
-                previous_secret: None,
-                auth_method: tessera_store::AuthMethod::ClientSecretBasic,
-                certificate: None,
-                enabled: true,
-                created_at: now,
-                updated_at: now,
-            })
-            .collect();
-        app.store.insert_clients(&clients).await.unwrap();
-    }
+    insert_clients(&app, n, &hash).await;
     app.state.sync().await.unwrap();
     // Twice: the first reload's transient pages set the peak the second would reach.
     let live = app.state.live();
