@@ -380,8 +380,6 @@ impl Operations for Http {
     /// One `POST` per client, each with an `Idempotency-Key` of its own: not all or none
     /// as in the database, so each client is handed on as soon as it exists, and a failure
     /// says how many were made before it.
-    /// One request, and so one transaction, per client: each is printed as soon as it
-    /// exists.
     async fn create_clients(
         &self,
         new: &NewClient,

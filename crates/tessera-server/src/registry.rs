@@ -221,10 +221,13 @@ impl std::borrow::Borrow<[u8]> for ClientKey {
 /// The shard of `id`: FNV-1a over its bytes, with a per-process seed. Only a lock stripe,
 /// never a search, depends on it (each shard's map hashes with its own random key), so a
 /// cheap function serves; the maps' SipHash is paid once per search, not twice.
-fn shard_of(id: &str, seed: u64) -> usize {
-    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325 ^ seed, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    });
+fn shard_of(id: &[u8], seed: u64) -> usize {
+    let hash = id
+        .iter()
+        .copied()
+        .fold(0xcbf2_9ce4_8422_2325 ^ seed, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
     // The high bits mix best.
     (hash >> 32) as usize % SHARDS
 }
@@ -259,14 +262,17 @@ impl Default for Clients {
 }
 
 impl Clients {
-    fn shard(&self, id: &str) -> &Shard {
+    fn shard(&self, id: &[u8]) -> &Shard {
         &self.shards[shard_of(id, self.seed)]
     }
 
     /// Calls `read` with the client `id`, under its shard's read lock; `None` if unknown.
     /// `read` must be quick: it holds up changes to the shard (never the other readers).
     pub fn with<R>(&self, id: &str, read: impl FnOnce(&ClientEntry) -> R) -> Option<R> {
-        let shard = self.shard(id).read().unwrap_or_else(|p| p.into_inner());
+        let shard = self
+            .shard(id.as_bytes())
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
         shard.get(id.as_bytes()).map(read)
     }
 
@@ -283,12 +289,12 @@ impl Clients {
         self.len() == 0
     }
 
-    fn put(&self, id: &str, entry: ClientEntry) {
+    fn put(&self, id: ClientKey, entry: ClientEntry) {
         // One search: the key costs no allocation to make, and an existing one is kept.
-        self.shard(id)
+        self.shard(id.as_bytes())
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(ClientKey::new(id), entry);
+            .insert(id, entry);
     }
 
     /// Makes room for `more` clients beyond those held, spread over the shards, so that a
@@ -303,7 +309,7 @@ impl Clients {
     }
 
     fn remove(&self, id: &str) {
-        self.shard(id)
+        self.shard(id.as_bytes())
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id.as_bytes());
@@ -675,9 +681,8 @@ impl Live {
             tracing::error!(client = %client.id, plan = %client.plan, "client of a plan without a slot");
             return;
         };
-        let id = client.id.clone();
-        let entry = ClientEntry::new(client, plan, mark);
-        self.clients.put(id.as_str(), entry);
+        let id = ClientKey::new(client.id.as_str());
+        self.clients.put(id, ClientEntry::new(client, plan, mark));
     }
 
     /// Reads every plan, client and key again, as a safety net against a change the log

@@ -21,10 +21,8 @@ impl UsageCounter {
     /// Counts one answer to `client_id`.
     pub fn count(&self, client_id: &str, issued: bool) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = match map.get_mut(client_id.as_bytes()) {
-            Some(entry) => entry,
-            None => map.entry(ClientKey::new(client_id)).or_default(),
-        };
+        // One search: making the key allocates nothing for a generated id.
+        let entry = map.entry(ClientKey::new(client_id)).or_default();
         if issued {
             entry.0 += 1;
         } else {

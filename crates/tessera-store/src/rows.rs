@@ -82,53 +82,76 @@ where
     Option<String>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     bool: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
-    let id: String = get(row, "id")?;
-    let method: String = get(row, "auth_method")?;
-    let previous_hash: Option<Vec<u8>> = get(row, "previous_secret_hash")?;
-    let previous_until: Option<i64> = get(row, "previous_secret_expires_at")?;
-    Ok(Client {
-        id: ClientId::parse(&id).ok_or_else(|| corrupt("clients.id", "empty"))?,
+    let mut keys: [Option<String>; 5] = Default::default();
+    for (key, (column, _)) in keys.iter_mut().zip(KEY_COLUMNS) {
+        *key = get(row, column)?;
+    }
+    client_of(ClientColumns {
+        id: get(row, "id")?,
         plan: get(row, "plan")?,
         label: get(row, "label")?,
         secret_hash: get(row, "secret_hash")?,
-        previous_secret: previous_hash.zip(previous_until),
-        auth_method: AuthMethod::parse(&method)
-            .ok_or_else(|| corrupt("clients.auth_method", &method))?,
-        certificate: certificate(row)?,
+        previous_hash: get(row, "previous_secret_hash")?,
+        previous_until: get(row, "previous_secret_expires_at")?,
+        auth_method: get(row, "auth_method")?,
         enabled: get(row, "enabled")?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
+        keys,
     })
 }
 
-/// The one of `tls_subject_dn`, `tls_san_dns`, `tls_san_uri`, `jwks` and `jwks_uri` that
-/// is set.
-fn certificate<R>(row: &R) -> Result<Option<CertificateMatch>, StoreError>
-where
-    R: Row,
-    for<'n> &'n str: ColumnIndex<R>,
-    Option<String>: for<'r> Decode<'r, R::Database> + Type<R::Database>,
-{
-    type Make = fn(String) -> CertificateMatch;
-    let columns: [(&str, Make); 5] = [
-        ("tls_subject_dn", CertificateMatch::SubjectDn),
-        ("tls_san_dns", CertificateMatch::SanDns),
-        ("tls_san_uri", CertificateMatch::SanUri),
-        ("jwks", CertificateMatch::Jwks),
-        ("jwks_uri", CertificateMatch::JwksUri),
-    ];
-    for (column, make) in columns {
-        if let Some(value) = get::<R, Option<String>>(row, column)? {
-            return Ok(Some(make(value)));
-        }
-    }
-    Ok(None)
+/// The key columns of `clients` and the match each one holds; at most one is set.
+type MakeMatch = fn(String) -> CertificateMatch;
+const KEY_COLUMNS: [(&str, MakeMatch); 5] = [
+    ("tls_subject_dn", CertificateMatch::SubjectDn),
+    ("tls_san_dns", CertificateMatch::SanDns),
+    ("tls_san_uri", CertificateMatch::SanUri),
+    ("jwks", CertificateMatch::Jwks),
+    ("jwks_uri", CertificateMatch::JwksUri),
+];
+
+/// A row of `clients` as read, before what needs parsing is parsed.
+struct ClientColumns {
+    id: String,
+    plan: String,
+    label: String,
+    secret_hash: Vec<u8>,
+    previous_hash: Option<Vec<u8>>,
+    previous_until: Option<i64>,
+    auth_method: String,
+    enabled: bool,
+    created_at: i64,
+    updated_at: i64,
+    /// In the order of [`KEY_COLUMNS`].
+    keys: [Option<String>; 5],
+}
+
+/// The client of one row, however it was read (a row of the driver, or a packed page).
+fn client_of(c: ClientColumns) -> Result<Client, StoreError> {
+    Ok(Client {
+        id: ClientId::parse(&c.id).ok_or_else(|| corrupt("clients.id", "empty"))?,
+        plan: c.plan,
+        label: c.label,
+        secret_hash: c.secret_hash,
+        previous_secret: c.previous_hash.zip(c.previous_until),
+        auth_method: AuthMethod::parse(&c.auth_method)
+            .ok_or_else(|| corrupt("clients.auth_method", &c.auth_method))?,
+        certificate: c
+            .keys
+            .into_iter()
+            .zip(KEY_COLUMNS)
+            .find_map(|(value, (_, make))| value.map(make)),
+        enabled: c.enabled,
+        created_at: c.created_at,
+        updated_at: c.updated_at,
+    })
 }
 
 /// One client of a packed page (see `Dialect::PACKED_CLIENTS`), its columns in this order:
 /// id, plan, label, secret_hash (hex), previous_secret_hash (hex or null),
 /// previous_secret_expires_at, auth_method, enabled (0 or 1), created_at, updated_at, then
-/// the five key columns in the order of [`certificate`].
+/// the five key columns in the order of [`KEY_COLUMNS`].
 type Packed = (
     String,
     String,
@@ -155,41 +178,26 @@ pub(crate) fn packed_clients(json: &str) -> Result<Vec<Client>, StoreError> {
 }
 
 fn packed_client(row: Packed) -> Result<Client, StoreError> {
-    let (id, plan, label, hash, previous, until, method, enabled, created_at, updated_at) = (
-        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8, row.9,
-    );
-    let keys = [row.10, row.11, row.12, row.13, row.14];
-    type Make = fn(String) -> CertificateMatch;
-    let makes: [Make; 5] = [
-        CertificateMatch::SubjectDn,
-        CertificateMatch::SanDns,
-        CertificateMatch::SanUri,
-        CertificateMatch::Jwks,
-        CertificateMatch::JwksUri,
-    ];
-    let certificate = keys
-        .into_iter()
-        .zip(makes)
-        .find_map(|(value, make)| value.map(make));
-    let previous = previous
-        .map(|hex| unhex(&hex).ok_or_else(|| corrupt("clients.previous_secret_hash", "not hex")))
-        .transpose()?;
-    Ok(Client {
-        id: ClientId::parse(&id).ok_or_else(|| corrupt("clients.id", "empty"))?,
-        plan,
-        label,
-        secret_hash: unhex(&hash).ok_or_else(|| corrupt("clients.secret_hash", "not hex"))?,
-        previous_secret: previous.zip(until),
-        auth_method: AuthMethod::parse(&method)
-            .ok_or_else(|| corrupt("clients.auth_method", &method))?,
-        certificate,
-        enabled: match enabled {
+    let hex = |column: &str, hex: &str| unhex(hex).ok_or_else(|| corrupt(column, "not hex"));
+    client_of(ClientColumns {
+        secret_hash: hex("clients.secret_hash", &row.3)?,
+        previous_hash: row
+            .4
+            .map(|h| hex("clients.previous_secret_hash", &h))
+            .transpose()?,
+        enabled: match row.7 {
             0 => false,
             1 => true,
             other => return Err(corrupt("clients.enabled", other)),
         },
-        created_at,
-        updated_at,
+        id: row.0,
+        plan: row.1,
+        label: row.2,
+        previous_until: row.5,
+        auth_method: row.6,
+        created_at: row.8,
+        updated_at: row.9,
+        keys: [row.10, row.11, row.12, row.13, row.14],
     })
 }
 
@@ -209,7 +217,7 @@ fn unhex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The five key columns of a client, in the order of [`certificate`].
+/// The five key columns of a client, in the order of [`KEY_COLUMNS`].
 pub(crate) fn certificate_columns(client: &Client) -> [Option<&str>; 5] {
     let mut columns = [None; 5];
     match &client.certificate {

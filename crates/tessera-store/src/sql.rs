@@ -86,26 +86,28 @@ where
 /// The most rows one `INSERT` of usage carries, well below every backend's bind limit.
 const USAGE_CHUNK: usize = 1000;
 
-/// Inserts `rows` rows of usage, four parameters to a row ([`Dialect::bulk_param`]), adding
-/// to the counts already there.
-fn usage_insert<DB: Dialect>(rows: usize) -> String {
+/// `rows` rows of `width` parameters for a multi-row `VALUES`, numbered through
+/// [`Dialect::bulk_param`] in the order they are bound: `(p1, p2), (p3, p4)`.
+fn bulk_values<DB: Dialect>(rows: usize, width: usize) -> String {
     let values: Vec<String> = (0..rows)
         .map(|row| {
-            let n = 4 * row;
-            format!(
-                "({}, {}, {}, {})",
-                DB::bulk_param(n + 1),
-                DB::bulk_param(n + 2),
-                DB::bulk_param(n + 3),
-                DB::bulk_param(n + 4)
-            )
+            let params: Vec<String> = (1..=width)
+                .map(|column| DB::bulk_param(row * width + column))
+                .collect();
+            format!("({})", params.join(", "))
         })
         .collect();
+    values.join(", ")
+}
+
+/// Inserts `rows` rows of usage, four parameters to a row, adding to the counts already
+/// there.
+fn usage_insert<DB: Dialect>(rows: usize) -> String {
     format!(
         "INSERT INTO usage (client_id, day, issued, refused) VALUES {} \
          ON CONFLICT (client_id, day) DO UPDATE \
          SET issued = usage.issued + excluded.issued, refused = usage.refused + excluded.refused",
-        values.join(", ")
+        bulk_values::<DB>(rows, 4)
     )
 }
 
@@ -135,19 +137,10 @@ const CLIENT_CHUNK: usize = 1000;
 
 /// Inserts `rows` clients, fifteen parameters to a row.
 fn client_insert<DB: Dialect>(rows: usize) -> String {
-    let width = CLIENT_COLUMNS.len();
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            let params: Vec<String> = (1..=width)
-                .map(|column| DB::bulk_param(row * width + column))
-                .collect();
-            format!("({})", params.join(", "))
-        })
-        .collect();
     format!(
         "INSERT INTO clients ({}) VALUES {}",
         CLIENT_COLUMNS.join(", "),
-        values.join(", ")
+        bulk_values::<DB>(rows, CLIENT_COLUMNS.len())
     )
 }
 
@@ -373,31 +366,26 @@ where
                 "SELECT * FROM clients WHERE plan = $1 AND id > $2 ORDER BY id LIMIT $3"
             }
         };
-        let limit = i64::from(limit);
-        if let Some(packed) = DB::PACKED_CLIENTS {
-            let statement = packed.replace("{page}", page);
-            let mut query = sqlx::query(&statement);
-            for value in [plan, after].into_iter().flatten() {
-                query = query.bind(value);
-            }
-            let row = query.bind(limit).fetch_one(&self.pool).await?;
-            let json: String = rows::get(&row, "page")?;
-            let mut clients = rows::packed_clients(&json)?;
-            // An aggregate keeps the order its input had, but nothing promises it.
-            clients.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
-            return Ok(clients);
-        }
-        let mut query = sqlx::query(page);
+        let packed = DB::PACKED_CLIENTS.map(|packed| packed.replace("{page}", page));
+        let mut query = sqlx::query(packed.as_deref().unwrap_or(page));
         for value in [plan, after].into_iter().flatten() {
             query = query.bind(value);
         }
-        query
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::client)
-            .collect()
+        let query = query.bind(i64::from(limit));
+        if packed.is_none() {
+            return query
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(rows::client)
+                .collect();
+        }
+        let row = query.fetch_one(&self.pool).await?;
+        let json: String = rows::get(&row, "page")?;
+        let mut clients = rows::packed_clients(&json)?;
+        // An aggregate keeps the order its input had, but nothing promises it.
+        clients.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+        Ok(clients)
     }
 
     async fn insert_client_batches(

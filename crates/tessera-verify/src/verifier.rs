@@ -101,9 +101,9 @@ impl VerifierBuilder {
     /// An entry holds the whole token (compared byte for byte on a lookup), its claims and a
     /// reference to its key: about 1.1 KB for a 500-byte token (measured as resident memory
     /// with the cache full), so 100,000 entries take about 110 MB. Only tokens that passed
-    /// every check are remembered, and each
-    /// is used again only while its key is published and, by this verifier's clock, within
-    /// its `exp` and `nbf`; the audience is checked at each use too.
+    /// every check are remembered, and each is used again only while its key is published
+    /// and, by this verifier's clock, within its `exp` and `nbf`; the audience is checked at
+    /// each use too.
     pub fn token_cache_capacity(mut self, tokens: usize) -> Self {
         self.token_cache_capacity = tokens;
         self
