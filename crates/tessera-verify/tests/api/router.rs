@@ -75,6 +75,19 @@ pub(crate) fn get_with(uri: &str, authorization: Option<&str>) -> Request<Body> 
     req.body(Body::empty()).unwrap()
 }
 
+/// `GET /whoami` with `token` as Bearer and, if any, `presented` as the client certificate
+/// the TLS acceptor put on the request.
+pub(crate) fn whoami_with_certificate(
+    token: &str,
+    presented: Option<tessera_verify::ClientCertificate>,
+) -> Request<Body> {
+    let mut request = get_with("/whoami", Some(&format!("Bearer {token}")));
+    if let Some(presented) = presented {
+        request.extensions_mut().insert(presented);
+    }
+    request
+}
+
 pub(crate) async fn bearer(app: &Router, uri: &str, token: &str) -> Answer {
     call(app, get_with(uri, Some(&format!("Bearer {token}")))).await
 }
@@ -238,13 +251,7 @@ async fn a_certificate_bound_token_needs_its_certificate() {
     let mut bound = claims(ISSUER);
     bound["cnf"] = json!({"x5t#S256": certificate.thumbprint()});
     let token = keys.ed.sign(&bound);
-    let with = |presented: Option<ClientCertificate>| {
-        let mut request = get_with("/whoami", Some(&format!("Bearer {token}")));
-        if let Some(presented) = presented {
-            request.extensions_mut().insert(presented);
-        }
-        request
-    };
+    let with = |presented| whoami_with_certificate(&token, presented);
     assert_eq!(
         call(&app, with(Some(certificate.clone()))).await.status,
         StatusCode::OK

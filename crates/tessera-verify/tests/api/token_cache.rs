@@ -12,7 +12,7 @@ use tessera_proto::ManualClock;
 use tessera_verify::{ClientCertificate, TokenCacheStats, Verifier, VerifyError};
 
 use crate::helpers::{b64, claims, jwks, static_verifier, TestIssuer, TestKey, AUDIENCE, ISSUER};
-use crate::router::{app, bearer, call, get_with};
+use crate::router::{app, bearer, call, whoami_with_certificate};
 
 fn stats(verifier: &Verifier) -> (u64, u64, usize) {
     let TokenCacheStats {
@@ -264,13 +264,7 @@ async fn per_request_checks_still_run_on_a_hit() {
     let mut bound = claims(ISSUER);
     bound["cnf"] = json!({"x5t#S256": certificate.thumbprint()});
     let bound = key.sign(&bound);
-    let with = |presented: Option<ClientCertificate>| {
-        let mut request = get_with("/whoami", Some(&format!("Bearer {bound}")));
-        if let Some(presented) = presented {
-            request.extensions_mut().insert(presented);
-        }
-        request
-    };
+    let with = |presented| whoami_with_certificate(&bound, presented);
     assert_eq!(
         call(&app, with(Some(certificate.clone()))).await.status,
         StatusCode::OK
