@@ -1686,6 +1686,24 @@ fn an_unreachable_database_is_reported_with_its_cause_at_once() {
     );
 }
 
+/// A database URL with its password in the query (libpq's `password=`) is named without
+/// it when it cannot be opened, by an admin command and by `serve` (L6).
+#[test]
+fn a_password_in_the_database_query_is_not_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = "postgres://127.0.0.1:1/x?sslmode=disable&password=S3cretPW";
+    for args in [&["plan", "list"][..], &["serve", "--listen", "127.0.0.1:0"]] {
+        let err = fails(dir.path(), &[args, &["--database", url]].concat());
+        assert!(
+            err.contains(
+                "cannot open database postgres://127.0.0.1:1/x?sslmode=disable&password=[redacted]"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("S3cretPW"), "{err}");
+    }
+}
+
 /// `serve` with a Redis that dies: each instance answers at once under its share of each
 /// rate, 1/`--expected-instances` (or `TESSERA_EXPECTED_INSTANCES`); a Redis that cannot be
 /// reached at start stops it, named without its password.

@@ -142,10 +142,14 @@ impl Config {
     }
 }
 
-/// `url` without its password (`scheme://user:[redacted]@host…`), for messages and logs:
-/// database and Redis URLs may carry one.
+/// `url` without its secrets, for messages and logs: database and Redis URLs may carry a
+/// password in the userinfo (`scheme://user:[redacted]@host…`, RFC 3986 section 3.2.1) or
+/// in a query parameter (`?password=[redacted]`, as libpq and sqlx accept). Where the URL
+/// is ambiguous (an `@`, `?` or `#` inside a password) more is hidden, never less: the
+/// userinfo ends at the last `@`, and every `?`- or `&`-led parameter counts, up to the
+/// next `&`.
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let url = match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];
             match userinfo.split_once(':') {
@@ -154,7 +158,55 @@ pub fn redact_url(url: &str) -> String {
             }
         }
         _ => url.to_owned(),
+    };
+    let Some(first) = url.find(['?', '&']) else {
+        return url;
+    };
+    let mut redacted = String::with_capacity(url.len());
+    redacted.push_str(&url[..first]);
+    let mut rest = &url[first..];
+    while let Some(delimiter) = rest.chars().next() {
+        rest = &rest[1..];
+        let end = rest.find(['?', '&']).unwrap_or(rest.len());
+        redacted.push(delimiter);
+        match rest[..end].split_once('=') {
+            Some((name, _)) if secret_parameter(name) => {
+                redacted.push_str(name);
+                redacted.push_str("=[redacted]");
+            }
+            _ => redacted.push_str(&rest[..end]),
+        }
+        rest = &rest[end..];
     }
+    redacted
+}
+
+/// Whether a query parameter's name says it holds a secret (`password`, `sslpassword`,
+/// `pass`, `passwd`, `pwd`, `secret`, `client_secret`, `token`…), percent-decoded and in any
+/// case, as a URL parser would read it.
+fn secret_parameter(name: &str) -> bool {
+    let (bytes, mut decoded, mut i) = (name.as_bytes(), Vec::with_capacity(name.len()), 0);
+    let hex = |b: Option<&u8>| b.and_then(|&b| char::from(b).to_digit(16));
+    while i < bytes.len() {
+        match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+            (b'%', Some(high), Some(low)) => {
+                decoded.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (b'+', ..) => {
+                decoded.push(b' ');
+                i += 1;
+            }
+            (byte, ..) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    let name = String::from_utf8_lossy(&decoded).to_ascii_lowercase();
+    ["pass", "pwd", "secret", "token"]
+        .iter()
+        .any(|word| name.contains(word))
 }
 
 #[cfg(test)]
@@ -173,5 +225,37 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://app@db/t"), "postgres://app@db/t");
         assert_eq!(redact_url("sqlite://tessera.db"), "sqlite://tessera.db");
+    }
+
+    #[test]
+    fn passwords_in_the_query_are_not_printed() {
+        assert_eq!(
+            redact_url("postgres://127.0.0.1:5499/x?password=S3cretPW"),
+            "postgres://127.0.0.1:5499/x?password=[redacted]"
+        );
+        assert_eq!(
+            redact_url("postgres://db/x?sslmode=require&PASS=a&pwd=b&sslpassword=c#frag"),
+            "postgres://db/x?sslmode=require&PASS=[redacted]&pwd=[redacted]\
+             &sslpassword=[redacted]"
+        );
+        assert_eq!(
+            redact_url("redis://cache/0?client_secret=a&auth_token=b&pass%77ord=c&db=1"),
+            "redis://cache/0?client_secret=[redacted]&auth_token=[redacted]\
+             &pass%77ord=[redacted]&db=1"
+        );
+        // Both places at once, and an `@` in the query: more hidden, never the secrets.
+        let both = redact_url("postgres://app:s3cret@db/x?user=me@x&password=hunter2");
+        assert!(
+            !both.contains("s3cret") && !both.contains("hunter2"),
+            "{both}"
+        );
+        assert_eq!(
+            redact_url("postgres://u:p?ass=1&password=q@host/db"),
+            "postgres://u:[redacted]@host/db"
+        );
+        assert_eq!(
+            redact_url("postgres://db/x?sslmode=disable"),
+            "postgres://db/x?sslmode=disable"
+        );
     }
 }
