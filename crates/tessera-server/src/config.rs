@@ -60,8 +60,8 @@ pub struct Config {
     /// instances sharing it accept each other's.
     pub dpop_nonce: bool,
     /// Whether a `private_key_jwt` client's `jwks_uri` may point at loopback, private or
-    /// link-local addresses (and use plain http); off, so that registering a client cannot
-    /// make Tessera probe its own network (`tessera serve --allow-private-jwks-uri`).
+    /// link-local addresses (and use plain http to those only); off, so that registering a
+    /// client cannot make Tessera probe its own network (`serve --allow-private-jwks-uri`).
     pub allow_private_jwks_uri: bool,
     /// How often usage counts are written to the store and limiter state is pruned.
     pub housekeeping_interval: Duration,

@@ -2,11 +2,14 @@
 //! `jwks_uri`), without letting that URL turn Tessera into a scanner of its own network
 //! (server-side request forgery).
 //!
-//! Every fetch: `https` only (plain `http` only where private addresses are allowed, for
-//! tests and closed networks); the host resolved here and every address checked to be a
-//! public one unless the operator allows private ones (`--allow-private-jwks-uri`); the
-//! connection pinned to the checked address, so a second DNS answer cannot swap it; 2 s to
-//! connect, 5 s in all; no redirects; at most 64 KiB of body; only a 200 answer is read.
+//! Every fetch: `https` only (plain `http` only where private addresses are allowed, and
+//! then only to a private or loopback address, for tests and closed networks: keys read in
+//! cleartext over the internet could be replaced on the way); the host resolved here and
+//! every address checked to be a public one unless the operator allows private ones
+//! (`--allow-private-jwks-uri`); the connection pinned to the checked address, so a second
+//! DNS answer cannot swap it; no proxy, whatever `HTTPS_PROXY` says, since a proxy would
+//! resolve the host again and undo the pinning; 2 s to connect, 5 s in all; no redirects;
+//! at most 64 KiB of body; only a 200 answer is read.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -23,6 +26,8 @@ pub(crate) enum FetchError {
     Url,
     #[error("the host resolves to a private, loopback or otherwise non-public address")]
     PrivateAddress,
+    #[error("plain http is allowed only to private or loopback addresses")]
+    CleartextToPublic,
     #[error("the host does not resolve")]
     Resolve,
     #[error("the answer is not 200 (got {0})")]
@@ -47,11 +52,11 @@ impl Fetcher {
     /// The body of `GET url`.
     pub(crate) async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
         let parsed = reqwest::Url::parse(url).map_err(|_| FetchError::Url)?;
-        match parsed.scheme() {
-            "https" => {}
-            "http" if self.allow_private => {}
+        let cleartext = match parsed.scheme() {
+            "https" => false,
+            "http" if self.allow_private => true,
             _ => return Err(FetchError::Url),
-        }
+        };
         let host = parsed.host_str().ok_or(FetchError::Url)?.to_owned();
         let port = parsed.port_or_known_default().ok_or(FetchError::Url)?;
         let bare = host.trim_start_matches('[').trim_end_matches(']');
@@ -69,7 +74,11 @@ impl Fetcher {
         if !self.allow_private && addresses.iter().any(|a| !is_public(a.ip())) {
             return Err(FetchError::PrivateAddress);
         }
+        if cleartext && addresses.iter().any(|a| is_public(a.ip())) {
+            return Err(FetchError::CleartextToPublic);
+        }
         let client = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(TIMEOUT)
@@ -132,6 +141,9 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -188,5 +200,105 @@ mod tests {
             fetcher.get("file:///etc/passwd").await,
             Err(FetchError::Url)
         ));
+    }
+
+    /// A server on loopback answering every connection with `200` and `body`, counting them.
+    async fn serve(body: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request).await;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        (address, hits)
+    }
+
+    #[tokio::test]
+    async fn plain_http_reaches_only_private_and_loopback_addresses() {
+        let fetcher = Fetcher::new(true);
+        for url in [
+            "http://93.184.216.34/jwks",
+            "http://[2606:2800:220:1::1]/jwks",
+            "http://[::ffff:8.8.8.8]/jwks",
+        ] {
+            assert!(
+                matches!(fetcher.get(url).await, Err(FetchError::CleartextToPublic)),
+                "{url}"
+            );
+        }
+        let (address, hits) = serve("{}").await;
+        assert_eq!(
+            fetcher
+                .get(&format!("http://{address}/jwks"))
+                .await
+                .unwrap(),
+            b"{}"
+        );
+        let by_name = format!("http://localhost:{}/jwks", address.port());
+        assert_eq!(fetcher.get(&by_name).await.unwrap(), b"{}");
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+    }
+
+    /// Run by [`proxy_settings_are_ignored`] in a process of its own with the proxy variables
+    /// set (they are read by every HTTP client of a process, so they are not set here).
+    #[tokio::test]
+    #[ignore = "run by proxy_settings_are_ignored"]
+    async fn fetch_with_proxy_variables_set() {
+        let (address, hits) = serve("{}").await;
+        let body = Fetcher::new(true)
+            .get(&format!("http://{address}/jwks"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (body.as_slice(), hits.load(Ordering::SeqCst)),
+            (&b"{}"[..], 1)
+        );
+    }
+
+    #[test]
+    fn proxy_settings_are_ignored() {
+        // A proxy that counts the connections it is offered and answers none.
+        let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+        proxy.set_nonblocking(true).unwrap();
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command.args([
+            "fetch::tests::fetch_with_proxy_variables_set",
+            "--exact",
+            "--ignored",
+            "--test-threads=1",
+        ]);
+        for name in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ] {
+            command.env(name, &proxy_url);
+        }
+        for name in ["NO_PROXY", "no_proxy"] {
+            command.env_remove(name);
+        }
+        let output = command.output().unwrap();
+        let offered = std::iter::from_fn(|| proxy.accept().ok()).count();
+        assert_eq!(offered, 0, "the fetch went through the proxy");
+        let said = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && said.contains("1 passed"),
+            "{said}"
+        );
     }
 }

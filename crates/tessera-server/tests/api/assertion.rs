@@ -413,3 +413,43 @@ async fn an_assertion_replayed_at_another_instance_is_refused_through_redis() {
     assert_eq!(status, 401);
     assert!(description.contains("used before"), "{description}");
 }
+
+#[tokio::test]
+async fn a_plain_http_jwks_uri_is_registered_only_for_a_private_or_loopback_address() {
+    let app = spawn_app().await;
+    let create = |uri: &str| {
+        let uri = uri.to_owned();
+        let app = &app;
+        async move {
+            app.admin()
+                .create_certificate_client(
+                    &app.secrets,
+                    "pro",
+                    "pk",
+                    AuthMethod::PrivateKeyJwt,
+                    CertificateMatch::JwksUri(uri),
+                )
+                .await
+        }
+    };
+    for public in [
+        "http://93.184.216.34/jwks.json",
+        "http://[2606:2800:220:1::1]/jwks.json",
+    ] {
+        let refused = create(public).await.unwrap_err().to_string();
+        assert!(
+            refused.contains("private or loopback"),
+            "{public}: {refused}"
+        );
+    }
+    // A name is judged by the address it resolves to, when fetched (fetch.rs).
+    for fine in [
+        "http://10.0.0.5/jwks.json",
+        "http://127.0.0.1:8080/jwks.json",
+        "http://[fd00::5]/jwks.json",
+        "http://keys.cluster.local/jwks.json",
+        "https://93.184.216.34/jwks.json",
+    ] {
+        assert!(create(fine).await.is_ok(), "{fine}");
+    }
+}
