@@ -3,8 +3,9 @@
 //! sends it as `client_assertion`; Tessera checks it with the public keys the client
 //! registered, inline or at its `jwks_uri`.
 //!
-//! Rules (RFC 7523 section 3): `iss` and `sub` are the client id; `aud` names this issuer or
-//! its token endpoint URL (the issuer alone is the unambiguous value, see the README); `exp`
+//! Rules (RFC 7523 section 3): `iss` and `sub` are the client id; `aud` is this issuer or
+//! its token endpoint URL and nothing else (draft-ietf-oauth-rfc7523bis; the issuer is the
+//! unambiguous value, see the README); `exp`
 //! is present, not past and at most 5 minutes ahead; `nbf` and `iat` not in the future
 //! (60 s leeway); `jti` is present and used once until `exp` (remembered in this process,
 //! and in Redis when configured so that another instance refuses the replay too); the
@@ -80,8 +81,8 @@ pub(crate) enum AssertionError {
     /// `iss` or `sub` is not the client id.
     #[error("the client assertion iss and sub must both be the client id")]
     Subject,
-    /// `aud` names neither the issuer nor the token endpoint.
-    #[error("the client assertion aud must be this server's issuer identifier")]
+    /// `aud` is neither the issuer nor the token endpoint, or names another audience too.
+    #[error("the client assertion aud must be this server's issuer identifier, alone")]
     Audience,
     /// `exp` is missing.
     #[error("the client assertion has no exp")]
@@ -176,12 +177,20 @@ enum Audience {
 }
 
 impl Audience {
-    fn names(&self, wanted: &[&str]) -> bool {
-        let matches = |a: &str| wanted.iter().any(|w| a.trim_end_matches('/') == *w);
-        match self {
-            Self::One(a) => matches(a),
-            Self::Many(all) => all.iter().any(|a| matches(a)),
-        }
+    /// Whether the audience is one of `wanted` and nothing else: a string, or an array of
+    /// that one string (draft-ietf-oauth-rfc7523bis: the authorization server is the sole
+    /// audience). An array with any other member is refused, since an assertion made for
+    /// several servers could be replayed here by any of them; an array of one names no other
+    /// server, and some libraries write every `aud` as an array.
+    fn is_only(&self, wanted: &[&str]) -> bool {
+        let one = match self {
+            Self::One(a) => a,
+            Self::Many(all) => match all.as_slice() {
+                [a] => a,
+                _ => return false,
+            },
+        };
+        wanted.iter().any(|w| one.trim_end_matches('/') == *w)
     }
 }
 
@@ -522,7 +531,7 @@ impl Assertions {
         }
         let issuer = state.config().issuer.trim_end_matches('/');
         let endpoint = format!("{issuer}/connect/token");
-        if !claims.aud.names(&[issuer, endpoint.as_str()]) {
+        if !claims.aud.is_only(&[issuer, endpoint.as_str()]) {
             return Err(AssertionError::Audience);
         }
         let exp = claims.exp.ok_or(AssertionError::NoExpiry)?;

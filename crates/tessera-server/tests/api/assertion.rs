@@ -104,10 +104,12 @@ async fn every_assertion_rule_is_enforced() {
         tessera_testkit::claims_of(body["access_token"].as_str().unwrap())["client_id"],
         id.as_str()
     );
-    // The token endpoint URL is an audience too, alone or in an array; client_id may be sent.
+    // The token endpoint URL is an audience too, and an array of the one audience is taken;
+    // client_id may be sent.
     for aud in [
         json!(app.url("/connect/token")),
-        json!(["https://other", app.base]),
+        json!([app.base]),
+        json!([app.url("/connect/token")]),
     ] {
         let mut claims = good_claims(&app, &id);
         claims["aud"] = aud;
@@ -151,6 +153,18 @@ async fn every_assertion_rule_is_enforced() {
         (
             "aud",
             change("aud", json!("https://elsewhere.example")),
+            vec![],
+            "aud",
+        ),
+        (
+            "another audience beside the issuer",
+            change("aud", json!(["https://elsewhere.example", app.base])),
+            vec![],
+            "aud",
+        ),
+        (
+            "the issuer and the token endpoint",
+            change("aud", json!([app.base, app.url("/connect/token")])),
             vec![],
             "aud",
         ),
