@@ -20,7 +20,8 @@ pub(crate) const WINDOW_SECS: i64 = 60;
 const NONCE_PERIOD_SECS: i64 = 300;
 
 /// Proofs remembered per generation (two minutes) in this process without Redis: over 8,000
-/// proofs a second sustained, in at most about 70 MB.
+/// proofs a second sustained, in at most about 70 MB. One client may fill a sixteenth of it
+/// (about 500 proofs a second), so that one client cannot refuse every other one's proofs.
 const REPLAY_CAPACITY: usize = 1_000_000;
 
 /// The DPoP state of one server.
@@ -68,12 +69,14 @@ impl Dpop {
         })
     }
 
-    /// Checks the proof of a token request (section 4.3) made to `token_endpoint` at `now`
-    /// and records it; the key's thumbprint for `cnf.jkt` (section 6.1), or the answer:
+    /// Checks the proof of a token request (section 4.3) made by `client_id` to
+    /// `token_endpoint` at `now` and records it, in the client's share of the replay memory;
+    /// the key's thumbprint for `cnf.jkt` (section 6.1), or the answer:
     /// `invalid_dpop_proof`, or `use_dpop_nonce` with a fresh nonce.
     pub(crate) async fn check(
         &self,
         state: &AppState,
+        client_id: &str,
         proof: &str,
         token_endpoint: &str,
         now: i64,
@@ -101,7 +104,7 @@ impl Dpop {
             Some(false) => Err(refuse(DpopError::Replayed)),
             None => self
                 .replay
-                .first_use(&checked.jkt, &checked.jti, now)
+                .first_use_by(client_id, &checked.jkt, &checked.jti, now)
                 .map(|()| checked.jkt)
                 .map_err(refuse),
         }

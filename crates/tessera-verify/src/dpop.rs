@@ -5,7 +5,9 @@
 //! caller records the proof in a [`ReplayCache`] (or a shared store) only once it passed, so
 //! that invalid proofs cannot fill the cache.
 
-use std::collections::HashSet;
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 
 use aws_lc_rs::digest;
@@ -15,6 +17,9 @@ use tessera_proto::dpop::{parse_proof, ProofClaims, ProofError, PublicKey};
 use tessera_proto::jws::decode_claims;
 use tessera_proto::ErrorCode;
 use thiserror::Error;
+
+/// The proof algorithms accepted: the `algs` of a `DPoP` challenge (RFC 9449 section 7.1).
+pub const ALGS: &str = "EdDSA ES256 RS256 PS256";
 
 /// How far a proof's `iat` may be from the verifier's clock, either way, by default.
 pub const DEFAULT_WINDOW_SECS: i64 = 60;
@@ -93,9 +98,14 @@ pub enum DpopError {
     /// The `jti` was seen within the window (step 12, section 11.1).
     #[error("the DPoP proof was used before")]
     Replayed,
-    /// Too many proofs were seen within the window to remember another one.
+    /// Too many proofs were seen within the window, of this holder or of all, to remember
+    /// another one.
     #[error("too many DPoP proofs at once; retry with a new proof")]
     Busy,
+    /// The API checking the proof has no resource URL, so it cannot know which `htu` a proof
+    /// must name (step 9): a configuration fault, refused rather than guessed from `Host`.
+    #[error("this API cannot check DPoP proofs: it has no resource URL configured")]
+    NoResourceUrl,
     /// The proof's key is not the one the token is bound to (section 7.1).
     #[error("the DPoP proof key is not the key the token is bound to")]
     KeyMismatch,
@@ -181,10 +191,18 @@ pub fn check_proof(
 /// 35 bytes each): past that, new ones are refused ([`DpopError::Busy`]) rather than
 /// forgotten, so replay protection never lapses. Size `capacity` for the sustained rate
 /// times `remember`.
+///
+/// Each entry is charged to a holder: the key at an API, the client at the token endpoint
+/// ([`ReplayCache::first_use_by`]). One holder may fill at most its share of a generation
+/// (a sixteenth of the capacity unless [`ReplayCache::with_share`] says otherwise), so a
+/// holder that sends proofs as fast as it can is refused alone, and the others go on.
 #[derive(Debug)]
 pub struct ReplayCache {
     span_secs: i64,
     capacity: usize,
+    share: usize,
+    /// Keys the per-holder counts; seeded per process, so holders cannot aim at one slot.
+    hasher: RandomState,
     generations: Mutex<Generations>,
 }
 
@@ -193,6 +211,8 @@ struct Generations {
     started: i64,
     current: HashSet<u128>,
     previous: HashSet<u128>,
+    /// Entries of the current generation per holder (by the holder's hash).
+    held: HashMap<u64, usize>,
 }
 
 impl ReplayCache {
@@ -208,30 +228,56 @@ impl ReplayCache {
         Self {
             span_secs: remember_secs.max(1),
             capacity,
+            share: (capacity / 16).max(1),
+            hasher: RandomState::new(),
             generations: Mutex::new(Generations::default()),
         }
     }
 
-    /// Records the proof `jti` of the key `jkt` at `now`: `Ok` the first time, `Replayed`
-    /// after, `Busy` when the generation is full.
+    /// At most `share` entries per holder and generation.
+    pub fn with_share(mut self, share: usize) -> Self {
+        self.share = share.max(1);
+        self
+    }
+
+    /// Records the proof `jti` of the key `jkt` at `now`, charged to the key: `Ok` the first
+    /// time, `Replayed` after, `Busy` when the generation or the key's share of it is full.
     pub fn first_use(&self, jkt: &str, jti: &str, now: i64) -> Result<(), DpopError> {
-        let digest = proof_digest(jkt, jti);
+        self.first_use_by(jkt, jkt, jti, now)
+    }
+
+    /// Records `jti` of `key` at `now`, charged to `holder` (the client that sent it, say):
+    /// `Ok` the first time, `Replayed` after, `Busy` when the generation or the holder's
+    /// share of it is full.
+    pub fn first_use_by(
+        &self,
+        holder: &str,
+        key: &str,
+        jti: &str,
+        now: i64,
+    ) -> Result<(), DpopError> {
+        let digest = proof_digest(key, jti);
+        let holder = self.hasher.hash_one(holder);
         let mut g = self.generations.lock().unwrap_or_else(|p| p.into_inner());
         if now >= g.started + 2 * self.span_secs {
             g.previous.clear();
             g.current.clear();
+            g.held.clear();
             g.started = now;
         } else if now >= g.started + self.span_secs {
             g.previous = std::mem::take(&mut g.current);
+            g.held.clear();
             g.started = now;
         }
         if g.previous.contains(&digest) || g.current.contains(&digest) {
             return Err(DpopError::Replayed);
         }
-        if g.current.len() >= self.capacity {
+        let held = g.held.get(&holder).copied().unwrap_or(0);
+        if g.current.len() >= self.capacity || held >= self.share {
             return Err(DpopError::Busy);
         }
         g.current.insert(digest);
+        g.held.insert(holder, held + 1);
         Ok(())
     }
 }
@@ -255,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_proof_is_remembered_for_two_windows_and_then_forgotten() {
-        let cache = ReplayCache::new(60, 10);
+        let cache = ReplayCache::new(60, 10).with_share(10);
         assert_eq!(cache.first_use("k", "a", 1_000), Ok(()));
         assert_eq!(cache.first_use("k", "a", 1_000), Err(DpopError::Replayed));
         // Another key may use the same jti.
@@ -272,7 +318,7 @@ mod tests {
 
     #[test]
     fn an_assertion_cache_remembers_for_as_long_as_asked() {
-        let cache = ReplayCache::remembering(420, 10);
+        let cache = ReplayCache::remembering(420, 10).with_share(10);
         assert_eq!(cache.first_use("client", "a", 0), Ok(()));
         assert_eq!(
             cache.first_use("client", "a", 419),
@@ -287,8 +333,34 @@ mod tests {
     }
 
     #[test]
+    fn one_holder_fills_only_its_own_share() {
+        let cache = ReplayCache::new(60, 4).with_share(2);
+        assert_eq!(cache.first_use_by("greedy", "k", "1", 0), Ok(()));
+        assert_eq!(cache.first_use_by("greedy", "k2", "2", 0), Ok(()));
+        // Its share is full, whichever key it uses; others go on.
+        assert_eq!(
+            cache.first_use_by("greedy", "k3", "3", 0),
+            Err(DpopError::Busy)
+        );
+        assert_eq!(cache.first_use_by("other", "k", "3", 0), Ok(()));
+        // A replay is still a replay, whoever sends it.
+        assert_eq!(
+            cache.first_use_by("other", "k", "1", 0),
+            Err(DpopError::Replayed)
+        );
+        // The next generation gives the share back.
+        assert_eq!(cache.first_use_by("greedy", "k3", "3", 120), Ok(()));
+        // The default share is a sixteenth of the capacity.
+        let cache = ReplayCache::new(60, 32);
+        assert_eq!(cache.first_use("k", "1", 0), Ok(()));
+        assert_eq!(cache.first_use("k", "2", 0), Ok(()));
+        assert_eq!(cache.first_use("k", "3", 0), Err(DpopError::Busy));
+        assert_eq!(cache.first_use("j", "3", 0), Ok(()));
+    }
+
+    #[test]
     fn a_full_generation_refuses_rather_than_forgets() {
-        let cache = ReplayCache::new(60, 2);
+        let cache = ReplayCache::new(60, 2).with_share(2);
         assert_eq!(cache.first_use("k", "1", 0), Ok(()));
         assert_eq!(cache.first_use("k", "2", 0), Ok(()));
         assert_eq!(cache.first_use("k", "3", 0), Err(DpopError::Busy));

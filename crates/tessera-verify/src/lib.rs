@@ -20,12 +20,15 @@
 //! - `token_cache`: tokens that passed, kept whole, so that the same bytes again cost a
 //!   lookup; bounded, and each entry used only while its key is published and its `exp`
 //!   not passed.
-//! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`], and
-//!   how the bearer token is read (RFC 6750 section 2).
+//! - [`request`]: [`AccessRequest`] and [`Verifier::verify_request`], the one way a token
+//!   is accepted: how it is read (RFC 6750 section 2) and its binding checked (RFC 9449
+//!   section 7.1, RFC 8705 section 3). Every extractor goes through it, and so does
+//!   Tessera's admin API.
+//! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`].
 //! - [`binding`]: [`ClientCertificate`], for tokens bound to a client certificate
-//!   (RFC 8705 section 3), which the extractors check.
+//!   (RFC 8705 section 3).
 //! - [`dpop`]: DPoP proof checks (RFC 9449 section 4.3) and the bounded replay cache,
-//!   used by the extractors for DPoP-bound tokens and by Tessera's token endpoint.
+//!   used by [`request`] for DPoP-bound tokens and by Tessera's token endpoint.
 //! - [`resource`]: protected resource metadata (RFC 9728), served by the API and named in
 //!   its challenges.
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
@@ -79,6 +82,7 @@ pub mod extract;
 pub mod fuzzing;
 mod jwks;
 pub mod rejection;
+pub mod request;
 pub mod resource;
 mod token_cache;
 mod validate;
@@ -89,6 +93,7 @@ pub use error::{ConfigError, KeySourceError, VerifyError};
 pub use extract::{RequiredScope, Scoped, UserToken, VerifiedToken};
 pub use jwks::verify_signature;
 pub use rejection::{AuthError, AuthRejection};
+pub use request::AccessRequest;
 pub use tessera_proto::{AccessTokenClaims, Algorithm, JwkSet};
 pub use token_cache::TokenCacheStats;
 pub use verifier::{defaults, Verifier, VerifierBuilder};

@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tessera_proto::{ErrorCode, ErrorResponse};
 
+use crate::dpop::ALGS as DPOP_ALGS;
 use crate::error::VerifyError;
 
 /// Why a request was refused, and so which answer it gets.
@@ -60,7 +61,7 @@ impl AuthError {
 
     /// Whether the answer challenges with the `DPoP` scheme (RFC 9449 section 7.1): the
     /// request or the token was DPoP's.
-    fn is_dpop(&self) -> bool {
+    pub fn challenges_dpop(&self) -> bool {
         matches!(
             self,
             Self::InvalidDpopProof(_)
@@ -90,9 +91,6 @@ pub(crate) struct Challenge {
     pub(crate) realm: Arc<str>,
     pub(crate) resource_metadata: Option<Arc<str>>,
 }
-
-/// The `algs` of a `DPoP` challenge (RFC 9449 section 7.1).
-const DPOP_ALGS: &str = "EdDSA ES256 RS256 PS256";
 
 /// A refused request: the [`AuthError`] and the realm to challenge with. The rejection of
 /// every extractor in [`crate::extract`]; handlers may return it too.
@@ -124,7 +122,7 @@ impl std::error::Error for AuthRejection {}
 impl IntoResponse for AuthRejection {
     fn into_response(self) -> Response {
         let status = self.error.status();
-        let scheme = if self.error.is_dpop() {
+        let scheme = if self.error.challenges_dpop() {
             "DPoP"
         } else {
             "Bearer"
@@ -163,7 +161,7 @@ impl IntoResponse for AuthRejection {
                 .collect();
             challenge.push_str(&format!(", scope=\"{scope}\""));
         }
-        if self.error.is_dpop() {
+        if self.error.challenges_dpop() {
             challenge.push_str(&format!(", algs=\"{DPOP_ALGS}\""));
         }
         (

@@ -78,8 +78,9 @@ impl VerifierBuilder {
     /// protected resource metadata ([`Verifier::protected_resource_router`]), and every
     /// challenge points there (`resource_metadata`, RFC 9728 section 5.1).
     ///
-    /// Without it, a proof's `htu` is compared with the request's `Host` and path, under
-    /// either scheme; behind a proxy that rewrites the host, set it.
+    /// Without it, DPoP-bound tokens are refused ([`crate::dpop::DpopError::NoResourceUrl`],
+    /// with a warning in the log): the request's own `Host` is the caller's to choose, so a
+    /// proof made for another API could pass. Set it on every API that takes DPoP tokens.
     pub fn resource_url(mut self, url: impl Into<String>) -> Self {
         self.resource_url = Some(url.into());
         self
@@ -88,7 +89,8 @@ impl VerifierBuilder {
     /// How many DPoP proofs are remembered against replay per two-minute generation
     /// (default 1,000,000, about 8,000 proofs a second sustained, at most about 70 MB;
     /// RFC 9449 section 11.1). Past it, new proofs are refused until the generation turns
-    /// over, rather than replays let through.
+    /// over, rather than replays let through. One key may fill at most a sixteenth of it, so
+    /// that one token holder cannot lock every other one out.
     pub fn dpop_replay_capacity(mut self, proofs: usize) -> Self {
         self.dpop_replay_capacity = proofs;
         self
@@ -384,14 +386,26 @@ impl Verifier {
     /// `kid`; `aud`, `exp` and `nbf` are checked every time.
     ///
     /// Call it within a Tokio runtime: a refresh of stale keys is spawned on it.
+    ///
+    /// A token bound to a DPoP key or a client certificate (`cnf`, RFC 9449 section 6 and
+    /// RFC 8705 section 3) is refused here ([`VerifyError::DpopBound`],
+    /// [`VerifyError::CertificateMismatch`]): this method sees no proof and no certificate.
+    /// Accept bound tokens with [`Verifier::verify_request`], which checks them.
     pub async fn verify(&self, token: &str) -> Result<AccessTokenClaims, VerifyError> {
-        self.verify_for(token, Some(&self.inner.audience)).await
+        let claims = self.verify_token(token, Some(&self.inner.audience)).await?;
+        match &claims.cnf {
+            Some(cnf) if cnf.jkt.is_some() => Err(VerifyError::DpopBound),
+            Some(cnf) if cnf.x5t_s256.is_some() => Err(VerifyError::CertificateMismatch),
+            _ => Ok(claims),
+        }
     }
 
-    /// [`verify`](Self::verify), with the audience check left out when `audience` is `None`:
-    /// `Scoped` checks the scope first, so that an authentic token for other APIs gets
-    /// 403 `insufficient_scope` naming the scope it lacks, then checks the audience itself.
-    pub(crate) async fn verify_for(
+    /// The token's signature and claims, without its binding (which
+    /// [`Verifier::verify_request`] checks after this), and with the audience check left out
+    /// when `audience` is `None`: a scoped check looks at the scope first, so that an
+    /// authentic token for other APIs gets 403 `insufficient_scope` naming the scope it lacks,
+    /// then checks the audience itself.
+    pub(crate) async fn verify_token(
         &self,
         token: &str,
         audience: Option<&str>,

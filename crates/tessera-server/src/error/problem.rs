@@ -7,6 +7,7 @@
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use tessera_verify::AuthRejection;
 
 use crate::admin::AdminError;
 
@@ -52,6 +53,15 @@ impl Problem {
             self.headers
                 .get_or_insert_with(Default::default)
                 .insert(name, value);
+        }
+        self
+    }
+
+    fn append_header(mut self, name: header::HeaderName, value: &str) -> Self {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            self.headers
+                .get_or_insert_with(Default::default)
+                .append(name, value);
         }
         self
     }
@@ -116,6 +126,44 @@ impl Problem {
             detail,
         )
         .header(header::WWW_AUTHENTICATE, &challenge)
+    }
+
+    /// A token the verify kit refused ([`tessera_verify::Verifier::verify_request`]), as a
+    /// problem with the challenge of RFC 6750 section 3 or RFC 9449 section 7.1:
+    /// - no token: 401 with two bare challenges, `Bearer` then `DPoP`, the schemes accepted;
+    /// - a malformed `Authorization` header: 400 `invalid_request`;
+    /// - a token or proof that fails: 401 `invalid_token` or `invalid_dpop_proof`, challenged
+    ///   with `DPoP` when the token or the request was DPoP's.
+    pub(crate) fn refused_token(realm: &str, rejection: &AuthRejection) -> Self {
+        use tessera_verify::dpop::ALGS as DPOP_ALGS;
+        let error = rejection.error();
+        let detail = rejection.to_string();
+        let Some(code) = error.code() else {
+            return Self::unauthorized(realm, None, "an access token is required").append_header(
+                header::WWW_AUTHENTICATE,
+                &format!("DPoP realm=\"{realm}\", algs=\"{DPOP_ALGS}\""),
+            );
+        };
+        let (scheme, algs) = if error.challenges_dpop() {
+            ("DPoP", format!(", algs=\"{DPOP_ALGS}\""))
+        } else {
+            ("Bearer", String::new())
+        };
+        let challenge = format!(
+            "{scheme} realm=\"{realm}\", error=\"{code}\", error_description=\"{}\"{algs}",
+            quotable(&detail)
+        );
+        let problem = if error.status() == StatusCode::BAD_REQUEST {
+            Self::invalid_parameter("Authorization", detail)
+        } else {
+            Self::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Unauthorized",
+                detail,
+            )
+        };
+        problem.header(header::WWW_AUTHENTICATE, &challenge)
     }
 
     /// 403 `insufficient_scope` (RFC 6750 section 3.1): the token lacks `scope`.

@@ -282,7 +282,12 @@ impl Attempt {
                 Some(proof) => {
                     let endpoint = format!("{}/connect/token", config.issuer.trim_end_matches('/'));
                     let htu = tessera_proto::dpop::htu(&endpoint).unwrap_or(endpoint);
-                    Some(state.dpop().check(state, proof, &htu, now).await?)
+                    Some(
+                        state
+                            .dpop()
+                            .check(state, &self.client_id, proof, &htu, now)
+                            .await?,
+                    )
                 }
                 None if policy == DpopPolicy::Required => {
                     let nonce = state.dpop().nonce(now);

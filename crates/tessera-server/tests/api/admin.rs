@@ -1077,3 +1077,237 @@ async fn last_refusals_and_the_clients_being_rate_limited() {
         .unwrap();
     assert_eq!(problem(answer).await.0, 400);
 }
+
+/// An admin client on plan `admin` with a secret.
+async fn admin_client(app: &TestApp) -> (ClientId, ClientSecret) {
+    app.admin()
+        .set_plan("admin", "tessera-admin tessera-admin-read", None)
+        .await
+        .unwrap();
+    app.client_on("admin", tessera_store::AuthMethod::ClientSecretBasic)
+        .await
+}
+
+fn challenge_of(response: &Response) -> String {
+    response.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn has_plan(app: &TestApp, name: &str) -> bool {
+    app.store
+        .plans()
+        .await
+        .unwrap()
+        .iter()
+        .any(|p| p.name == name)
+}
+
+/// RFC 9449 section 7.1: a DPoP-bound admin token is accepted only as `DPoP`, with a fresh
+/// proof of its key for this request; as `Bearer`, or with a replayed, foreign or misdirected
+/// proof, it is refused and nothing is written.
+#[tokio::test]
+async fn a_dpop_bound_admin_token_needs_a_proof_of_its_key() {
+    use tessera_testkit::dpop::ProofKey;
+    let app = spawn_app().await;
+    let (id, secret) = admin_client(&app).await;
+    let key = ProofKey::p256();
+    let endpoint = app.url("/connect/token");
+    let body: Value = app
+        .http
+        .post(&endpoint)
+        .header("authorization", basic(&id, &secret))
+        .header("dpop", key.proof("POST", &endpoint, app.clock.now()))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "tessera-admin"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["token_type"], "DPoP", "{body}");
+    let token = body["access_token"].as_str().unwrap();
+    let plans = app.url("/admin/v1/plans");
+    let stolen = app.url("/admin/v1/plans/stolen");
+    let plan = json!({"scopes": ["news-api"]});
+
+    // As a bearer token, read or write: 401 with a DPoP challenge, and no plan.
+    let answer = app
+        .http
+        .get(&plans)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        challenge_of(&answer).starts_with("DPoP realm=\"tessera-admin\", error=\"invalid_token\""),
+        "{}",
+        challenge_of(&answer)
+    );
+    assert_eq!(problem(answer).await.0, 401);
+    let answer = app
+        .http
+        .put(&stolen)
+        .bearer_auth(token)
+        .json(&plan)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(problem(answer).await.0, 401);
+    assert!(!has_plan(&app, "stolen").await);
+
+    // As DPoP with a proof of its key for this method and URL: in.
+    let dpop = |method: reqwest::Method, url: &str, proof: Option<String>| {
+        let mut request = app
+            .http
+            .request(method, url)
+            .header("authorization", format!("DPoP {token}"));
+        if let Some(proof) = proof {
+            request = request.header("dpop", proof);
+        }
+        request
+    };
+    let t = app.clock.now();
+    let read = key.proof_with_token("GET", &plans, t, token);
+    let answer = dpop(Method::GET, &plans, Some(read.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let write = key.proof_with_token("PUT", &stolen, t, token);
+    let answer = dpop(Method::PUT, &stolen, Some(write))
+        .json(&plan)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    assert!(has_plan(&app, "stolen").await);
+
+    // Refused with invalid_dpop_proof: a replayed proof, none, another key's, one for
+    // another URL or method.
+    let other = ProofKey::ed25519();
+    for (what, method, proof) in [
+        ("replayed", Method::GET, Some(read)),
+        ("missing", Method::GET, None),
+        (
+            "another key",
+            Method::GET,
+            Some(other.proof_with_token("GET", &plans, t, token)),
+        ),
+        (
+            "another URL",
+            Method::GET,
+            Some(key.proof_with_token("GET", &app.url("/admin/v1/clients"), t, token)),
+        ),
+        (
+            "another method",
+            Method::GET,
+            Some(key.proof_with_token("DELETE", &plans, t, token)),
+        ),
+    ] {
+        let answer = dpop(method, &plans, proof).send().await.unwrap();
+        let challenge = challenge_of(&answer);
+        assert!(
+            challenge.starts_with("DPoP realm=\"tessera-admin\", error=\"invalid_dpop_proof\""),
+            "{what}: {challenge}"
+        );
+        assert_eq!(problem(answer).await.0, 401, "{what}");
+    }
+}
+
+/// RFC 8705 section 3: an admin token bound to a client certificate is accepted only on a
+/// request that presents that certificate (here from a trusted TLS-terminating proxy's
+/// header); without it, or with another certificate, 401 and nothing written.
+#[tokio::test]
+async fn a_certificate_bound_admin_token_needs_its_certificate() {
+    use base64::Engine;
+    let app = spawn_with(|setup| {
+        setup.config.client_cert_header =
+            Some(axum::http::HeaderName::from_static("x-client-cert"));
+        setup.config.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    app.admin()
+        .set_plan("admin", "tessera-admin tessera-admin-read", None)
+        .await
+        .unwrap();
+    let self_signed = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.self_signed(&key).unwrap();
+        // nginx's $ssl_client_escaped_cert: the PEM, URL-escaped.
+        let escaped: String = cert
+            .pem()
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        (escaped, key.public_key_raw().to_vec())
+    };
+    let (presented, public) = self_signed("admin-robot");
+    let (another, _) = self_signed("admin-robot");
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256",
+        "x": b64(&public[1..33]), "y": b64(&public[33..65])}]});
+    let client = app
+        .admin()
+        .create_certificate_client(
+            &app.secrets,
+            "admin",
+            "robot",
+            tessera_store::AuthMethod::SelfSignedTlsClientAuth,
+            tessera_store::CertificateMatch::Jwks(jwks.to_string()),
+        )
+        .await
+        .unwrap();
+    app.sync().await;
+    let body: Value = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("x-client-cert", &presented)
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "tessera-admin"),
+            ("client_id", client.id.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = body["access_token"].as_str().expect("a token").to_owned();
+    assert!(claims_of(&token)["cnf"]["x5t#S256"].is_string());
+
+    let put = |name: &str, certificate: Option<&str>| {
+        let mut request = call(&app, Method::PUT, &format!("/plans/{name}"), &token)
+            .json(&json!({"scopes": ["news-api"]}));
+        if let Some(certificate) = certificate {
+            request = request.header("x-client-cert", certificate);
+        }
+        request.send()
+    };
+    for (name, certificate) in [("without", None), ("another", Some(another.as_str()))] {
+        let answer = put(name, certificate).await.unwrap();
+        let challenge = challenge_of(&answer);
+        assert!(
+            challenge.contains("error=\"invalid_token\"")
+                && challenge.contains("client certificate"),
+            "{name}: {challenge}"
+        );
+        assert_eq!(problem(answer).await.0, 401, "{name}");
+        assert!(!has_plan(&app, name).await, "{name}");
+    }
+    assert_eq!(put("with", Some(&presented)).await.unwrap().status(), 201);
+    assert!(has_plan(&app, "with").await);
+}

@@ -269,3 +269,90 @@ async fn a_certificate_bound_token_needs_its_certificate() {
     let plain = keys.ed.sign(&claims(ISSUER));
     assert_eq!(bearer(&app, "/whoami", &plain).await.status, StatusCode::OK);
 }
+
+/// RFC 9449 section 7.1, RFC 8705 section 3: `verify`, which sees no proof and no
+/// certificate, refuses bound tokens; `verify_request` takes them with what binds them.
+#[tokio::test]
+async fn verify_alone_refuses_bound_tokens() {
+    use axum::http::{HeaderMap, Method, Uri};
+    use tessera_verify::{AccessRequest, ClientCertificate, VerifyError};
+    let keys = Keys::new();
+    let verifier = static_verifier(&[&keys.ed]);
+    let certificate = ClientCertificate(b"the client's DER certificate".to_vec());
+    let bound = |cnf: Value| {
+        let mut claims = claims(ISSUER);
+        claims["cnf"] = cnf;
+        keys.ed.sign(&claims)
+    };
+    let to_certificate = bound(json!({"x5t#S256": certificate.thumbprint()}));
+    let to_key = bound(json!({"jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"}));
+    assert_eq!(
+        verifier.verify(&to_certificate).await.unwrap_err(),
+        VerifyError::CertificateMismatch
+    );
+    assert_eq!(
+        verifier.verify(&to_key).await.unwrap_err(),
+        VerifyError::DpopBound
+    );
+    assert!(verifier
+        .verify(&keys.ed.sign(&claims(ISSUER)))
+        .await
+        .is_ok());
+
+    let (method, uri) = (Method::GET, Uri::from_static("/whoami"));
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::AUTHORIZATION,
+        format!("Bearer {to_certificate}").parse().unwrap(),
+    );
+    let request = AccessRequest::new(&method, &uri, &headers);
+    let refused = verifier.verify_request(&request).await.unwrap_err();
+    assert_eq!(
+        refused.error(),
+        &tessera_verify::AuthError::InvalidToken(VerifyError::CertificateMismatch)
+    );
+    let token = verifier
+        .verify_request(&request.with_certificate(Some(&certificate)))
+        .await
+        .unwrap();
+    assert_eq!(token.client_id, "client-1");
+}
+
+/// Without a resource URL the verifier cannot know the `htu` a proof must name (only the
+/// caller's own `Host`), so it refuses DPoP-bound tokens rather than guess; with one, the
+/// same request gets as far as checking the proof.
+#[tokio::test]
+async fn dpop_needs_a_resource_url() {
+    let keys = Keys::new();
+    let mut bound = claims(ISSUER);
+    bound["cnf"] = json!({"jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I"});
+    let token = keys.ed.sign(&bound);
+    let request = || {
+        Request::get("/whoami")
+            .header(header::HOST, "api.example.com")
+            .header(header::AUTHORIZATION, format!("DPoP {token}"))
+            .header("dpop", "not.a.proof")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let answer = call(&app(static_verifier(&[&keys.ed])), request()).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(answer.body["error"], "invalid_dpop_proof");
+    assert_eq!(
+        answer.body["error_description"],
+        "this API cannot check DPoP proofs: it has no resource URL configured"
+    );
+    assert!(answer.challenge.unwrap().starts_with("DPoP "));
+
+    let with_url = Verifier::builder(ISSUER, crate::helpers::AUDIENCE)
+        .static_keys(crate::helpers::jwks(&[&keys.ed]))
+        .resource_url("https://api.example.com")
+        .build()
+        .unwrap();
+    let answer = call(&app(with_url), request()).await;
+    assert_eq!(answer.body["error"], "invalid_dpop_proof");
+    assert_ne!(
+        answer.body["error_description"],
+        "this API cannot check DPoP proofs: it has no resource URL configured"
+    );
+}

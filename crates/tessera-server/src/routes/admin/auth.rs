@@ -1,15 +1,24 @@
-//! Who may call the admin API: a bearer token (RFC 6750 section 2.1) that this Tessera
-//! issued, checked by `tessera-verify` as any API checks its tokens, for the audience of
-//! the issuer itself; then, against the live registry, that it is not revoked and that its
-//! client still exists, is enabled and is on a plan that grants the scope used. So taking
-//! the admin right away (disabling the client, changing its plan) takes effect at once,
-//! not when its token expires.
+//! Who may call the admin API: an access token that this Tessera issued, accepted as any
+//! API accepts its tokens, through `tessera-verify`'s [`Verifier::verify_request`]: `Bearer`
+//! (RFC 6750 section 2.1) or `DPoP` with a proof (RFC 9449 section 7.1), for the audience of
+//! the issuer itself, and a bound token only with what binds it: its DPoP key's proof for
+//! this request, or the client certificate it was issued to (RFC 8705 section 3) on this
+//! connection or from the trusted proxy. Then, against the live registry, that it is not
+//! revoked and that its client still exists, is enabled and is on a plan that grants the
+//! scope used. So taking the admin right away (disabling the client, changing its plan)
+//! takes effect at once, not when its token expires.
+//!
+//! Handlers say what they need in their signature: a [`Caller<Read>`] or a
+//! [`Caller<Write>`] argument, checked before any other part of the request is read.
 
+use std::marker::PhantomData;
 use std::sync::Mutex;
 
-use axum::http::{header, HeaderMap};
+use axum::extract::{FromRequestParts, OriginalUri};
+use axum::http::request::Parts;
+use axum::http::Uri;
 use tessera_proto::JwkSet;
-use tessera_verify::Verifier;
+use tessera_verify::{AccessRequest, ClientCertificate, Verifier};
 
 use super::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use crate::error::problem::Problem;
@@ -18,11 +27,46 @@ use crate::AppState;
 /// The `realm` of the admin API's challenges.
 pub(crate) const REALM: &str = "tessera-admin";
 
-/// An authenticated admin caller.
+/// An authenticated admin caller with the right `R`: [`Read`] or [`Write`].
 #[derive(Debug, Clone)]
-pub(crate) struct Caller {
+pub(crate) struct Caller<R> {
     /// The admin client's id, for the audit trail and idempotency keys.
     pub(crate) client_id: String,
+    right: PhantomData<fn() -> R>,
+}
+
+/// What an admin handler may do; the scope it needs.
+pub(crate) trait Right {
+    /// Whether it changes anything: writes need `tessera-admin`, reads either admin scope.
+    const WRITE: bool;
+}
+
+/// Reads: `tessera-admin-read` or `tessera-admin`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Read;
+
+impl Right for Read {
+    const WRITE: bool = false;
+}
+
+/// Writes: `tessera-admin`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Write;
+
+impl Right for Write {
+    const WRITE: bool = true;
+}
+
+impl<R: Right> FromRequestParts<AppState> for Caller<R> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
+        let client_id = authorize(state, parts, R::WRITE).await?;
+        Ok(Self {
+            client_id,
+            right: PhantomData,
+        })
+    }
 }
 
 /// The admin API's own state: the verifier, rebuilt when the published keys change, and
@@ -51,8 +95,10 @@ impl AdminGuard {
         let jwks = JwkSet {
             keys: published.iter().map(|k| k.jwk.clone()).collect(),
         };
+        // The issuer is the admin API's resource URL: the origin its DPoP proofs name.
         let verifier = Verifier::builder(issuer.clone(), issuer.clone())
             .static_keys(jwks)
+            .resource_url(issuer.clone())
             .realm(REALM)
             .clock(state.clock().clone())
             .build()
@@ -62,37 +108,41 @@ impl AdminGuard {
     }
 }
 
-/// Authenticates the caller of an admin request; `write` needs `tessera-admin`, a read
-/// either admin scope.
-pub(crate) async fn authorize(
-    state: &AppState,
-    headers: &HeaderMap,
-    write: bool,
-) -> Result<Caller, Problem> {
-    let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return Err(Problem::unauthorized(
-            REALM,
-            None,
-            "a bearer token is required",
-        ));
-    };
-    let token = value
-        .to_str()
-        .ok()
-        .and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        })
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| Problem::unauthorized(REALM, None, "a bearer token is required"))?;
-    let invalid = |why: &str| Problem::unauthorized(REALM, Some("invalid_token"), why);
+/// Authenticates the caller of an admin request and returns its client id; `write` needs
+/// `tessera-admin`, a read either admin scope.
+async fn authorize(state: &AppState, parts: &Parts, write: bool) -> Result<String, Problem> {
+    // The URL a DPoP proof names: the issuer's, and the path under it that the client called,
+    // whatever prefix routing stripped.
+    let path = parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(&parts.uri, |OriginalUri(uri)| uri)
+        .path();
+    let issuer_path = state
+        .config()
+        .issuer
+        .split_once("://")
+        .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+        .unwrap_or("")
+        .trim_end_matches('/');
+    let uri: Uri = format!("{issuer_path}{path}")
+        .parse()
+        .map_err(|_| Problem::invalid_parameter("path", "the request path is malformed"))?;
+    let certificate = crate::routes::peer_certificate(state, parts).and_then(|presented| {
+        presented
+            .end_entity()
+            .map(|der| ClientCertificate(der.to_vec()))
+    });
+    let request = AccessRequest::new(&parts.method, &uri, &parts.headers)
+        .with_certificate(certificate.as_ref());
     let claims = state
         .admin_guard()
         .verifier(state)?
-        .verify(token)
+        .verify_request(&request)
         .await
-        .map_err(|e| invalid(&e.to_string()))?;
+        .map_err(|rejection| Problem::refused_token(REALM, &rejection))?
+        .into_claims();
+    let invalid = |why: &str| Problem::unauthorized(REALM, Some("invalid_token"), why);
     if state.is_revoked(&claims.jti) {
         return Err(invalid("the token was revoked"));
     }
@@ -116,7 +166,5 @@ pub(crate) async fn authorize(
             if write { ADMIN_SCOPE } else { ADMIN_READ_SCOPE },
         ));
     }
-    Ok(Caller {
-        client_id: claims.client_id,
-    })
+    Ok(claims.client_id)
 }

@@ -12,7 +12,7 @@ use tessera_proto::clock::rfc3339;
 use tessera_proto::{ClientId, ClientSecret};
 use tessera_store::{AuthMethod, CertificateMatch, Client, IdempotentAnswer, Timestamp};
 
-use super::auth::authorize;
+use super::auth::{Caller, Read, Write};
 use super::{
     day_range, etag, if_match, in_force, json, number_param, param, parse_json, path, query,
     read_body, read_json, run, UsageView,
@@ -88,11 +88,10 @@ pub(crate) struct RateLimited {
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn client_refusals(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let client = load(&state, &path(id)?).await?;
         let refusals = state
             .refusals()
@@ -117,11 +116,10 @@ pub(crate) async fn client_refusals(
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn rate_limited(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let pairs = query(raw.as_deref())?;
         let within = number_param(&pairs, "within", 300, 1..=86_400)?;
         let since = state.clock().now() - within;
@@ -371,11 +369,10 @@ async fn load_for_write<'s>(
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn list_clients(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let pairs = query(raw.as_deref())?;
         let limit = number_param(&pairs, "limit", 100, 1..=MAX_PAGE)?;
         let cursor = match param(&pairs, "cursor")? {
@@ -423,11 +420,11 @@ pub(crate) async fn list_clients(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn create_client(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let key = idempotency_key(&headers)?;
         let bytes = read_body(body).await?;
         let input: ClientInput = parse_json(&headers, &bytes)?;
@@ -580,11 +577,10 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn get_client(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let client = load(&state, &path(id)?).await?;
         Ok(json(StatusCode::OK, &view(&client), Some(&etag(&client))))
     })
@@ -604,12 +600,12 @@ pub(crate) async fn get_client(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn patch_client(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let id = path(id)?;
         let patch: ClientPatch = read_json(&headers, body, false).await?;
         if let Some(name) = &patch.name {
@@ -666,11 +662,11 @@ fn changes(before: &Client, after: &Client) -> String {
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn delete_client(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let id = path(id)?;
         let (_one_writer, _) = load_for_write(&state, &headers, &id).await?;
         state.admin().delete_client(&id).await?;
@@ -693,12 +689,12 @@ pub(crate) async fn delete_client(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn rotate_secret(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let id = path(id)?;
         let rotation: Rotation = read_json(&headers, body, true).await?;
         let grace = rotation.grace_secs.unwrap_or(86_400);
@@ -740,12 +736,11 @@ pub(crate) async fn rotate_secret(
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn client_usage(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     id: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let id = path(id)?;
         let range = day_range(raw.as_deref())?;
         let client = load(&state, &id).await?;

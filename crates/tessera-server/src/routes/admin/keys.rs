@@ -11,7 +11,7 @@ use tessera_proto::clock::rfc3339;
 use tessera_proto::Algorithm;
 use tessera_store::{SigningKey, Timestamp};
 
-use super::auth::authorize;
+use super::auth::{Caller, Read, Write};
 use super::{in_force, json, read_json, run};
 use crate::audit;
 use crate::error::problem::Problem;
@@ -96,9 +96,8 @@ fn views(keys: &[SigningKey], now: Timestamp) -> Vec<KeyView> {
 #[utoipa::path(get, path = "/admin/v1/keys", tag = "keys",
     responses((status = 200, description = "The signing keys", body = KeyList), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
-pub(crate) async fn list_keys(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn list_keys(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let keys = state.store().keys().await?;
         let keys = views(&keys, state.clock().now());
         Ok(json(StatusCode::OK, &KeyList { keys }, None))
@@ -114,11 +113,11 @@ pub(crate) async fn list_keys(State(state): State<AppState>, headers: HeaderMap)
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn rotate_keys(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let rotation: KeyRotation = read_json(&headers, body, true).await?;
         let activate_in = rotation.activate_in_secs.unwrap_or(600);
         if !(0..=MAX_ACTIVATE_IN).contains(&activate_in) {

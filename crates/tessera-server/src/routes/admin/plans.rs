@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tessera_proto::clock::rfc3339;
 use tessera_store::{DpopPolicy, Plan, PlanRemoval, RateLimit};
 
-use super::auth::authorize;
+use super::auth::{Caller, Read, Write};
 use super::{day_range, etag, if_match, in_force, json, path, read_json, run, UsageView};
 use crate::admin::{Change, PlanSettings, DEFAULT_TOKEN_TTL};
 use crate::audit;
@@ -53,9 +53,8 @@ pub(crate) struct Hour {
 #[utoipa::path(get, path = "/admin/v1/usage/hourly", tag = "plans",
     responses((status = 200, description = "Issued and refused per hour", body = HourlyUsage), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
-pub(crate) async fn hourly_usage(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn hourly_usage(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let from = tessera_proto::clock::utc_hour(state.clock().now() - 23 * 3600);
         let hours = state
             .store()
@@ -223,9 +222,8 @@ async fn count(state: &AppState, name: &str) -> Result<u64, Problem> {
 #[utoipa::path(get, path = "/admin/v1/plans", tag = "plans",
     responses((status = 200, description = "All plans, by name", body = PlanList), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
-pub(crate) async fn list_plans(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn list_plans(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let counts = state.store().clients_per_plan().await?;
         let plans = state.store().plans().await?;
         let plans = plans
@@ -254,11 +252,10 @@ pub(crate) async fn list_plans(State(state): State<AppState>, headers: HeaderMap
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn get_plan(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let name = path(name)?;
         let plan = find(&state, &name)
             .await?
@@ -282,12 +279,12 @@ pub(crate) async fn get_plan(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn put_plan(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     name: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let name = path(name)?;
         let input: PlanInput = read_json(&headers, body, false).await?;
         if let Some(bad) = input
@@ -355,11 +352,11 @@ pub(crate) async fn put_plan(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn delete_plan(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     name: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let name = path(name)?;
         let _one_writer = state.admin_guard().writes.lock().await;
         let before = find(&state, &name)
@@ -396,12 +393,11 @@ pub(crate) async fn delete_plan(
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn plan_usage(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     name: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let name = path(name)?;
         let range = day_range(raw.as_deref())?;
         find(&state, &name)

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tessera_proto::clock::rfc3339;
 use tessera_store::TrustPolicy;
 
-use super::auth::authorize;
+use super::auth::{Caller, Read, Write};
 use super::{json, path, read_json, run};
 use crate::admin::TrustPolicyInput;
 use crate::audit;
@@ -111,9 +111,11 @@ async fn find(state: &AppState, name: &str) -> Result<TrustPolicy, Problem> {
 #[utoipa::path(get, path = "/admin/v1/trust-policies", tag = "trust",
     responses((status = 200, description = "All trust policies, by name", body = TrustPolicyList), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
-pub(crate) async fn list_policies(State(state): State<AppState>, headers: HeaderMap) -> Response {
+pub(crate) async fn list_policies(
+    State(state): State<AppState>,
+    _caller: Caller<Read>,
+) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let trust_policies = state
             .store()
             .trust_policies()
@@ -140,11 +142,10 @@ pub(crate) async fn list_policies(State(state): State<AppState>, headers: Header
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn get_policy(
     State(state): State<AppState>,
+    _caller: Caller<Read>,
     name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        authorize(&state, &headers, false).await?;
         let name = path(name)?;
         Ok(json(
             StatusCode::OK,
@@ -167,12 +168,12 @@ pub(crate) async fn get_policy(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn put_policy(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     name: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let name = path(name)?;
         let input: TrustPolicyInputBody = read_json(&headers, body, false).await?;
         let _one_writer = state.admin_guard().writes.lock().await;
@@ -215,11 +216,10 @@ pub(crate) async fn put_policy(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn delete_policy(
     State(state): State<AppState>,
+    caller: Caller<Write>,
     name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
 ) -> Response {
     run(async {
-        let caller = authorize(&state, &headers, true).await?;
         let name = path(name)?;
         let _one_writer = state.admin_guard().writes.lock().await;
         if !state.admin().remove_trust_policy(&name).await? {
