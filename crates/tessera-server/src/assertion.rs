@@ -126,6 +126,9 @@ pub(crate) enum AssertionError {
     /// Federation: the token lives longer than the policy allows.
     #[error("the token lives longer than the trust policy allows")]
     PolicyLifetime,
+    /// Federation: the policy limits the token's life, and the token has no `iat` to tell it.
+    #[error("the trust policy limits the token's lifetime, so the token must carry iat")]
+    PolicyNoIssuedAt,
 }
 
 /// What a federated token proved: which policy let it in, for whom.
@@ -302,6 +305,76 @@ fn claim_is(claims: &Map<String, Value>, name: &str, value: &Value) -> bool {
     }
 }
 
+/// The claims of a platform token whose signature verified, once its times hold: `exp`
+/// present and not past, `nbf` and `iat` not ahead (60 s leeway each).
+fn token_claims(
+    verified: &tessera_proto::jws::UnverifiedAssertion<'_>,
+    now: i64,
+) -> Result<Map<String, Value>, AssertionError> {
+    let claims: Map<String, Value> =
+        decode_claims(&verified.payload).ok_or(AssertionError::Claims)?;
+    let number = |name: &str| claims.get(name).and_then(Value::as_i64);
+    let exp = number("exp").ok_or(AssertionError::NoExpiry)?;
+    if exp + LEEWAY_SECS <= now {
+        return Err(AssertionError::Expired);
+    }
+    if [number("nbf"), number("iat")]
+        .into_iter()
+        .flatten()
+        .any(|t| t > now + LEEWAY_SECS)
+    {
+        return Err(AssertionError::NotYetValid);
+    }
+    claims
+        .get("sub")
+        .and_then(Value::as_str)
+        .ok_or(AssertionError::Claims)?;
+    Ok(claims)
+}
+
+/// Whether trust `policy` admits a platform token with `claims` (its times already
+/// checked): `aud` holds the policy's audience, `sub` matches its pattern, each required
+/// claim has its value, and the token lives no longer than the policy allows, measured from
+/// `iat`, which must then be present (without it, a long-lived token would pass in its last
+/// minutes). The subject, when admitted.
+fn policy_admits<'c>(
+    policy: &tessera_store::TrustPolicy,
+    claims: &'c Map<String, Value>,
+) -> Result<&'c str, AssertionError> {
+    let subject = claims
+        .get("sub")
+        .and_then(Value::as_str)
+        .ok_or(AssertionError::Claims)?;
+    let audience = match claims.get("aud") {
+        Some(Value::String(a)) => *a == policy.audience,
+        Some(Value::Array(all)) => all.iter().any(|a| a.as_str() == Some(&policy.audience)),
+        _ => false,
+    };
+    if !audience {
+        return Err(AssertionError::PolicyAudience);
+    }
+    if !subject_matches(&policy.subject, subject) {
+        return Err(AssertionError::PolicySubject);
+    }
+    let required: Map<String, Value> = serde_json::from_str(&policy.claims).unwrap_or_default();
+    if !required
+        .iter()
+        .all(|(name, value)| claim_is(claims, name, value))
+    {
+        return Err(AssertionError::PolicyClaim);
+    }
+    if let Some(max) = policy.max_assertion_ttl {
+        let number = |name: &str| claims.get(name).and_then(Value::as_i64);
+        let (Some(exp), Some(iat)) = (number("exp"), number("iat")) else {
+            return Err(AssertionError::PolicyNoIssuedAt);
+        };
+        if exp - iat > i64::from(max) {
+            return Err(AssertionError::PolicyLifetime);
+        }
+    }
+    Ok(subject)
+}
+
 /// Whether a JWK Set has at least one key an assertion could be verified with.
 pub(crate) fn has_usable_key(jwks: &str) -> bool {
     !keys_of(jwks).is_empty()
@@ -392,10 +465,12 @@ impl Assertions {
     }
 
     /// Verifies a platform's token (workload identity federation) against the trust
-    /// `policies` of client `client_id`: the issuer's signature (keys from the policy's
-    /// `jwks_uri` or the issuer's OIDC discovery), `exp`/`nbf`/`iat`, and a policy whose
-    /// audience, subject pattern, claims and lifetime all hold. Platform tokens are reused
-    /// until they expire (a projected service-account token is), so `jti` is not single-use.
+    /// `policies` of client `client_id`: for each policy naming the token's issuer, the
+    /// signature with that policy's own keys (its `jwks_uri`, or the issuer's OIDC discovery),
+    /// so that a policy trusting one key set never admits a token for a sibling that trusts
+    /// another; `exp`/`nbf`/`iat`; and the policy's audience, subject pattern, claims and
+    /// lifetime. Platform tokens are reused until they expire (a projected service-account
+    /// token is), so `jti` is not single-use.
     pub(crate) async fn verify_federated(
         &self,
         state: &AppState,
@@ -406,86 +481,82 @@ impl Assertions {
         let issuer = unverified_claim(token, "iss").ok_or(AssertionError::Claims)?;
         let candidates: Vec<&tessera_store::TrustPolicy> =
             policies.iter().filter(|p| p.issuer == issuer).collect();
-        let first = candidates.first().ok_or(AssertionError::NoPolicy)?;
+        if candidates.is_empty() {
+            return Err(AssertionError::NoPolicy);
+        }
         let unverified =
             parse_assertion(token, MAX_ASSERTION_LEN, &ALGORITHMS).map_err(|e| match e {
                 tessera_proto::jws::JwsError::AlgorithmNotAllowed => AssertionError::Algorithm,
                 _ => AssertionError::Malformed,
             })?;
-        let source = match &first.jwks_uri {
+        // What each key source said of the signature: policies sharing one ask it once.
+        let mut signed: Vec<(Option<&str>, Result<(), AssertionError>)> = Vec::new();
+        let mut claims: Option<Map<String, Value>> = None;
+        // Why the token was refused: a policy's own reason once some key set verified it.
+        let (mut key_refusal, mut policy_refusal) = (None, None);
+        for policy in candidates {
+            let jwks_uri = policy.jwks_uri.as_deref();
+            let outcome = match signed.iter().find(|(uri, _)| *uri == jwks_uri) {
+                Some((_, outcome)) => *outcome,
+                None => {
+                    let outcome = self.signed_by(&issuer, jwks_uri, &unverified, now).await;
+                    signed.push((jwks_uri, outcome));
+                    outcome
+                }
+            };
+            if let Err(refusal) = outcome {
+                key_refusal.get_or_insert(refusal);
+                continue;
+            }
+            let claims = match &mut claims {
+                Some(claims) => &*claims,
+                None => &*claims.insert(token_claims(&unverified, now)?),
+            };
+            match policy_admits(policy, claims) {
+                Ok(subject) => {
+                    return Ok(Federated {
+                        policy: policy.name.clone(),
+                        issuer,
+                        subject: subject.to_owned(),
+                    })
+                }
+                Err(refusal) => policy_refusal = Some(refusal),
+            }
+        }
+        Err(policy_refusal
+            .or(key_refusal)
+            .unwrap_or(AssertionError::NoPolicy))
+    }
+
+    /// Whether `unverified` is signed by a key of `issuer` from `jwks_uri`, or from the
+    /// issuer's discovery document when there is none.
+    async fn signed_by(
+        &self,
+        issuer: &str,
+        jwks_uri: Option<&str>,
+        unverified: &tessera_proto::jws::UnverifiedAssertion<'_>,
+        now: i64,
+    ) -> Result<(), AssertionError> {
+        let source = match jwks_uri {
             Some(url) => KeySource::Jwks(url),
-            None => KeySource::Discover(&issuer),
+            None => KeySource::Discover(issuer),
         };
-        let cache_key = format!(
-            "issuer {issuer} {}",
-            first.jwks_uri.as_deref().unwrap_or("")
-        );
+        let cache_key = format!("issuer {issuer} {}", jwks_uri.unwrap_or(""));
         let verified = match self.keys_from(&cache_key, &source, now, false).await {
-            Some(keys) => match pick(&keys, &unverified) {
+            Some(keys) => match pick(&keys, unverified) {
                 Some(v) => Some(v),
                 None => self
                     .keys_from(&cache_key, &source, now, true)
                     .await
-                    .and_then(|keys| pick(&keys, &unverified)),
+                    .and_then(|keys| pick(&keys, unverified)),
             },
             None => return Err(AssertionError::IssuerKeysUnavailable),
         };
         match verified {
-            None => return Err(AssertionError::UnknownKey),
-            Some(false) => return Err(AssertionError::Signature),
-            Some(true) => {}
+            None => Err(AssertionError::UnknownKey),
+            Some(false) => Err(AssertionError::Signature),
+            Some(true) => Ok(()),
         }
-        let claims: Map<String, Value> =
-            decode_claims(&unverified.payload).ok_or(AssertionError::Claims)?;
-        let number = |name: &str| claims.get(name).and_then(Value::as_i64);
-        let exp = number("exp").ok_or(AssertionError::NoExpiry)?;
-        if exp + LEEWAY_SECS <= now {
-            return Err(AssertionError::Expired);
-        }
-        if [number("nbf"), number("iat")]
-            .into_iter()
-            .flatten()
-            .any(|t| t > now + LEEWAY_SECS)
-        {
-            return Err(AssertionError::NotYetValid);
-        }
-        let subject = claims
-            .get("sub")
-            .and_then(Value::as_str)
-            .ok_or(AssertionError::Claims)?;
-        let audience = |wanted: &str| match claims.get("aud") {
-            Some(Value::String(a)) => a == wanted,
-            Some(Value::Array(all)) => all.iter().any(|a| a.as_str() == Some(wanted)),
-            _ => false,
-        };
-        let mut why = AssertionError::PolicyAudience;
-        for policy in candidates {
-            let required: Map<String, Value> =
-                serde_json::from_str(&policy.claims).unwrap_or_default();
-            let lifetime = exp - number("iat").unwrap_or(now);
-            why = if !audience(&policy.audience) {
-                AssertionError::PolicyAudience
-            } else if !subject_matches(&policy.subject, subject) {
-                AssertionError::PolicySubject
-            } else if !required
-                .iter()
-                .all(|(name, value)| claim_is(&claims, name, value))
-            {
-                AssertionError::PolicyClaim
-            } else if policy
-                .max_assertion_ttl
-                .is_some_and(|max| lifetime > i64::from(max))
-            {
-                AssertionError::PolicyLifetime
-            } else {
-                return Ok(Federated {
-                    policy: policy.name.clone(),
-                    issuer,
-                    subject: subject.to_owned(),
-                });
-            };
-        }
-        Err(why)
     }
 
     /// Verifies `assertion` as client `client_id`'s, whose keys are `registered`.

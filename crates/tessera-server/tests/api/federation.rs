@@ -333,3 +333,102 @@ async fn a_trust_policy_must_be_well_formed() {
     }
     assert_eq!(app.admin().trust_policies().await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_policy_with_a_maximum_lifetime_needs_iat() {
+    let app = app().await;
+    let (k8s, _, _) = platforms().await;
+    let (client, _) = app.client().await;
+    app.admin()
+        .put_trust_policy(TrustPolicyInput {
+            name: "short".into(),
+            client_id: client.to_string(),
+            issuer: k8s.issuer.clone(),
+            jwks_uri: None,
+            audience: "tessera".into(),
+            subject: "system:serviceaccount:payments:api".into(),
+            claims: Vec::new(),
+            max_assertion_ttl: Some(600),
+        })
+        .await
+        .unwrap();
+    let now = app.clock.now();
+    let token = |iat: Option<i64>, exp: i64| {
+        let mut claims = json!({ "iss": k8s.issuer, "aud": "tessera", "exp": exp,
+                                 "sub": "system:serviceaccount:payments:api" });
+        if let Some(iat) = iat {
+            claims["iat"] = json!(iat);
+        }
+        k8s.token(&claims)
+    };
+    // A day-long token in its last 500 s: within 600 s of its end, but not of its start.
+    let (status, why) = outcome(exchange(&app, &client, &token(None, now + 500)).await).await;
+    assert_eq!(status, 401);
+    assert!(why.contains("must carry iat"), "{why}");
+    let (_, why) =
+        outcome(exchange(&app, &client, &token(Some(now - 86_000), now + 500)).await).await;
+    assert!(why.contains("longer than the trust policy"), "{why}");
+    assert_eq!(
+        outcome(exchange(&app, &client, &token(Some(now), now + 500)).await)
+            .await
+            .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn policies_sharing_an_issuer_are_each_verified_with_their_own_keys() {
+    let app = app().await;
+    // Two key sets published for one issuer: a development one (whose key more people
+    // hold) and the production one.
+    let (dev, _, prod) = platforms().await;
+    let (client, _) = app.client().await;
+    let issuer = "https://spire.acme.example";
+    let policy = |name: &str, keys: &Platform, subject: &str| TrustPolicyInput {
+        name: name.into(),
+        client_id: client.to_string(),
+        issuer: issuer.into(),
+        jwks_uri: Some(keys.jwks_uri.clone()),
+        audience: "tessera".into(),
+        subject: subject.into(),
+        claims: Vec::new(),
+        max_assertion_ttl: None,
+    };
+    // Listed by name: the development policy comes first.
+    for input in [
+        policy("a-dev", &dev, "spiffe://acme.example/dev/*"),
+        policy("b-prod", &prod, "spiffe://acme.example/prod/billing"),
+    ] {
+        app.admin().put_trust_policy(input).await.unwrap();
+    }
+    let now = app.clock.now();
+    let svid = |keys: &Platform, sub: &str| {
+        keys.token(
+            &json!({ "iss": issuer, "aud": "tessera", "iat": now, "exp": now + 300,
+                            "sub": sub }),
+        )
+    };
+    // The production subject signed with the development key: not production's key (the
+    // answer gives the development policy's reason, whose key did sign it).
+    let (status, why) = outcome(
+        exchange(
+            &app,
+            &client,
+            &svid(&dev, "spiffe://acme.example/prod/billing"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 401, "a dev key passed for the prod policy");
+    assert!(why.contains("sub does not match"), "{why}");
+    // Each policy admits what its own keys signed.
+    for (keys, sub) in [
+        (&prod, "spiffe://acme.example/prod/billing"),
+        (&dev, "spiffe://acme.example/dev/tests"),
+    ] {
+        assert_eq!(
+            outcome(exchange(&app, &client, &svid(keys, sub)).await).await,
+            (200, sub.to_owned())
+        );
+    }
+}
