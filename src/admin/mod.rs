@@ -94,7 +94,8 @@ pub(crate) enum ClientCommand {
         /// assertions (RFC 7523): private_key_jwt (with --jwks-file or --jwks-uri).
         #[arg(long, default_value = "client_secret_basic", value_parser = parse_method)]
         auth_method: AuthMethod,
-        /// tls_client_auth: the subject DN its certificate must carry (RFC 4514).
+        /// tls_client_auth: the subject DN its certificate must carry, in RFC 4514 form as
+        /// `openssl x509 -noout -subject -nameopt RFC2253` prints it (CN=billing,O=Acme).
         #[arg(long, group = "certificate")]
         tls_subject_dn: Option<String>,
         /// tls_client_auth: a DNS name its certificate must carry as a SAN.

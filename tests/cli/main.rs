@@ -15,6 +15,7 @@ mod data;
 mod operator;
 mod remote;
 mod signals;
+mod subject_dn;
 mod tls;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tessera");

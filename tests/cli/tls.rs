@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use super::{create_client, ok, Server};
 
 /// A self-signed certificate for localhost and 127.0.0.1: (cert PEM, key PEM).
-fn certificate() -> (String, String) {
+pub(super) fn certificate() -> (String, String) {
     let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
     let generated = rcgen::generate_simple_self_signed(names).unwrap();
     (generated.cert.pem(), generated.key_pair.serialize_pem())
 }
 
-fn write_pair(dir: &Path, (cert, key): &(String, String)) -> (PathBuf, PathBuf) {
+pub(super) fn write_pair(dir: &Path, (cert, key): &(String, String)) -> (PathBuf, PathBuf) {
     let (cert_path, key_path) = (dir.join("server.crt"), dir.join("server.key"));
     std::fs::write(&cert_path, cert).unwrap();
     std::fs::write(&key_path, key).unwrap();
@@ -23,7 +23,7 @@ fn write_pair(dir: &Path, (cert, key): &(String, String)) -> (PathBuf, PathBuf) 
 }
 
 /// A client that trusts `cert` alone.
-fn trusting(cert: &str) -> reqwest::Client {
+pub(super) fn trusting(cert: &str) -> reqwest::Client {
     reqwest::Client::builder()
         .tls_built_in_root_certs(false)
         .add_root_certificate(reqwest::Certificate::from_pem(cert.as_bytes()).unwrap())
@@ -53,7 +53,7 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut ready: imp
     }
 }
 
-fn start_tls(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> Server {
+pub(super) fn start_tls(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> Server {
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     Server::start(
         dir,
@@ -263,13 +263,13 @@ async fn the_demo_serves_https_with_a_certificate_it_prints() {
 }
 
 /// A CA, and certificates it (or no one) signs.
-struct Pki {
-    ca: rcgen::Certificate,
-    ca_key: rcgen::KeyPair,
+pub(super) struct Pki {
+    pub(super) ca: rcgen::Certificate,
+    pub(super) ca_key: rcgen::KeyPair,
 }
 
 impl Pki {
-    fn new(name: &str) -> Self {
+    pub(super) fn new(name: &str) -> Self {
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -311,7 +311,7 @@ impl Pki {
 }
 
 /// A client presenting `cert` (trusting `server`).
-fn presenting(server: &str, (cert, key): (&str, &str)) -> reqwest::Client {
+pub(super) fn presenting(server: &str, (cert, key): (&str, &str)) -> reqwest::Client {
     reqwest::Client::builder()
         .tls_built_in_root_certs(false)
         .add_root_certificate(reqwest::Certificate::from_pem(server.as_bytes()).unwrap())
@@ -320,7 +320,11 @@ fn presenting(server: &str, (cert, key): (&str, &str)) -> reqwest::Client {
         .unwrap()
 }
 
-async fn mtls_token(http: &reqwest::Client, base: &str, id: &str) -> (u16, serde_json::Value) {
+pub(super) async fn mtls_token(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+) -> (u16, serde_json::Value) {
     let answer = http
         .post(format!("{base}/connect/token"))
         .form(&[

@@ -87,6 +87,13 @@ pub enum AdminError {
     /// kind of it (RFC 8705 section 2), or a secret method with one.
     #[error("{0}")]
     BadCertificate(&'static str),
+    /// A subject DN that is not an RFC 4514 distinguished name (RFC 8705 section 2.1.2):
+    /// where and why.
+    #[error(
+        "the subject DN is not an RFC 4514 distinguished name ({0}); write it as \
+         `openssl x509 -noout -subject -nameopt RFC2253` prints it, e.g. CN=billing,O=Acme"
+    )]
+    BadSubjectDn(String),
     /// A trust policy field out of shape: the field and why.
     #[error("{1}")]
     BadTrustPolicy(&'static str, &'static str),
@@ -462,6 +469,10 @@ impl<'a> Admin<'a> {
                  self_signed_tls_client_auth needs a JWK Set; \
                  private_key_jwt needs a JWK Set or a jwks_uri",
             ));
+        }
+        // Parsed again at each use: this refuses here what would never match there.
+        if let CertificateMatch::SubjectDn(dn) = &certificate {
+            crate::dn::Dn::parse(dn).map_err(|e| AdminError::BadSubjectDn(e.to_string()))?;
         }
         let (mut client, _never_shown) = self.new_client(secrets, plan, label, auth_method);
         client.certificate = Some(certificate);

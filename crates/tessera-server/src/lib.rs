@@ -15,7 +15,8 @@
 //! - `routes/`: one module per endpoint family; `routes/admin/` the admin API,
 //!   `routes/console/` the operator console over it, `routes/openapi.rs` the whole surface.
 //! - Domain logic returns domain results: `auth.rs` (client authentication, an
-//!   `AuthFailure`), `mtls.rs` (client certificates and bound tokens, RFC 8705),
+//!   `AuthFailure`), `mtls.rs` (client certificates and bound tokens, RFC 8705; `dn.rs`
+//!   parses and compares the subject DNs it matches, RFC 4514 and RFC 4517),
 //!   `limits/` (rate limits in memory or in Redis, a `Decision`; the in-flight cap);
 //!   `error/` is the only place they become HTTP (status, `WWW-Authenticate`, rate limit
 //!   fields, the RFC 6749 5.2 body; RFC 9457 problems for the admin API).
@@ -40,6 +41,7 @@ mod audit;
 mod auth;
 pub mod clock;
 mod config;
+mod dn;
 mod dpop;
 mod error;
 mod fetch;

@@ -5,8 +5,9 @@
 //! its private key. Who the certificate names is decided per client at the token endpoint:
 //!
 //! - `tls_client_auth` (section 2.1): the chain leads to the configured CA, the certificate
-//!   is within its validity period, and it carries the registered subject DN, DNS SAN or URI
-//!   SAN (a SPIFFE ID, say) — exactly one of them, as section 2.1.2 requires.
+//!   is within its validity period, and it carries the registered subject DN (compared as
+//!   parsed RDNs, `crate::dn`), DNS SAN or URI SAN (a SPIFFE ID, say) — exactly one of them,
+//!   as section 2.1.2 requires.
 //! - `self_signed_tls_client_auth` (section 2.2): the certificate's public key is one of
 //!   the client's registered JWKs; no chain is involved.
 //!
@@ -23,8 +24,11 @@ use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 use x509_parser::public_key::PublicKey;
+use x509_parser::x509::X509Name;
 
 use tessera_store::{AuthMethod, CertificateMatch};
+
+use crate::dn::Dn;
 
 /// The certificate chain a client presented on its connection (or a trusted proxy passed
 /// on), end entity first; in the request's extensions.
@@ -118,7 +122,7 @@ fn names_match(
         return false;
     };
     match expected {
-        CertificateMatch::SubjectDn(dn) => same_dn(&cert.subject().to_string(), dn),
+        CertificateMatch::SubjectDn(dn) => subject_matches(cert.subject(), dn),
         CertificateMatch::SanDns(name) => sans(&cert)
             .any(|san| matches!(san, GeneralName::DNSName(d) if d.eq_ignore_ascii_case(name))),
         CertificateMatch::SanUri(uri) => {
@@ -136,26 +140,17 @@ fn sans<'a>(cert: &'a X509Certificate<'a>) -> impl Iterator<Item = &'a GeneralNa
         .flat_map(|ext| ext.value.general_names.iter())
 }
 
-/// Two distinguished names as equal: the same attributes in the same order, or in reverse
-/// order (RFC 4514 writes the most specific first, certificates store it last), with the
-/// spaces around separators ignored and attribute types compared without case.
-fn same_dn(a: &str, b: &str) -> bool {
-    let parts = |dn: &str| -> Vec<String> {
-        dn.split(',')
-            .map(|rdn| match rdn.split_once('=') {
-                Some((kind, value)) => {
-                    format!("{}={}", kind.trim().to_ascii_uppercase(), value.trim())
-                }
-                None => rdn.trim().to_owned(),
-            })
-            .collect()
+/// RFC 8705 section 2.1.2: whether the certificate's subject is the registered DN (an
+/// RFC 4514 string), by `distinguishedNameMatch` (RFC 4517 section 4.2.15, see [`Dn`]).
+/// RFC 4514 writes the last RDN first; the same RDNs written in the certificate's own order
+/// (as this project's README once showed them) are taken too, but only as exactly that
+/// reversal, never in another order. A registered DN that does not parse matches nothing.
+fn subject_matches(subject: &X509Name<'_>, registered: &str) -> bool {
+    let Ok(registered) = Dn::parse(registered) else {
+        return false;
     };
-    let (a, mut b) = (parts(a), parts(b));
-    if a == b {
-        return true;
-    }
-    b.reverse();
-    a == b
+    let subject = Dn::of_name(subject);
+    registered.matches(&subject) || registered.reversed().matches(&subject)
 }
 
 /// RFC 8705 section 2.2: whether the certificate's public key is one of `jwks` (a JWK Set
@@ -279,11 +274,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn distinguished_names_compare_in_either_order() {
-        assert!(same_dn("CN=billing, O=Acme", "CN=billing,O=Acme"));
-        assert!(same_dn("O=Acme, CN=billing", "CN=billing, O=Acme"));
-        assert!(same_dn("cn=billing", "CN=billing"));
-        assert!(!same_dn("CN=billing, O=Acme", "CN=billing, O=Evil"));
-        assert!(!same_dn("CN=billing", "CN=Billing"));
+    fn a_subject_matches_in_rfc_4514_order_or_exactly_reversed() {
+        // SEQUENCE { SET { O=Acme }, SET { OU=ops }, SET { CN=billing } }, UTF8Strings.
+        let ava = |oid: u8, value: &str| {
+            let mut out = vec![0x31, 9 + value.len() as u8, 0x30, 7 + value.len() as u8];
+            out.extend([0x06, 3, 0x55, 4, oid, 0x0c, value.len() as u8]);
+            out.extend(value.as_bytes());
+            out
+        };
+        let rdns = [ava(10, "Acme"), ava(11, "ops"), ava(3, "billing")].concat();
+        let der = [&[0x30, rdns.len() as u8][..], &rdns].concat();
+        let (_, subject) = X509Name::from_der(&der).unwrap();
+        assert!(subject_matches(&subject, "CN=billing,OU=ops,O=Acme"));
+        assert!(subject_matches(&subject, "O=Acme, OU=ops, CN=billing"));
+        for refused in [
+            "OU=ops,CN=billing,O=Acme",
+            "CN=billing,O=Acme,OU=ops",
+            "O=Acme,CN=billing,OU=ops",
+            "CN=billing+OU=ops,O=Acme",
+            "CN=billing,O=Acme",
+            "CN=billing;OU=ops;O=Acme",
+        ] {
+            assert!(!subject_matches(&subject, refused), "{refused}");
+        }
     }
 }

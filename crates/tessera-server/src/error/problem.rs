@@ -282,6 +282,9 @@ impl From<AdminError> for Problem {
             AdminError::BadCertificate(_) => {
                 Problem::invalid_field("token_endpoint_auth_method", detail)
             }
+            AdminError::BadSubjectDn(_) => {
+                Problem::invalid_field("tls_client_auth_subject_dn", detail)
+            }
             AdminError::Store(StoreError::UnknownPlan(plan)) => {
                 Problem::invalid_field("plan", format!("no plan named {plan:?}"))
             }

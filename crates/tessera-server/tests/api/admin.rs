@@ -422,6 +422,16 @@ async fn bad_input_of_every_kind_is_a_clear_4xx_and_writes_nothing() {
             Some("token_endpoint_auth_method"),
         ),
         (
+            call(&app, Method::POST, "/clients", &admin).json(&json!({
+                "plan": "pro",
+                "token_endpoint_auth_method": "tls_client_auth",
+                "tls_client_auth_subject_dn": "CN=billing;O=Acme",
+            })),
+            400,
+            "invalid-field",
+            Some("tls_client_auth_subject_dn"),
+        ),
+        (
             call(&app, Method::GET, "/clients?limit=0", &admin),
             400,
             "invalid-parameter",
