@@ -134,7 +134,7 @@ async fn serve(
         tokio::spawn(async move {
             let _slots = (slot, address_slot);
             let Some(tls) = tls else {
-                let service = service(router, peer, Some(bounds), None);
+                let service = service(router, peer, Some(bounds), None, false);
                 let connection = http1.serve_connection(TokioIo::new(stream), service);
                 finish(watcher.watch(connection)).await;
                 return;
@@ -161,11 +161,11 @@ async fn serve(
             });
             if session.alpn_protocol() == Some(b"h2") {
                 // HTTP/2 has no Connection: close; its streams end with the connection.
-                let service = service(router, peer, None, certificate);
+                let service = service(router, peer, None, certificate, true);
                 let connection = http2.serve_connection(TokioIo::new(stream), service);
                 finish(watcher.watch(connection)).await;
             } else {
-                let service = service(router, peer, Some(bounds), certificate);
+                let service = service(router, peer, Some(bounds), certificate, true);
                 let connection = http1.serve_connection(TokioIo::new(stream), service);
                 finish(watcher.watch(connection)).await;
             }
@@ -183,6 +183,14 @@ async fn serve(
 
 use hyper_util::rt::TokioIo;
 
+/// `Strict-Transport-Security` of every answer over TLS (RFC 6797 section 6.1): a browser
+/// that has seen the console over https never tries it over plain http for a year, so a
+/// network attacker cannot strip TLS from a later visit. Never over plain HTTP (RFC 6797
+/// section 7.2); no `includeSubDomains`, since other hosts of
+/// the operator's domain are not ours to decide for. A deployment's own layer that sets the
+/// header wins.
+const HSTS: &str = "max-age=31536000";
+
 /// How long an HTTP/1.1 connection may be kept alive, so that no caller holds one forever.
 #[derive(Clone)]
 struct KeepAlive {
@@ -198,11 +206,13 @@ struct KeepAlive {
 /// certificate it presented, if any), and with
 /// `keep_alive` bounds (requests, age) an HTTP/1.1 answer says `Connection: close` once
 /// the connection has served its share, so the client opens a new one (RFC 9112 9.6).
+/// Over TLS (`https`) every answer carries [`HSTS`].
 fn service(
     router: axum::Router,
     peer: std::net::SocketAddr,
     keep_alive: Option<KeepAlive>,
     certificate: Option<PeerCertificate>,
+    https: bool,
 ) -> hyper_util::service::TowerToHyperService<
     impl tower::Service<
             axum::extract::Request<hyper::body::Incoming>,
@@ -224,6 +234,12 @@ fn service(
             request
         })
         .map_response(move |mut response: axum::response::Response| {
+            if https {
+                response
+                    .headers_mut()
+                    .entry(axum::http::header::STRICT_TRANSPORT_SECURITY)
+                    .or_insert(axum::http::HeaderValue::from_static(HSTS));
+            }
             if let Some((opened, bounds)) = &keep_alive {
                 let count = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 let age = bounds.clock.elapsed().saturating_sub(*opened);

@@ -17,3 +17,4 @@ mod redis_faults;
 mod registry;
 mod token;
 mod tokens;
+mod transport;
