@@ -2,6 +2,7 @@
 
 mod cache;
 mod defaults;
+mod dpop;
 mod helpers;
 mod hostile;
 mod plain_http;
