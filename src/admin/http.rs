@@ -479,6 +479,8 @@ impl Operations for Http {
             "subject": input.subject,
             "claims": claims,
             "max_assertion_ttl": input.max_assertion_ttl,
+            "allow_mutable_subject": input.allow_mutable_subject,
+            "allow_admin": input.allow_admin,
         });
         self.json(
             self.request(Method::PUT, &["trust-policies", &input.name])

@@ -232,17 +232,27 @@ pub(crate) enum TrustCommand {
         /// A value the token's `aud` must hold.
         #[arg(long)]
         audience: String,
-        /// The token's `sub`: exact, or a prefix ending in `*`
-        /// (e.g. `system:serviceaccount:payments:*`).
+        /// The token's `sub`: exact, or a prefix ending in `:` or `/` followed by `*`
+        /// (e.g. `system:serviceaccount:payments:*`); `*` alone is refused.
         #[arg(long)]
         subject: String,
         /// A claim the token must carry with this value (repeatable), e.g.
-        /// `--claim repository=acme/payments --claim ref=refs/heads/main`.
+        /// `--claim repository_id=123456 --claim ref=refs/heads/main`. GitHub Actions'
+        /// issuer needs `repository_id` or `repository_owner_id` among them.
         #[arg(long = "claim", value_parser = parse_claim)]
         claims: Vec<(String, String)>,
-        /// The longest life an accepted token may have, in seconds.
+        /// The longest life an accepted token may have, in seconds (tokens must then
+        /// carry `iat`).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         max_assertion_ttl: Option<u32>,
+        /// For GitHub Actions' issuer: accept a policy without a `repository_id` or
+        /// `repository_owner_id` claim, trusting repository names, which can change hands.
+        #[arg(long)]
+        allow_mutable_subject: bool,
+        /// Accept a policy on a client whose plan grants tessera-admin or
+        /// tessera-admin-read: tokens from outside could then administer Tessera.
+        #[arg(long)]
+        allow_admin: bool,
         /// Print the policy as JSON.
         #[arg(long)]
         json: bool,
@@ -367,6 +377,8 @@ async fn trust(ops: &impl Operations, cmd: TrustCommand) -> Result<()> {
             subject,
             claims,
             max_assertion_ttl,
+            allow_mutable_subject,
+            allow_admin,
             json,
         } => {
             let policy = ops
@@ -379,6 +391,8 @@ async fn trust(ops: &impl Operations, cmd: TrustCommand) -> Result<()> {
                     subject,
                     claims,
                     max_assertion_ttl,
+                    allow_mutable_subject,
+                    allow_admin,
                 })
                 .await?;
             if json {

@@ -209,7 +209,7 @@ async fn admin_commands_through_the_api_match_the_database() {
         "--claim",
         "ref=refs/heads/main",
         "--claim",
-        "repository=acme/payments",
+        "repository_id=892375",
         "--max-assertion-ttl",
         "600",
         "--json",
@@ -217,7 +217,7 @@ async fn admin_commands_through_the_api_match_the_database() {
     assert_eq!(policy["client_id"], fed_id.as_str());
     assert_eq!(
         policy["claims"],
-        serde_json::json!({"ref": "refs/heads/main", "repository": "acme/payments"})
+        serde_json::json!({"ref": "refs/heads/main", "repository_id": "892375"})
     );
     let listed = local(&["trust", "list", "--json"]);
     assert_eq!(listed, serde_json::json!([policy]));
@@ -267,6 +267,64 @@ async fn admin_commands_through_the_api_match_the_database() {
         ],
     );
     assert!(err.contains("subject"), "{err}");
+    // GitHub Actions without an immutable id, and a policy on an admin client: refused
+    // unless the flag says so, through the API and the database alike.
+    let by_name = |extra: &[&str]| {
+        let mut args = vec![
+            "trust",
+            "add",
+            "gha-by-name",
+            "--client",
+            &fed_id,
+            "--issuer",
+            "https://token.actions.githubusercontent.com",
+            "--audience",
+            "https://github.com/acme",
+            "--subject",
+            "repo:acme/payments:*",
+            "--claim",
+            "repository=acme/payments",
+        ];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let args = by_name(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = fails_with(r, &env, &args);
+    assert!(
+        err.contains("repository_id") && err.contains("400"),
+        "{err}"
+    );
+    assert!(fails(d, &args).contains("allow_mutable_subject"));
+    let args = by_name(&["--allow-mutable-subject"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok_with(r, &env, &args);
+    ok(d, &["trust", "remove", "gha-by-name"]);
+    let to_admin = |extra: &[&str]| {
+        let mut args = vec![
+            "trust",
+            "add",
+            "to-admin",
+            "--client",
+            &admin_id,
+            "--issuer",
+            "https://kubernetes.default.svc",
+            "--audience",
+            "tessera",
+            "--subject",
+            "system:serviceaccount:ops:deployer",
+        ];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let args = to_admin(&[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = fails_with(r, &env, &args);
+    assert!(err.contains("admin scope") && err.contains("400"), "{err}");
+    let args = to_admin(&["--allow-admin"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ok_with(r, &env, &args);
+    ok(d, &["trust", "remove", "to-admin"]);
     ok(d, &["trust", "remove", "gha-main"]);
     assert_eq!(remote(&["trust", "list", "--json"]), serde_json::json!([]));
     let err = fails_with(r, &env, &["trust", "remove", "gha-main"]);

@@ -121,7 +121,21 @@ pub struct TrustPolicyInput {
     pub claims: Vec<(String, String)>,
     /// The longest life an accepted token may have, in seconds.
     pub max_assertion_ttl: Option<u32>,
+    /// For GitHub Actions' issuer: the operator accepts a policy that pins no immutable id
+    /// (`repository_id` or `repository_owner_id`), trusting names in `sub` that can change
+    /// hands (a renamed or deleted repository's name can be taken by someone else).
+    pub allow_mutable_subject: bool,
+    /// The operator accepts a policy on a client whose plan grants an admin scope, so that
+    /// external tokens can administer Tessera.
+    pub allow_admin: bool,
 }
+
+/// GitHub Actions' OIDC issuer; an enterprise's is this followed by `/` and its slug.
+const GITHUB_ACTIONS_ISSUER: &str = "https://token.actions.githubusercontent.com";
+
+/// Claims of a GitHub Actions token that never change for a repository or its owner, unlike
+/// the names in `sub`, `repository` and `repository_owner`.
+const GITHUB_IMMUTABLE_CLAIMS: [&str; 2] = ["repository_id", "repository_owner_id"];
 
 /// A plan or trust policy name: 1 to 64 of `a-z A-Z 0-9 _ -`.
 fn is_plan_name(name: &str) -> bool {
@@ -506,17 +520,51 @@ impl<'a> Admin<'a> {
         if input.audience.trim().is_empty() || input.audience.len() > 1024 {
             return bad("audience", "audience must be 1 to 1024 characters");
         }
-        let stem = input.subject.strip_suffix('*').unwrap_or(&input.subject);
-        if input.subject.is_empty() || stem.contains('*') || input.subject.len() > 1024 {
+        if !crate::assertion::is_subject_pattern(&input.subject) {
             return bad(
                 "subject",
-                "subject must be an exact subject, or a prefix with one trailing '*'",
+                "subject must be exact, or a prefix ending in ':' or '/' followed by one '*' \
+                 (e.g. repo:acme/payments:*); a bare '*' is refused",
             );
         }
         if input.claims.iter().any(|(name, _)| name.is_empty()) {
             return bad("claims", "a required claim needs a name");
         }
+        let issuer = input.issuer.trim_end_matches('/');
+        let github = issuer == GITHUB_ACTIONS_ISSUER
+            || issuer
+                .strip_prefix(GITHUB_ACTIONS_ISSUER)
+                .is_some_and(|rest| rest.starts_with('/'));
+        let pinned = input.claims.iter().any(|(name, value)| {
+            GITHUB_IMMUTABLE_CLAIMS.contains(&name.as_str()) && !value.is_empty()
+        });
+        if github && !pinned && !input.allow_mutable_subject {
+            return bad(
+                "claims",
+                "a GitHub Actions policy must also require repository_id or repository_owner_id \
+                 (names in sub can change hands; anyone can get a GitHub token for any audience), \
+                 or set allow_mutable_subject",
+            );
+        }
         let client = self.client(&input.client_id).await?;
+        let administers = self
+            .store
+            .plans()
+            .await?
+            .iter()
+            .find(|p| p.name == client.plan)
+            .is_some_and(|plan| {
+                plan.scopes
+                    .iter()
+                    .any(|s| crate::routes::admin::is_admin_scope(s.as_str()))
+            });
+        if administers && !input.allow_admin {
+            return bad(
+                "allow_admin",
+                "the client's plan grants an admin scope: external tokens acting as it could \
+                 administer Tessera; set allow_admin to mean it",
+            );
+        }
         let claims: serde_json::Map<String, serde_json::Value> = input
             .claims
             .into_iter()

@@ -219,9 +219,28 @@ pub(crate) fn unverified_claim(assertion: &str, name: &str) -> Option<String> {
     claims.get(name)?.as_str().map(str::to_owned)
 }
 
-/// Whether `subject` matches `pattern`: equal, or starting with what precedes a trailing `*`.
+/// The prefix of a trust policy's subject pattern that ends in a wildcard: what precedes a
+/// final `*` written right after a delimiter (`:` or `/`), as in `repo:acme/payments:*`.
+/// `None` for any other pattern, which is an exact subject: a `*` elsewhere would let
+/// `repo:acme/payments*` take in `repo:acme/payments-evil`, and a bare `*` everyone.
+fn wildcard_prefix(pattern: &str) -> Option<&str> {
+    pattern
+        .strip_suffix('*')
+        .filter(|prefix| prefix.ends_with([':', '/']))
+}
+
+/// Whether `pattern` may be written as a trust policy's subject: exact with no `*`, or a
+/// prefix ending in a delimiter and one trailing `*`; at most 1024 characters.
+pub(crate) fn is_subject_pattern(pattern: &str) -> bool {
+    let stem = wildcard_prefix(pattern).unwrap_or(pattern);
+    !stem.is_empty() && !stem.contains('*') && pattern.len() <= 1024
+}
+
+/// Whether `subject` matches `pattern`: starting with its prefix if it ends in a wildcard
+/// ([`wildcard_prefix`]), else equal. A pattern stored before the delimiter rule (such as
+/// `*` alone) is taken as exact text, so it admits no one it should not.
 pub(crate) fn subject_matches(pattern: &str, subject: &str) -> bool {
-    match pattern.strip_suffix('*') {
+    match wildcard_prefix(pattern) {
         Some(prefix) => subject.starts_with(prefix),
         None => subject == pattern,
     }
@@ -710,5 +729,50 @@ impl Assertions {
                 (!entry.keys.is_empty()).then(|| entry.keys.clone())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wildcard_ends_a_pattern_right_after_a_delimiter() {
+        for good in [
+            "repo:acme/payments:*",
+            "repo:acme/*",
+            "system:serviceaccount:payments:*",
+            "spiffe://acme.example/ns/prod/*",
+            "spiffe://acme.example/ns/prod/sa/billing",
+        ] {
+            assert!(is_subject_pattern(good), "{good}");
+        }
+        for bad in [
+            "",
+            "*",
+            "**",
+            "repo:acme/payments*",
+            "repo:*:main",
+            "repo:acme/*/*",
+            "a*b",
+        ] {
+            assert!(!is_subject_pattern(bad), "{bad}");
+        }
+        assert!(subject_matches(
+            "repo:acme/payments:*",
+            "repo:acme/payments:ref:x"
+        ));
+        assert!(!subject_matches(
+            "repo:acme/payments:*",
+            "repo:acme/payments-evil:ref:x"
+        ));
+        // A pattern an older version stored is exact text.
+        assert!(!subject_matches("*", "repo:evil/x:ref:y"));
+        assert!(!subject_matches(
+            "repo:acme/payments*",
+            "repo:acme/payments-evil"
+        ));
+        assert!(subject_matches("exact", "exact"));
+        assert!(!subject_matches("exact", "exact2"));
     }
 }

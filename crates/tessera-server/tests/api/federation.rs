@@ -128,6 +128,7 @@ async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says(
             subject: subject.into(),
             claims: Vec::new(),
             max_assertion_ttl: None,
+            ..TrustPolicyInput::default()
         };
     admin
         .put_trust_policy(policy(
@@ -288,50 +289,248 @@ async fn a_trust_policy_must_be_well_formed() {
         jwks_uri: None,
         audience: "tessera".into(),
         subject: "repo:acme/*".into(),
-        claims: Vec::new(),
+        claims: vec![("repository_owner_id".into(), "1342004".into())],
         max_assertion_ttl: None,
+        ..TrustPolicyInput::default()
     };
     app.admin().put_trust_policy(good.clone()).await.unwrap();
-    for bad in [
+    let refusals = [
+        (
+            TrustPolicyInput {
+                name: "bad name".into(),
+                ..good.clone()
+            },
+            "name",
+        ),
+        (
+            TrustPolicyInput {
+                issuer: "http://issuer.example".into(),
+                ..good.clone()
+            },
+            "issuer",
+        ),
+        (
+            TrustPolicyInput {
+                issuer: "token.actions".into(),
+                ..good.clone()
+            },
+            "issuer",
+        ),
+        (
+            TrustPolicyInput {
+                jwks_uri: Some("ftp://x".into()),
+                ..good.clone()
+            },
+            "jwks_uri",
+        ),
+        (
+            TrustPolicyInput {
+                audience: " ".into(),
+                ..good.clone()
+            },
+            "audience",
+        ),
+        (
+            TrustPolicyInput {
+                client_id: "tc_nobody00000000000000000".into(),
+                ..good.clone()
+            },
+            "client",
+        ),
+        // M3: the subject's wildcard only at the end, right after ':' or '/'.
+        (
+            TrustPolicyInput {
+                subject: "repo:*:main".into(),
+                ..good.clone()
+            },
+            "subject",
+        ),
+        (
+            TrustPolicyInput {
+                subject: String::new(),
+                ..good.clone()
+            },
+            "subject",
+        ),
+        (
+            TrustPolicyInput {
+                subject: "*".into(),
+                allow_mutable_subject: true,
+                ..good.clone()
+            },
+            "subject",
+        ),
+        (
+            TrustPolicyInput {
+                subject: "repo:acme/payments*".into(),
+                ..good.clone()
+            },
+            "subject",
+        ),
+        (
+            TrustPolicyInput {
+                subject: "repo:acme/*/*".into(),
+                ..good.clone()
+            },
+            "subject",
+        ),
+        // GitHub Actions: names in sub change hands; an immutable id must be pinned.
+        (
+            TrustPolicyInput {
+                claims: vec![("repository".into(), "acme/payments".into())],
+                ..good.clone()
+            },
+            "repository_id",
+        ),
+        (
+            TrustPolicyInput {
+                issuer: "https://token.actions.githubusercontent.com/acme-enterprise".into(),
+                claims: Vec::new(),
+                ..good.clone()
+            },
+            "repository_id",
+        ),
+        (
+            TrustPolicyInput {
+                claims: vec![("repository_id".into(), String::new())],
+                ..good.clone()
+            },
+            "repository_id",
+        ),
+    ];
+    for (bad, said) in refusals {
+        let refused = app.admin().put_trust_policy(bad.clone()).await.unwrap_err();
+        assert!(refused.to_string().contains(said), "{bad:?}: {refused}");
+    }
+    assert_eq!(app.admin().trust_policies().await.unwrap().len(), 1);
+    // Named exceptions: the operator says so.
+    for fine in [
         TrustPolicyInput {
-            name: "bad name".into(),
+            name: "by-name".into(),
+            claims: vec![("repository".into(), "acme/payments".into())],
+            allow_mutable_subject: true,
             ..good.clone()
         },
         TrustPolicyInput {
-            issuer: "http://issuer.example".into(),
+            name: "by-id".into(),
+            subject: "repo:acme/payments:ref:refs/heads/main".into(),
+            claims: vec![("repository_id".into(), "892375".into())],
             ..good.clone()
         },
         TrustPolicyInput {
-            issuer: "token.actions".into(),
-            ..good.clone()
-        },
-        TrustPolicyInput {
-            jwks_uri: Some("ftp://x".into()),
-            ..good.clone()
-        },
-        TrustPolicyInput {
-            audience: " ".into(),
-            ..good.clone()
-        },
-        TrustPolicyInput {
-            subject: "repo:*:main".into(),
-            ..good.clone()
-        },
-        TrustPolicyInput {
-            subject: String::new(),
-            ..good.clone()
-        },
-        TrustPolicyInput {
-            client_id: "tc_nobody00000000000000000".into(),
+            name: "k8s".into(),
+            issuer: "https://kubernetes.default.svc".into(),
+            subject: "system:serviceaccount:payments:*".into(),
+            claims: Vec::new(),
             ..good.clone()
         },
     ] {
-        assert!(
-            app.admin().put_trust_policy(bad.clone()).await.is_err(),
-            "{bad:?}"
-        );
+        app.admin().put_trust_policy(fine).await.unwrap();
     }
-    assert_eq!(app.admin().trust_policies().await.unwrap().len(), 1);
+
+    // A client whose plan administers Tessera: only with allow_admin.
+    let (admin_client, _) = app.admin_token("tessera-admin-read").await;
+    let on_admin = TrustPolicyInput {
+        name: "to-admin".into(),
+        client_id: admin_client.to_string(),
+        issuer: "https://kubernetes.default.svc".into(),
+        subject: "system:serviceaccount:ops:deployer".into(),
+        claims: Vec::new(),
+        ..good.clone()
+    };
+    let refused = app
+        .admin()
+        .put_trust_policy(on_admin.clone())
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("admin scope"), "{refused}");
+    app.admin()
+        .put_trust_policy(TrustPolicyInput {
+            allow_admin: true,
+            ..on_admin
+        })
+        .await
+        .unwrap();
+    assert_eq!(app.admin().trust_policies().await.unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn a_wildcard_stops_at_a_delimiter() {
+    let app = app().await;
+    let (k8s, _, _) = platforms().await;
+    let (client, _) = app.client().await;
+    app.admin()
+        .put_trust_policy(TrustPolicyInput {
+            name: "payments".into(),
+            client_id: client.to_string(),
+            issuer: k8s.issuer.clone(),
+            audience: "tessera".into(),
+            subject: "repo:acme/payments:*".into(),
+            ..TrustPolicyInput::default()
+        })
+        .await
+        .unwrap();
+    let now = app.clock.now();
+    let token = |sub: &str| {
+        k8s.token(&json!({ "iss": k8s.issuer, "aud": "tessera", "iat": now,
+                           "exp": now + 300, "sub": sub }))
+    };
+    assert_eq!(
+        outcome(
+            exchange(
+                &app,
+                &client,
+                &token("repo:acme/payments:ref:refs/heads/main")
+            )
+            .await
+        )
+        .await
+        .0,
+        200
+    );
+    let (status, why) = outcome(
+        exchange(
+            &app,
+            &client,
+            &token("repo:acme/payments-evil:ref:refs/heads/main"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert!(why.contains("sub does not match"), "{why}");
+
+    // Patterns stored before these rules (written to the store directly here, as an older
+    // version would have) are taken as exact text: `*` alone admits no one.
+    for (name, subject) in [
+        ("legacy-any", "*"),
+        ("legacy-prefix", "repo:acme/payments*"),
+    ] {
+        app.store
+            .put_trust_policy(&tessera_store::TrustPolicy {
+                name: name.into(),
+                client_id: client.clone(),
+                issuer: k8s.issuer.clone(),
+                jwks_uri: None,
+                audience: "tessera".into(),
+                subject: subject.into(),
+                claims: "{}".into(),
+                max_assertion_ttl: None,
+                created_at: now,
+            })
+            .await
+            .unwrap();
+    }
+    app.clock.advance(std::time::Duration::from_secs(6));
+    app.sync().await;
+    for sub in [
+        "repo:evil/anything:ref:refs/heads/x",
+        "repo:acme/payments-evil:ref:x",
+    ] {
+        let (status, why) = outcome(exchange(&app, &client, &token(sub)).await).await;
+        assert_eq!(status, 401, "{sub}");
+        assert!(why.contains("sub does not match"), "{why}");
+    }
 }
 
 #[tokio::test]
@@ -349,6 +548,7 @@ async fn a_policy_with_a_maximum_lifetime_needs_iat() {
             subject: "system:serviceaccount:payments:api".into(),
             claims: Vec::new(),
             max_assertion_ttl: Some(600),
+            ..TrustPolicyInput::default()
         })
         .await
         .unwrap();
@@ -393,6 +593,7 @@ async fn policies_sharing_an_issuer_are_each_verified_with_their_own_keys() {
         subject: subject.into(),
         claims: Vec::new(),
         max_assertion_ttl: None,
+        ..TrustPolicyInput::default()
     };
     // Listed by name: the development policy comes first.
     for input in [

@@ -32,7 +32,7 @@ pub(crate) fn router() -> Router<AppState> {
 }
 
 /// A trust policy: tokens of `issuer` whose `aud` holds `audience`, whose `sub` matches
-/// `subject` (exact, or a prefix with a trailing `*`) and whose claims hold `claims`
+/// `subject` (exact, or a prefix ending in `:` or `/` and a `*`) and whose claims hold `claims`
 /// authenticate as `client_id`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub(crate) struct TrustPolicyView {
@@ -72,15 +72,23 @@ pub(crate) struct TrustPolicyInputBody {
     jwks_uri: Option<String>,
     /// A value `aud` must hold.
     audience: String,
-    /// The subject: exact, or a prefix with a trailing `*`.
+    /// The subject: exact, or a prefix ending in `:` or `/` followed by `*`; not `*` alone.
     subject: String,
-    /// Claims that must have these values.
+    /// Claims that must have these values (for GitHub Actions, `repository_id` or
+    /// `repository_owner_id` among them, unless `allow_mutable_subject`).
     #[serde(default)]
     claims: BTreeMap<String, String>,
     /// The longest life of an accepted token, in seconds.
     #[serde(default)]
     #[schema(minimum = 1)]
     max_assertion_ttl: Option<u32>,
+    /// For GitHub Actions' issuer: accept a policy that requires neither `repository_id` nor
+    /// `repository_owner_id`, trusting names that can change hands. Checked when written.
+    #[serde(default)]
+    allow_mutable_subject: bool,
+    /// Accept a policy on a client whose plan grants an admin scope. Checked when written.
+    #[serde(default)]
+    allow_admin: bool,
 }
 
 fn view(policy: &TrustPolicy) -> TrustPolicyView {
@@ -189,6 +197,8 @@ pub(crate) async fn put_policy(
                 subject: input.subject,
                 claims: input.claims.into_iter().collect(),
                 max_assertion_ttl: input.max_assertion_ttl,
+                allow_mutable_subject: input.allow_mutable_subject,
+                allow_admin: input.allow_admin,
             })
             .await?;
         audit::admin_change(
