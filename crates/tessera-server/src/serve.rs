@@ -76,6 +76,15 @@ async fn serve(
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+    if config.metrics_on_main_listener {
+        // Allowed, as a convenience for trying Tessera; said once, at start, so that no
+        // deployment exposes its metrics without knowing.
+        tracing::warn!(
+            listen = %listener.local_addr()?,
+            "/metrics is public on this listener (plan names, refusals by error, registry \
+             size): in production serve it on a private address with --metrics-listen"
+        );
+    }
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
         .timer(TokioTimer::new())

@@ -414,6 +414,38 @@ async fn keep_alive_ends_once_the_connection_is_older_than_its_age() {
     );
 }
 
+/// Whether this process's log holds the warning that `/metrics` is public on `addr`.
+fn warned_of_public_metrics(app: &TestApp) -> bool {
+    let listen = format!("\"listen\":\"{}\"", app.addr);
+    app.log()
+        .lines()
+        .any(|line| line.contains(&listen) && line.contains("/metrics is public on this listener"))
+}
+
+/// `/metrics` on the main listener is allowed, and said at start (L8); with a listener of
+/// its own, nothing is said.
+#[tokio::test]
+async fn metrics_on_the_main_listener_are_warned_of_at_start() {
+    let public = spawn_app().await;
+    until("the warning is logged", || async {
+        warned_of_public_metrics(&public)
+    })
+    .await;
+    assert!(public.log().contains("--metrics-listen"));
+    assert!(!public.metrics().await.is_empty());
+
+    let private = spawn_with(|s| s.config.metrics_on_main_listener = false).await;
+    // Answered, so past the point where the warning would have been logged.
+    let health = private
+        .http
+        .get(private.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert!(!warned_of_public_metrics(&private));
+}
+
 #[tokio::test]
 async fn metrics_can_live_on_a_listener_of_their_own() {
     let app = spawn_with(|s| s.config.metrics_on_main_listener = false).await;
