@@ -396,3 +396,67 @@ async fn refusals_and_the_last_day_are_on_the_pages() {
     let refusals = page.split("Last refusals").nth(1).unwrap();
     assert!(refusals.contains("rate_limited"), "{refusals}");
 }
+
+/// A read-only admin signing in again and again (past the whole store's 1,024 sessions)
+/// ends only its own oldest sessions, never another admin's (issue 23, item 16).
+#[tokio::test]
+async fn signing_in_repeatedly_evicts_only_ones_own_sessions() {
+    let app = spawn_app().await;
+    let (writer, writer_secret) = admin(&app, "admin", "tessera-admin").await;
+    let (reader, reader_secret) = admin(&app, "reader", "tessera-admin-read").await;
+    let mut victim = Visitor::new(&app);
+    victim
+        .sign_in(writer.as_str(), writer_secret.expose())
+        .await;
+    assert_eq!(victim.get("/console/").await.status(), StatusCode::OK);
+    // The victim's session is now the one closest to its end (the old eviction's choice).
+    app.clock.advance(std::time::Duration::from_secs(1));
+
+    // The attacker keeps one sign-in form (double-submit cookie and field) and posts it.
+    let mut attacker = Visitor::new(&app);
+    let form = attacker.get("/console/sign-in").await.text().await.unwrap();
+    let csrf = hidden(&form, "csrf");
+    let signed_in_as_reader = || async {
+        let response = attacker
+            .http
+            .post(app.url("/console/sign-in"))
+            .header(COOKIE, format!("tessera_console_signin={csrf}"))
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("client_id", reader.as_str()),
+                ("client_secret", reader_secret.expose()),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        set_cookie(&response, "tessera_console")
+    };
+    let first = signed_in_as_reader().await;
+    for _ in 0..1030 {
+        signed_in_as_reader().await;
+    }
+    let last = signed_in_as_reader().await;
+
+    assert_eq!(
+        victim.get("/console/").await.status(),
+        StatusCode::OK,
+        "the other admin is still signed in"
+    );
+    let page_with = |cookie: String| {
+        let pair = cookie.split(';').next().unwrap().to_owned();
+        attacker
+            .http
+            .get(app.url("/console/"))
+            .header(COOKIE, pair)
+            .send()
+    };
+    assert_eq!(page_with(last).await.unwrap().status(), StatusCode::OK);
+    let evicted = page_with(first).await.unwrap();
+    assert_eq!(
+        evicted.status(),
+        StatusCode::SEE_OTHER,
+        "its own oldest gave way"
+    );
+    assert_eq!(location(&evicted), "/console/sign-in");
+}

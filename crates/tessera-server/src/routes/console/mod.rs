@@ -341,7 +341,7 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
         } => {
             let lifetime = expires_in.min(session::MAX_LIFETIME);
             let now = console.app.clock().now();
-            let id = console.sessions.start(
+            let Some(id) = console.sessions.start(
                 Session {
                     token: Zeroizing::new(token),
                     csrf: session::random_token(),
@@ -351,7 +351,12 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
                     flash: None,
                 },
                 now,
-            );
+            ) else {
+                return refused(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Too many console sessions are open. Try again later.",
+                );
+            };
             let mut response = Redirect::to("/console/").into_response();
             let headers = response.headers_mut();
             for cookie in [

@@ -1,8 +1,10 @@
 //! Console sessions, held in this process's memory: a signed-in browser holds only a
 //! random session id in a cookie; the admin token it stands for never leaves the server.
-//! The store is bounded in size ([`MAX_SESSIONS`]) and every session in lifetime (the
-//! token's, at most [`MAX_LIFETIME`]). A restart signs everyone out, and an instance
-//! behind a load balancer knows only its own sessions (sticky sessions needed there).
+//! The store is bounded in size ([`MAX_SESSIONS`], and [`MAX_PER_CLIENT`] for each admin
+//! client, so that one admin signing in again and again replaces only its own sessions,
+//! never another's) and every session in lifetime (the token's, at most [`MAX_LIFETIME`]).
+//! A restart signs everyone out, and an instance behind a load balancer knows only its own
+//! sessions (sticky sessions needed there).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,9 +16,12 @@ use base64::Engine;
 use tessera_store::Timestamp;
 use zeroize::Zeroizing;
 
-/// The most sessions kept at once; a new sign-in past it evicts the session closest to its
-/// end.
+/// The most sessions kept at once. When they are all live and none is the signing-in
+/// client's, the sign-in is refused (503) rather than ending someone else's session.
 pub(super) const MAX_SESSIONS: usize = 1024;
+/// The most sessions one admin client keeps at once (a few browsers, a few people sharing
+/// it); its next sign-in ends its own oldest.
+pub(super) const MAX_PER_CLIENT: usize = 8;
 /// The longest a session lasts, whatever its token's lifetime: a working day.
 pub(super) const MAX_LIFETIME: u64 = 8 * 3600;
 
@@ -56,7 +61,11 @@ impl std::fmt::Debug for Session {
 /// The sessions, by the SHA-256 of their id: a lookup never compares the id itself.
 #[derive(Debug, Default)]
 pub(super) struct Sessions {
-    by_id: Mutex<HashMap<[u8; 32], Session>>,
+    /// Each session with the serial number of its start, so that a client's oldest is
+    /// known whatever the lifetimes.
+    by_id: Mutex<HashMap<[u8; 32], (u64, Session)>>,
+    /// The serial number of the next session started.
+    started: std::sync::atomic::AtomicU64,
 }
 
 fn key(id: &str) -> [u8; 32] {
@@ -99,22 +108,29 @@ pub(super) fn set_cookie(name: &str, value: &str, max_age: u64, secure: bool) ->
 }
 
 impl Sessions {
-    /// Starts a session; returns its id, for the cookie.
-    pub(super) fn start(&self, session: Session, now: Timestamp) -> String {
-        let id = random_token();
+    /// Starts a session; returns its id, for the cookie. Expired sessions are dropped
+    /// first; past [`MAX_PER_CLIENT`] the client's own oldest session gives way. `None` when the store is full of other clients' live sessions: no one is
+    /// signed out to make room.
+    pub(super) fn start(&self, session: Session, now: Timestamp) -> Option<String> {
         let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, s| s.expires_at > now);
-        if map.len() >= MAX_SESSIONS {
-            if let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, s)| s.expires_at)
-                .map(|(k, _)| *k)
-            {
+        map.retain(|_, (_, s)| s.expires_at > now);
+        let own = map
+            .iter()
+            .filter(|(_, (_, s))| s.client_id == session.client_id);
+        if own.clone().count() >= MAX_PER_CLIENT {
+            if let Some(oldest) = own.min_by_key(|(_, (serial, _))| *serial).map(|(k, _)| *k) {
                 map.remove(&oldest);
             }
         }
-        map.insert(key(&id), session);
-        id
+        if map.len() >= MAX_SESSIONS {
+            return None;
+        }
+        let id = random_token();
+        let serial = self
+            .started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        map.insert(key(&id), (serial, session));
+        Some(id)
     }
 
     /// The live session the request's cookie names, with its flash message taken.
@@ -123,7 +139,7 @@ impl Sessions {
         let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
         let k = key(id);
         match map.get_mut(&k) {
-            Some(s) if s.expires_at > now => {
+            Some((_, s)) if s.expires_at > now => {
                 let found = s.clone();
                 s.flash = None;
                 Some(found)
@@ -140,7 +156,7 @@ impl Sessions {
     pub(super) fn flash(&self, headers: &HeaderMap, message: String, error: bool) {
         if let Some(id) = cookie(headers, COOKIE) {
             let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(s) = map.get_mut(&key(id)) {
+            if let Some((_, s)) = map.get_mut(&key(id)) {
                 s.flash = Some((message, error));
             }
         }
@@ -165,10 +181,14 @@ mod tests {
     use super::*;
 
     fn session(expires_at: Timestamp) -> Session {
+        session_of("tc_x", expires_at)
+    }
+
+    fn session_of(client_id: &str, expires_at: Timestamp) -> Session {
         Session {
             token: Zeroizing::new("t".into()),
             csrf: "c".into(),
-            client_id: "tc_x".into(),
+            client_id: client_id.into(),
             write: true,
             expires_at,
             flash: None,
@@ -185,18 +205,62 @@ mod tests {
     }
 
     #[test]
-    fn sessions_end_with_their_lifetime_and_the_store_stays_bounded() {
+    fn sessions_end_with_their_lifetime() {
         let sessions = Sessions::default();
-        let id = sessions.start(session(100), 0);
+        let id = sessions.start(session(100), 0).unwrap();
         assert!(sessions.get(&with_cookie(&id), 99).is_some());
         assert!(sessions.get(&with_cookie(&id), 100).is_none());
         assert_eq!(sessions.len(), 0, "an expired session is dropped when met");
-        for i in 0..MAX_SESSIONS + 10 {
-            sessions.start(session(1_000 + i as Timestamp), 0);
+    }
+
+    /// One admin signing in again and again replaces its own oldest sessions, never
+    /// another client's (issue 23, item 16).
+    #[test]
+    fn a_client_past_its_share_replaces_only_its_own_sessions() {
+        let sessions = Sessions::default();
+        let other = sessions.start(session_of("tc_other", 10), 0).unwrap();
+        // Later sessions may end sooner (a token's lifetime): the oldest by start goes.
+        let first = sessions.start(session_of("tc_x", 9_000), 0).unwrap();
+        let mut last = String::new();
+        for i in 0..MAX_SESSIONS * 2 {
+            last = sessions
+                .start(session_of("tc_x", 5_000 - i as Timestamp), 0)
+                .expect("a client always has room in its own share");
+        }
+        assert_eq!(sessions.len(), 1 + MAX_PER_CLIENT);
+        assert!(sessions.get(&with_cookie(&other), 1).is_some());
+        assert!(sessions.get(&with_cookie(&last), 1).is_some());
+        assert!(
+            sessions.get(&with_cookie(&first), 1).is_none(),
+            "its own oldest gave way"
+        );
+    }
+
+    /// A store full of other clients' live sessions refuses a new one; expired ones make
+    /// room, and a client with sessions of its own replaces one of them.
+    #[test]
+    fn a_full_store_refuses_rather_than_signing_anyone_out() {
+        let sessions = Sessions::default();
+        let mut ids = Vec::new();
+        for i in 0..MAX_SESSIONS {
+            let client = format!("tc_{}", i / MAX_PER_CLIENT);
+            let expires_at = if i == 0 { 50 } else { 1_000 };
+            ids.push(sessions.start(session_of(&client, expires_at), 0).unwrap());
         }
         assert_eq!(sessions.len(), MAX_SESSIONS);
-        let last = sessions.start(session(5_000), 0);
-        assert!(sessions.get(&with_cookie(&last), 1).is_some());
+        assert!(sessions.start(session_of("tc_new", 1_000), 10).is_none());
+        assert_eq!(sessions.len(), MAX_SESSIONS, "no one was signed out");
+        assert!(ids
+            .iter()
+            .all(|id| sessions.get(&with_cookie(id), 10).is_some()));
+        // Once one has expired, its place is free.
+        let new = sessions.start(session_of("tc_new", 1_000), 50).unwrap();
+        assert!(sessions.get(&with_cookie(&new), 60).is_some());
+        assert!(sessions.start(session_of("tc_newer", 1_000), 60).is_none());
+        // A client at its share in a full store replaces its own oldest.
+        let again = sessions.start(session_of("tc_1", 2_000), 60).unwrap();
+        assert!(sessions.get(&with_cookie(&again), 60).is_some());
+        assert_eq!(sessions.len(), MAX_SESSIONS);
     }
 
     #[test]
