@@ -1,40 +1,40 @@
 #!/usr/bin/env bash
-# Mutation testing of the modules that decide who gets a token (docs/testing.md has the
-# results and the reasons for each surviving mutant).
+# Mutation testing of the modules that decide who gets a token and who may call the admin
+# API (docs/testing.md has the results and the reasons for each surviving mutant).
 #
-# Too slow for every CI run: 20 to 30 minutes for all parts on a 2-core machine, and
-# more when the machine is busy, since every server mutant rebuilds tessera-server and its
-# test binaries. Run it by hand after changing one of these modules:
+# Too slow for every CI run: every server mutant rebuilds tessera-server and its test
+# binaries (15 to 40 s each on a 2-core machine). Run it by hand after changing one of these
+# modules:
 #
-#   scripts/mutants.sh [PART...]      PART: proto, verify, server (default: all three),
-#                                     or one server file: server-auth, server-limits,
-#                                     server-token, server-secrets
+#   scripts/mutants.sh [PART...]      default: every part below
 #
-# Each part runs only its own package's tests (the default of cargo mutants; for the server
-# that is its unit tests and tests/api, the real server over HTTP) and writes its outcome to
-# mutants.out/PART/mutants.out/: caught.txt, missed.txt, timeout.txt, unviable.txt,
-# outcomes.json, and a log per mutant.
+# Each part names a package, its files, and the tests that judge its mutants: the package's
+# own tests, narrowed to the ones that exercise those files where the whole set would take
+# minutes per mutant. Outcomes go to mutants.out/PART/mutants.out/: caught.txt, missed.txt,
+# timeout.txt, unviable.txt, outcomes.json, and a log per mutant.
 #
 # --in-place builds the mutants in this work tree with its warm target/ rather than in a
 # cold copy: do not edit files while it runs, and check `git status` if it was interrupted.
-# Needs cargo-mutants (`cargo install cargo-mutants --locked`) and the test services of the
-# README (PostgreSQL and Redis, for the server's cluster tests).
+# Needs cargo-mutants (`cargo install cargo-mutants --locked`; 27.1.0 was used) and the test
+# services of the README (PostgreSQL and Redis).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # A mutant whose tests run longer than this (seconds) is a timeout, e.g. an endless loop.
 TIMEOUT=${MUTANTS_TIMEOUT:-120}
 
+# run PART PACKAGE "FILE..." [CARGO TEST ARGS...]
 run() {
-    local part=$1 package=$2
-    shift 2
-    local files=()
-    for file in "$@"; do files+=(--file "$file"); done
+    local part=$1 package=$2 files=$3
+    shift 3
+    local args=()
+    for file in $files; do args+=(--file "$file"); done
+    if [ $# -gt 0 ]; then args+=(-- "$@"); fi
     mkdir -p "mutants.out/$part"
     echo "== $part"
     local status=0
-    cargo mutants --in-place --package "$package" "${files[@]}" --timeout "$TIMEOUT" \
-        --output "mutants.out/$part" || status=$?
+    cargo mutants --in-place --package "$package" --timeout "$TIMEOUT" \
+        --output "mutants.out/$part" "${args[@]}" || status=$?
     # 2: some mutants were missed, 3: some timed out; both are outcomes, written above.
     # Anything else (bad usage, tests failing before any mutation) stops here.
     case $status in
@@ -43,37 +43,43 @@ run() {
     esac
 }
 
-SERVER=crates/tessera-server/src
-declare -A SERVER_FILES=(
-    [auth]=$SERVER/auth.rs
-    [limits]=$SERVER/limits/mod.rs
-    [token]=$SERVER/routes/token.rs
-    [secrets]=$SERVER/secrets.rs
-)
+P=crates/tessera-proto/src
+V=crates/tessera-verify/src
+S=crates/tessera-server/src
 
-[ $# -gt 0 ] || set -- proto verify server
-for part in "$@"; do
-    case $part in
-        proto)
-            run proto tessera-proto \
-                crates/tessera-proto/src/form.rs crates/tessera-proto/src/client.rs \
-                crates/tessera-proto/src/scope.rs crates/tessera-proto/src/jws.rs
-            ;;
+part() {
+    case $1 in
+        proto) run proto tessera-proto "$P/form.rs $P/client.rs $P/scope.rs $P/jws.rs" ;;
+        # The verify kit: token checks, binding, DPoP proofs and the replay memory; its own
+        # unit tests and tests/api (the extractors behind a router, with real proofs).
         verify)
-            run verify tessera-verify crates/tessera-verify/src/validate.rs
+            run verify tessera-verify "$V/validate.rs $V/verifier.rs $V/request.rs $V/dpop.rs $V/binding.rs"
             ;;
-        server)
-            run server tessera-server "${SERVER_FILES[auth]}" "${SERVER_FILES[limits]}" \
-                "${SERVER_FILES[token]}" "${SERVER_FILES[secrets]}"
+        # Client authentication (secrets) and the token route.
+        server-auth) run server-auth tessera-server "$S/auth.rs $S/routes/token.rs" --lib --test api ;;
+        server-limits) run server-limits tessera-server "$S/limits/mod.rs" --lib --test api ;;
+        server-secrets) run server-secrets tessera-server "$S/secrets.rs" --lib --test api ;;
+        # Who may call the admin API: tests/api's admin and console tests.
+        server-admin-auth)
+            run server-admin-auth tessera-server "$S/routes/admin/auth.rs" --lib --test api -- admin console
             ;;
-        server-*)
-            file=${SERVER_FILES[${part#server-}]:-}
-            [ -n "$file" ] || { echo "unknown part $part" >&2; exit 64; }
-            run "$part" tessera-server "$file"
+        # DPoP at the token endpoint.
+        server-dpop) run server-dpop tessera-server "$S/dpop.rs" --lib --test api -- dpop ;;
+        # private_key_jwt and federation, and the guarded fetcher of their keys.
+        server-assertion)
+            run server-assertion tessera-server "$S/assertion.rs $S/fetch.rs" --lib --test api -- \
+                assertion federation fetch trust
             ;;
+        # mTLS matching: the DN parser and matcher have unit tests; the end-to-end ones are
+        # the binary's (tests/cli subject_dn and tls), run with --test-package below.
+        server-mtls) run server-mtls tessera-server "$S/mtls.rs $S/dn.rs" --lib ;;
         *)
-            echo "unknown part $part" >&2
+            echo "unknown part $1" >&2
             exit 64
             ;;
     esac
-done
+}
+
+[ $# -gt 0 ] || set -- proto verify server-auth server-limits server-secrets server-admin-auth \
+    server-dpop server-assertion server-mtls
+for p in "$@"; do part "$p"; done
