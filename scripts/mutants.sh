@@ -65,10 +65,10 @@ part() {
             ;;
         # DPoP at the token endpoint.
         server-dpop) run server-dpop tessera-server "$S/dpop.rs" --lib --test api -- dpop ;;
-        # private_key_jwt and federation, and the guarded fetcher of their keys.
+        # private_key_jwt and federation, their keys' cache and the guarded fetcher.
         server-assertion)
-            run server-assertion tessera-server "$S/assertion.rs $S/fetch.rs" --lib --test api -- \
-                assertion federation fetch trust
+            run server-assertion tessera-server "$S/assertion.rs $S/key_sets.rs $S/fetch.rs" \
+                --lib --test api -- assertion federation fetch trust key_sets
             ;;
         # mTLS matching: the DN parser and matcher have unit tests; the end-to-end ones are
         # the binary's (tests/cli subject_dn and tls), run with --test-package below.

@@ -23,6 +23,7 @@ use tessera_proto::Algorithm;
 use tessera_store::CertificateMatch;
 use tessera_verify::dpop::{proof_digest, ReplayCache};
 
+use crate::key_sets::{KeySets, Outbound, Source};
 use crate::AppState;
 
 /// `client_assertion_type` of a JWT assertion (RFC 7523 section 2.2).
@@ -48,11 +49,7 @@ const LEEWAY_SECS: i64 = 60;
 /// at most about 140 MB (BENCHMARKS.md measured 9,500 a second at full load, and at the old
 /// 200,000 per 12 minutes found a ceiling of 280 a second). With Redis, Redis remembers.
 const REPLAY_CAPACITY: usize = 2_000_000;
-/// Keys fetched from a `jwks_uri` are used this long before they are fetched again.
-const KEYS_LIFETIME_SECS: i64 = 3600;
-/// An unknown `kid` fetches a client's keys again at most this often.
-const REFETCH_SECS: i64 = 30;
-/// The most clients whose fetched keys are held.
+/// The most clients whose trust policies are held.
 const MAX_CACHED_CLIENTS: usize = 10_000;
 
 /// Why an assertion was refused: the `error_description` of its `invalid_client`.
@@ -105,6 +102,10 @@ pub(crate) enum AssertionError {
     /// Too many assertions at once to remember another.
     #[error("too many client assertions at once; retry")]
     Busy,
+    /// The request waited on a key fetch and found no in-flight slot free after: answered
+    /// 503 like a request over the cap, not as a refusal of the credentials.
+    #[error("the server is busy; retry")]
+    Overloaded,
     /// The client's `jwks_uri` could not be read.
     #[error("the client's keys could not be fetched from its jwks_uri")]
     KeysUnavailable,
@@ -147,14 +148,6 @@ type Policies = Arc<Vec<tessera_store::TrustPolicy>>;
 
 /// How long a client's trust policies are used before they are read again.
 const POLICIES_LIFETIME_SECS: i64 = 5;
-
-/// Where an issuer's keys are.
-enum KeySource<'a> {
-    /// A JWK Set URL.
-    Jwks(&'a str),
-    /// The issuer's OpenID Connect discovery document names it.
-    Discover(&'a str),
-}
 
 /// The claims read (RFC 7523 section 3).
 #[derive(Debug, Deserialize)]
@@ -248,14 +241,14 @@ pub(crate) fn subject_matches(pattern: &str, subject: &str) -> bool {
 
 /// One registered key: its `kid` and `alg` when the JWK names them.
 #[derive(Debug)]
-struct ClientKey {
+pub(crate) struct ClientKey {
     kid: Option<String>,
     alg: Option<String>,
     key: PublicKey,
 }
 
 /// The usable public keys of a JWK Set; private, symmetric and unknown keys are skipped.
-fn keys_of(jwks: &str) -> Vec<ClientKey> {
+pub(crate) fn keys_of(jwks: &str) -> Vec<ClientKey> {
     let Ok(set) = serde_json::from_str::<Value>(jwks) else {
         return Vec::new();
     };
@@ -399,43 +392,12 @@ pub(crate) fn has_usable_key(jwks: &str) -> bool {
     !keys_of(jwks).is_empty()
 }
 
-impl Assertions {
-    /// The JWK Set of `issuer`, found through its OpenID Connect discovery document
-    /// (`{issuer}/.well-known/openid-configuration`, OpenID Connect Discovery section 4),
-    /// whose `issuer` must be the same; both fetched under the SSRF rules.
-    async fn discovered_keys(&self, issuer: &str) -> Result<Vec<u8>, crate::fetch::FetchError> {
-        let url = format!(
-            "{}/.well-known/openid-configuration",
-            issuer.trim_end_matches('/')
-        );
-        let document: Value = serde_json::from_slice(&self.http.get(&url).await?)
-            .map_err(|_| crate::fetch::FetchError::Url)?;
-        if document["issuer"].as_str() != Some(issuer) {
-            return Err(crate::fetch::FetchError::Url);
-        }
-        let jwks_uri = document["jwks_uri"]
-            .as_str()
-            .ok_or(crate::fetch::FetchError::Url)?;
-        self.http.get(jwks_uri).await
-    }
-}
-
-/// Keys fetched from clients' `jwks_uri`s.
-#[derive(Debug, Default)]
-struct Fetched {
-    keys: Arc<Vec<ClientKey>>,
-    /// When they were fetched (server clock).
-    at: i64,
-    /// The last attempt, successful or not.
-    tried: i64,
-}
-
 /// The `private_key_jwt` state of one server.
 #[derive(Debug)]
 pub(crate) struct Assertions {
     replay: ReplayCache,
-    fetched: Mutex<HashMap<String, Fetched>>,
-    http: crate::fetch::Fetcher,
+    /// Keys registered by URL.
+    key_sets: KeySets,
     /// Trust policies by client, with when they were read.
     policies: Mutex<HashMap<String, (i64, Policies)>>,
 }
@@ -445,8 +407,7 @@ impl Assertions {
     pub(crate) fn new(allow_private: bool) -> Self {
         Self {
             replay: ReplayCache::remembering(MAX_LIFETIME_SECS + 2 * LEEWAY_SECS, REPLAY_CAPACITY),
-            fetched: Mutex::new(HashMap::new()),
-            http: crate::fetch::Fetcher::new(allow_private),
+            key_sets: KeySets::new(allow_private),
             policies: Mutex::new(HashMap::new()),
         }
     }
@@ -495,6 +456,7 @@ impl Assertions {
         state: &AppState,
         policies: &[tessera_store::TrustPolicy],
         token: &str,
+        outbound: Outbound<'_>,
     ) -> Result<Federated, AssertionError> {
         let now = state.clock().now();
         let issuer = unverified_claim(token, "iss").ok_or(AssertionError::Claims)?;
@@ -518,7 +480,9 @@ impl Assertions {
             let outcome = match signed.iter().find(|(uri, _)| *uri == jwks_uri) {
                 Some((_, outcome)) => *outcome,
                 None => {
-                    let outcome = self.signed_by(&issuer, jwks_uri, &unverified, now).await;
+                    let outcome = self
+                        .signed_by(state, &issuer, jwks_uri, &unverified, outbound)
+                        .await;
                     signed.push((jwks_uri, outcome));
                     outcome
                 }
@@ -551,31 +515,57 @@ impl Assertions {
     /// issuer's discovery document when there is none.
     async fn signed_by(
         &self,
+        state: &AppState,
         issuer: &str,
         jwks_uri: Option<&str>,
         unverified: &tessera_proto::jws::UnverifiedAssertion<'_>,
-        now: i64,
+        outbound: Outbound<'_>,
     ) -> Result<(), AssertionError> {
         let source = match jwks_uri {
-            Some(url) => KeySource::Jwks(url),
-            None => KeySource::Discover(issuer),
+            Some(url) => Source::Jwks(url.to_owned()),
+            None => Source::Discovery(issuer.to_owned()),
         };
-        let cache_key = format!("issuer {issuer} {}", jwks_uri.unwrap_or(""));
-        let verified = match self.keys_from(&cache_key, &source, now, false).await {
-            Some(keys) => match pick(&keys, unverified) {
-                Some(v) => Some(v),
-                None => self
-                    .keys_from(&cache_key, &source, now, true)
-                    .await
-                    .and_then(|keys| pick(&keys, unverified)),
-            },
-            None => return Err(AssertionError::IssuerKeysUnavailable),
-        };
+        let verified = self
+            .verified_at(state, &source, unverified, outbound)
+            .await?
+            .ok_or(AssertionError::IssuerKeysUnavailable)?;
         match verified {
             None => Err(AssertionError::UnknownKey),
             Some(false) => Err(AssertionError::Signature),
             Some(true) => Ok(()),
         }
+    }
+
+    /// Whether one of the keys at `source` verifies `unverified` (as [`pick`] says), fetched
+    /// again once if none has its `kid`: the owner may have rolled its keys over. `None`
+    /// when no keys could be had at all.
+    async fn verified_at(
+        &self,
+        state: &AppState,
+        source: &Source,
+        unverified: &tessera_proto::jws::UnverifiedAssertion<'_>,
+        outbound: Outbound<'_>,
+    ) -> Result<Option<Option<bool>>, AssertionError> {
+        let clock = state.clock();
+        let busy = |_| AssertionError::Overloaded;
+        let first = self
+            .key_sets
+            .keys(clock, source, false, outbound)
+            .await
+            .map_err(busy)?;
+        if let Some(verified) = first.as_deref().and_then(|keys| pick(keys, unverified)) {
+            return Ok(Some(Some(verified)));
+        }
+        let again = self
+            .key_sets
+            .keys(clock, source, true, outbound)
+            .await
+            .map_err(busy)?;
+        Ok(match (again, first) {
+            (Some(keys), _) => Some(pick(&keys, unverified)),
+            (None, None) => None,
+            (None, Some(_)) => Some(None),
+        })
     }
 
     /// Verifies `assertion` as client `client_id`'s, whose keys are `registered`.
@@ -585,6 +575,7 @@ impl Assertions {
         client_id: &str,
         registered: &CertificateMatch,
         assertion: &str,
+        outbound: Outbound<'_>,
     ) -> Result<(), AssertionError> {
         let now = state.clock().now();
         let unverified =
@@ -595,18 +586,10 @@ impl Assertions {
         let pick = |keys: &[ClientKey]| pick(keys, &unverified);
         let verified = match registered {
             CertificateMatch::Jwks(jwks) => pick(&keys_of(jwks)),
-            CertificateMatch::JwksUri(url) => {
-                let first = self.keys(client_id, url, now, false).await;
-                match first.as_deref().and_then(|keys| pick(keys)) {
-                    Some(verified) => Some(verified),
-                    // An unknown kid: the client may have rolled its keys over.
-                    None => match self.keys(client_id, url, now, true).await {
-                        Some(keys) => pick(&keys),
-                        None if first.is_none() => return Err(AssertionError::KeysUnavailable),
-                        None => None,
-                    },
-                }
-            }
+            CertificateMatch::JwksUri(url) => self
+                .verified_at(state, &Source::Jwks(url.clone()), &unverified, outbound)
+                .await?
+                .ok_or(AssertionError::KeysUnavailable)?,
             _ => None,
         };
         match verified {
@@ -660,74 +643,6 @@ impl Assertions {
                     tessera_verify::dpop::DpopError::Busy => AssertionError::Busy,
                     _ => AssertionError::Replayed,
                 }),
-        }
-    }
-
-    /// The keys at `url` for `client_id`: cached for [`KEYS_LIFETIME_SECS`]; with `again`,
-    /// fetched anew if the last attempt is more than [`REFETCH_SECS`] old. `None` when there
-    /// are none to use (`again` and too soon gives `None` too, and the caller keeps what it had).
-    async fn keys(
-        &self,
-        client_id: &str,
-        url: &str,
-        now: i64,
-        again: bool,
-    ) -> Option<Arc<Vec<ClientKey>>> {
-        self.keys_from(client_id, &KeySource::Jwks(url), now, again)
-            .await
-    }
-
-    /// [`Assertions::keys`] from any [`KeySource`], cached under `cache_key`.
-    async fn keys_from(
-        &self,
-        client_id: &str,
-        source: &KeySource<'_>,
-        now: i64,
-        again: bool,
-    ) -> Option<Arc<Vec<ClientKey>>> {
-        let (cached, tried) = {
-            let fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
-            match fetched.get(client_id) {
-                Some(f) => (
-                    (now - f.at < KEYS_LIFETIME_SECS).then(|| f.keys.clone()),
-                    f.tried,
-                ),
-                None => (None, i64::MIN / 2),
-            }
-        };
-        match (again, cached) {
-            (false, Some(keys)) => return Some(keys),
-            (true, _) if now - tried < REFETCH_SECS => return None,
-            _ => {}
-        }
-        let answer = match source {
-            KeySource::Jwks(url) => self.http.get(url).await,
-            KeySource::Discover(issuer) => self.discovered_keys(issuer).await,
-        };
-        let mut fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
-        if fetched.len() >= MAX_CACHED_CLIENTS && !fetched.contains_key(client_id) {
-            // Bounded: the oldest fetch makes room.
-            if let Some(oldest) = fetched
-                .iter()
-                .min_by_key(|(_, f)| f.tried)
-                .map(|(id, _)| id.clone())
-            {
-                fetched.remove(&oldest);
-            }
-        }
-        let entry = fetched.entry(client_id.to_owned()).or_default();
-        entry.tried = now;
-        match answer {
-            Ok(body) => {
-                let keys = Arc::new(std::str::from_utf8(&body).map(keys_of).unwrap_or_default());
-                entry.keys = keys.clone();
-                entry.at = now;
-                Some(keys)
-            }
-            Err(e) => {
-                tracing::warn!(key_set = client_id, error = %e, "cannot fetch a jwks_uri");
-                (!entry.keys.is_empty()).then(|| entry.keys.clone())
-            }
         }
     }
 }

@@ -39,7 +39,7 @@ pub(crate) enum FetchError {
 }
 
 /// Fetches under the rules above.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Fetcher {
     allow_private: bool,
 }

@@ -29,8 +29,10 @@
 //!   the console): what operators see; `reuse.rs`: per-plan token reuse.
 //! - `dpop.rs`: DPoP at the token endpoint (RFC 9449 section 5): proofs checked against the
 //!   token endpoint URL, remembered against replay (in Redis when configured), nonces.
-//! - `assertion.rs`: `private_key_jwt` (RFC 7523 section 2.2), the client's keys inline or
-//!   fetched from its `jwks_uri` through `fetch.rs`, which refuses private addresses (SSRF).
+//! - `assertion.rs`: `private_key_jwt` (RFC 7523 section 2.2) and workload identity
+//!   federation, the keys inline or fetched by `key_sets.rs` (cached, one fetch per URL at a
+//!   time, failures backed off, no slot held while waiting) through `fetch.rs`, which
+//!   refuses private addresses (SSRF).
 //! - [`admin`]: the operations behind the CLI's `plan`, `client` and `keys` commands.
 //!
 //! Public are only the modules the binary, the test kit and the benchmark use.
@@ -46,6 +48,7 @@ mod dpop;
 mod error;
 mod fetch;
 mod housekeeping;
+mod key_sets;
 pub mod keys;
 mod limits;
 pub mod logging;

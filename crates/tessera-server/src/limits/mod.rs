@@ -252,6 +252,29 @@ impl AuthThrottle {
         wait
     }
 
+    /// Whether a request from `source` naming `client` may make Tessera fetch a document
+    /// on its behalf (a client's `jwks_uri`, an issuer's keys): asked before the fetch, it
+    /// counts the request against that address's allowance of failures for that client, and
+    /// says no once it is used up, so that a caller refused for failures causes no more
+    /// outbound requests. Keys are cached and one fetch serves every request waiting on it,
+    /// so correct credentials seldom pass here, and only their own address's mistakes with
+    /// their own client can refuse them.
+    pub(crate) async fn allows_fetch(&self, source: Option<IpAddr>, client: &str) -> bool {
+        let Some(source) = source else {
+            return true;
+        };
+        if self.limiter.tracked() >= self.rates.max_tracked {
+            return false;
+        }
+        let key = format!("auth-failure:pair:{}:{client}", source_bucket(source));
+        matches!(
+            self.limiter
+                .check(&key, self.rates.per_source_and_client)
+                .await,
+            Decision::Allowed { .. }
+        )
+    }
+
     /// The allowance per source address and client, for the rate limit fields.
     pub(crate) fn rate(&self) -> RateLimit {
         self.rates.per_source_and_client
@@ -285,7 +308,7 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
 /// answer is 503 with `Retry-After: 1` rather than an unbounded queue.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     capacity: usize,
 }
 
@@ -293,7 +316,7 @@ impl InFlight {
     /// Allows `slots` requests at once.
     pub(crate) fn new(slots: usize) -> Self {
         Self {
-            slots: Semaphore::new(slots),
+            slots: Arc::new(Semaphore::new(slots)),
             capacity: slots,
         }
     }
@@ -303,9 +326,43 @@ impl InFlight {
         self.capacity - self.slots.available_permits()
     }
 
-    /// A slot for one request, held until the permit is dropped.
-    pub(crate) fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, Busy> {
-        self.slots.try_acquire().map_err(|_| Busy)
+    /// A slot for one request, held until it is dropped.
+    pub(crate) fn admit(&self) -> Result<Slot, Busy> {
+        let permit = self.slots.clone().try_acquire_owned().map_err(|_| Busy)?;
+        Ok(Slot {
+            slots: self.slots.clone(),
+            permit: std::sync::Mutex::new(Some(permit)),
+        })
+    }
+}
+
+/// One request's place under [`InFlight`]'s cap. The request gives it back while it waits
+/// on something that is not its own work (a key fetch that one request started for all,
+/// `crate::assertion`), so that many requests waiting on one slow host cannot take every
+/// slot from the other clients, and takes one again after.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    slots: Arc<Semaphore>,
+    /// `None` while lent.
+    permit: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+}
+
+impl Slot {
+    /// Awaits `wait` without holding the slot, then takes one again: [`Busy`] when the cap
+    /// is full by then, for the same 503 as at admission.
+    pub(crate) async fn lend<T>(
+        &self,
+        wait: impl std::future::Future<Output = T>,
+    ) -> Result<T, Busy> {
+        let held = self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let lent = held.is_some();
+        drop(held);
+        let outcome = wait.await;
+        if lent {
+            let permit = self.slots.clone().try_acquire_owned().map_err(|_| Busy)?;
+            *self.permit.lock().unwrap_or_else(|p| p.into_inner()) = Some(permit);
+        }
+        Ok(outcome)
     }
 }
 
@@ -461,5 +518,31 @@ mod tests {
         drop(first);
         assert_eq!(cap.in_use(), 0);
         assert!(cap.admit().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_lent_slot_serves_another_request_and_is_taken_back_if_free() {
+        let cap = InFlight::new(1);
+        let waiting = cap.admit().unwrap();
+        let lent = waiting
+            .lend(async {
+                // While it waits, another request gets the one slot, and finishes.
+                let other = cap.admit().expect("the lent slot");
+                assert_eq!(cap.in_use(), 1);
+                drop(other);
+            })
+            .await;
+        assert_eq!((lent, cap.in_use()), (Ok(()), 1), "taken back");
+        assert_eq!(cap.admit().unwrap_err(), Busy);
+        drop(waiting);
+        assert_eq!(cap.in_use(), 0);
+        // Taken by someone else meanwhile: Busy, and no slot counted for the waiter.
+        let waiting = cap.admit().unwrap();
+        let mut other = None;
+        let lent = waiting.lend(async { other = cap.admit().ok() }).await;
+        assert_eq!(lent, Err(Busy));
+        assert!(other.is_some());
+        drop(waiting);
+        assert_eq!(cap.in_use(), 1);
     }
 }

@@ -15,6 +15,7 @@ use tessera_proto::{AccessTokenClaims, ClientId, ClientSecret};
 use tessera_store::Plan;
 
 use crate::error::{OAuthError, NO_STORE};
+use crate::limits::Slot;
 use crate::registry::Registry;
 use crate::routes::{authenticate_client, client_ip, read_form, single, split};
 use crate::AppState;
@@ -26,11 +27,11 @@ pub(crate) fn router() -> Router<AppState> {
 /// `POST /connect/introspect` (RFC 7662 section 2).
 async fn introspect(State(state): State<AppState>, request: Request) -> Response {
     let (parts, body) = split(request, state.config().body_limit).await;
-    let _slot = match state.in_flight().admit() {
+    let slot = match state.in_flight().admit() {
         Ok(slot) => slot,
         Err(busy) => return OAuthError::from(busy).into_response(),
     };
-    match answer(&state, &parts, body).await {
+    match answer(&state, &parts, body, &slot).await {
         Ok(body) => (NO_STORE, Json(body)).into_response(),
         Err(e) => e.into_response(),
     }
@@ -40,13 +41,14 @@ async fn answer(
     state: &AppState,
     parts: &Parts,
     body: Result<Bytes, OAuthError>,
+    slot: &Slot,
 ) -> Result<serde_json::Value, OAuthError> {
     if state.too_stale() {
         return Err(OAuthError::store_unavailable(
             "the registry is out of date: the store does not answer; retry later",
         ));
     }
-    let request = TokenRequestOfClient::read(state, parts, body).await?;
+    let request = TokenRequestOfClient::read(state, parts, body, slot).await?;
     let Some(claims) = active_claims(state, &request.registry, &request.token) else {
         return Ok(json!({ "active": false }));
     };
@@ -91,11 +93,13 @@ pub(crate) struct TokenRequestOfClient {
 }
 
 impl TokenRequestOfClient {
-    /// Reads the form and authenticates the caller as the token endpoint does.
+    /// Reads the form and authenticates the caller as the token endpoint does (with the
+    /// request's in-flight `slot` to lend while it waits on a key fetch).
     pub(crate) async fn read(
         state: &AppState,
         parts: &Parts,
         body: Result<Bytes, OAuthError>,
+        slot: &Slot,
     ) -> Result<Self, OAuthError> {
         let names = [
             "token",
@@ -134,6 +138,7 @@ impl TokenRequestOfClient {
                 }),
             },
             crate::routes::peer_certificate(state, parts).as_ref(),
+            slot,
         )
         .await;
         let plan = authenticated.plan?;

@@ -18,7 +18,8 @@ use tower_http::timeout::TimeoutLayer;
 use crate::assertion::Federated;
 use crate::auth::AuthFailure;
 use crate::error::OAuthError;
-use crate::limits::canonical;
+use crate::key_sets::Outbound;
+use crate::limits::{canonical, Slot};
 use crate::registry::Registry;
 use crate::{audit, auth, secrets, AppState};
 
@@ -231,6 +232,7 @@ async fn check(
     presented: &auth::Presented,
     now: tessera_store::Timestamp,
     client_ca: Option<&dyn rustls::server::danger::ClientCertVerifier>,
+    outbound: Outbound<'_>,
 ) -> Result<(Arc<Plan>, Option<Federated>), AuthFailure> {
     let clients = state.live().clients();
     let mut federated = None;
@@ -258,7 +260,7 @@ async fn check(
             federated = Some(
                 state
                     .assertions()
-                    .verify_federated(state, &policies, assertion)
+                    .verify_federated(state, &policies, assertion, outbound)
                     .await
                     .map_err(AuthFailure::Assertion)?,
             );
@@ -268,7 +270,7 @@ async fn check(
                 None => return Err(AuthFailure::WrongSecret),
                 Some(keys) => state
                     .assertions()
-                    .verify(state, id, &keys, assertion)
+                    .verify(state, id, &keys, assertion, outbound)
                     .await
                     .map_err(AuthFailure::Assertion)?,
             }
@@ -302,6 +304,10 @@ pub(crate) struct Caller {
     pub federated: Option<Federated>,
 }
 
+///
+/// Checking an assertion may fetch keys (`crate::key_sets`): only while the caller has
+/// failures left for the client, and with the request's in-flight `slot` lent back while
+/// it waits.
 pub(crate) async fn authenticate_client(
     state: &AppState,
     registry: &Registry,
@@ -309,6 +315,7 @@ pub(crate) async fn authenticate_client(
     ip: Option<IpAddr>,
     body: auth::FromBody<'_>,
     certificate: Option<&crate::mtls::PeerCertificate>,
+    slot: &Slot,
 ) -> Caller {
     let throttle = state.throttle();
     let realm = &state.config().realm;
@@ -329,7 +336,13 @@ pub(crate) async fn authenticate_client(
         .and_then(|_| state.config().client_ca());
     let client_ca = client_ca.as_deref();
     let now = state.clock().now();
-    let mut result = check(state, registry, &presented, now, client_ca).await;
+    let outbound = Outbound {
+        throttle,
+        source: ip,
+        client: presented.client_id.as_str(),
+        slot,
+    };
+    let mut result = check(state, registry, &presented, now, client_ca, outbound).await;
     // An id of the generated shape may name a client created a moment ago by the CLI or
     // another instance: the store is read (coalesced and bounded) before it is refused.
     // Client ids are not secret (RFC 6749 section 2.2), so that this answer may take longer
@@ -339,7 +352,7 @@ pub(crate) async fn authenticate_client(
         && state.refresh_for_unknown().await
     {
         let registry = state.registry();
-        result = check(state, &registry, &presented, now, client_ca).await;
+        result = check(state, &registry, &presented, now, client_ca, outbound).await;
     }
     // An id that names no client is the caller's to choose (a secret, swapped with the id):
     // it is logged as a digest only.
@@ -349,7 +362,9 @@ pub(crate) async fn authenticate_client(
         presented.client_id.as_str().to_owned()
     };
     // Only failures are counted, after the check: correct credentials are never throttled.
-    if let Err(failure) = &result {
+    // A request that found no slot after waiting on a key fetch failed nothing.
+    let overloaded = AuthFailure::Assertion(crate::assertion::AssertionError::Overloaded);
+    if let Some(failure) = result.as_ref().err().filter(|f| **f != overloaded) {
         let known = (*failure != AuthFailure::Unknown).then_some(presented.client_id.as_str());
         if let Some(retry) = throttle.failed(ip, known).await {
             return Caller {

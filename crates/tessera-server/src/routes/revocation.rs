@@ -27,11 +27,11 @@ pub(crate) fn router() -> Router<AppState> {
 /// `POST /connect/revocation` (RFC 7009 section 2.1).
 async fn revoke(State(state): State<AppState>, request: Request) -> Response {
     let (parts, body) = split(request, state.config().body_limit).await;
-    let _slot = match state.in_flight().admit() {
+    let slot = match state.in_flight().admit() {
         Ok(slot) => slot,
         Err(busy) => return OAuthError::from(busy).into_response(),
     };
-    match run(&state, &parts, body).await {
+    match run(&state, &parts, body, &slot).await {
         Ok(()) => (StatusCode::OK, NO_STORE).into_response(),
         Err(e) => e.into_response(),
     }
@@ -41,13 +41,14 @@ async fn run(
     state: &AppState,
     parts: &Parts,
     body: Result<Bytes, OAuthError>,
+    slot: &crate::limits::Slot,
 ) -> Result<(), OAuthError> {
     let TokenRequestOfClient {
         registry,
         caller,
         plan,
         token,
-    } = TokenRequestOfClient::read(state, parts, body).await?;
+    } = TokenRequestOfClient::read(state, parts, body, slot).await?;
     // RFC 7009 2.2: an invalid, expired or unknown token is answered with 200 all the same.
     let Some(claims) = active_claims(state, &registry, &token) else {
         return Ok(());

@@ -123,7 +123,7 @@ struct Issued {
 async fn token(State(state): State<AppState>, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = split(request, state.config().body_limit).await;
-    let _slot = match state.in_flight().admit() {
+    let slot = match state.in_flight().admit() {
         Ok(slot) => slot,
         Err(busy) => {
             state
@@ -140,7 +140,7 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
             "the registry is out of date: the store does not answer; retry later",
         ))
     } else {
-        attempt.issue(&state, source, &parts, body).await
+        attempt.issue(&state, source, &parts, body, &slot).await
     };
     let plan = attempt.plan.as_ref().map_or(NO_PLAN, |p| p.name.as_str());
     // A refused request's scope may hold anything: only names some plan grants are logged.
@@ -211,6 +211,7 @@ impl Attempt {
         source: Option<std::net::IpAddr>,
         parts: &Parts,
         body: Result<Bytes, OAuthError>,
+        slot: &crate::limits::Slot,
     ) -> Result<Issued, OAuthError> {
         let config = state.config();
         let names = [
@@ -250,6 +251,7 @@ impl Attempt {
                 }),
             },
             crate::routes::peer_certificate(state, parts).as_ref(),
+            slot,
         )
         .await;
         self.client_id = caller.presented_id;

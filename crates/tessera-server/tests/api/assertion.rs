@@ -467,3 +467,226 @@ async fn a_plain_http_jwks_uri_is_registered_only_for_a_private_or_loopback_addr
         assert!(create(fine).await.is_ok(), "{fine}");
     }
 }
+
+/// A JWK Set host that is down: it counts the connections it gets and holds each without an
+/// answer until the test releases it, then answers 503; it counts the connections Tessera
+/// gave up on (its fetch timed out) too.
+struct DownHost {
+    url: String,
+    hits: Arc<AtomicUsize>,
+    abandoned: Arc<AtomicUsize>,
+    first_hit: Arc<tokio::sync::Notify>,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+async fn down_host() -> DownHost {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    let (release, released) = tokio::sync::watch::channel(false);
+    let hits = Arc::new(AtomicUsize::new(0));
+    let abandoned = Arc::new(AtomicUsize::new(0));
+    let first_hit = Arc::new(tokio::sync::Notify::new());
+    let (counted, given_up, hit) = (hits.clone(), abandoned.clone(), first_hit.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            hit.notify_one();
+            let (mut reader, mut writer) = stream.into_split();
+            let (mut released, given_up) = (released.clone(), given_up.clone());
+            tokio::spawn(async move {
+                let closed = async {
+                    let mut buffer = [0u8; 1024];
+                    while let Ok(1..) = reader.read(&mut buffer).await {}
+                };
+                let released = async move { released.wait_for(|r| *r).await.is_ok() };
+                tokio::select! {
+                    _ = released => {
+                        let _ = writer
+                            .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+                            .await;
+                    }
+                    () = closed => {
+                        given_up.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    DownHost {
+        url,
+        hits,
+        abandoned,
+        first_hit,
+        release,
+    }
+}
+
+/// Failure allowances far above what a test sends, so that only what it is about decides.
+fn many_failures(s: &mut tessera_testkit::Setup) {
+    let many = tessera_store::RateLimit {
+        count: 10_000,
+        period_secs: 60,
+        burst: 10_000,
+    };
+    s.config.auth_failures.per_source_and_client = many;
+    s.config.auth_failures.per_client = many;
+    s.config.auth_failures.per_source = many;
+}
+
+/// An assertion naming client `id`, signed by a key nobody registered.
+fn junk(app: &TestApp, id: &ClientId) -> String {
+    sign(&ProofKey::ed25519(), "k", &good_claims(app, id))
+}
+
+#[tokio::test]
+async fn junk_assertions_toward_a_hanging_host_share_one_fetch_and_hold_no_slot() {
+    let app = spawn_with(|s| {
+        s.config.allow_private_jwks_uri = true;
+        s.config.max_in_flight = 4;
+        many_failures(s);
+    })
+    .await;
+    let host = down_host().await;
+    let id = register(&app, CertificateMatch::JwksUri(host.url.clone())).await;
+    let (other, secret) = app.client().await;
+
+    // 20 unauthenticated requests at once, each naming the client.
+    let app = Arc::new(app);
+    let sent: Vec<_> = (0..20)
+        .map(|_| {
+            let (app, assertion) = (app.clone(), junk(&app, &id));
+            tokio::spawn(async move { with_assertion(&app, &assertion, &[]).await.status() })
+        })
+        .collect();
+    host.first_hit.notified().await;
+    // While the host hangs, the requests waiting on it hold no in-flight slot: another
+    // client is served (on the old code, only once a hung fetch was given up after 5 s).
+    tessera_testkit::until("another client is served", || async {
+        app.token(
+            &other,
+            &secret,
+            "grant_type=client_credentials&scope=news-api",
+        )
+        .await
+        .status()
+            == 200
+    })
+    .await;
+    assert_eq!(
+        host.abandoned.load(Ordering::SeqCst),
+        0,
+        "served only after a fetch was given up"
+    );
+
+    host.release.send(true).unwrap();
+    let mut statuses = Vec::new();
+    for request in sent {
+        statuses.push(request.await.unwrap().as_u16());
+    }
+    // 503: no slot free at admission, or when the wait was over (4 slots for 20).
+    assert!(
+        statuses.iter().all(|s| [401, 503].contains(s)) && statuses.contains(&401),
+        "{statuses:?}"
+    );
+    assert_eq!(host.hits.load(Ordering::SeqCst), 1, "one fetch for all");
+}
+
+#[tokio::test]
+async fn a_failed_fetch_is_tried_again_only_after_a_growing_backoff() {
+    let app = spawn_with(|s| {
+        s.config.allow_private_jwks_uri = true;
+        many_failures(s);
+    })
+    .await;
+    let host = down_host().await;
+    host.release.send(true).unwrap();
+    let id = register(&app, CertificateMatch::JwksUri(host.url.clone())).await;
+    let hits = || host.hits.load(Ordering::SeqCst);
+    let refused = || async {
+        let (status, _, description) =
+            error_of(with_assertion(&app, &junk(&app, &id), &[]).await).await;
+        assert_eq!(status, 401, "{description}");
+        assert!(
+            description.contains("could not be fetched"),
+            "{description}"
+        );
+    };
+    let wait = |secs| {
+        app.clock.advance(std::time::Duration::from_secs(secs));
+        app.sync()
+    };
+
+    refused().await;
+    assert_eq!(hits(), 1);
+    // Remembered for 30 s, whoever asks.
+    for _ in 0..12 {
+        refused().await;
+    }
+    wait(29).await;
+    refused().await;
+    assert_eq!(hits(), 1, "tried again within 30 s of a failure");
+    wait(2).await;
+    refused().await;
+    assert_eq!(hits(), 2);
+    // A second failure in a row: 60 s.
+    wait(31).await;
+    refused().await;
+    assert_eq!(hits(), 2, "the backoff did not grow");
+    wait(30).await;
+    refused().await;
+    assert_eq!(hits(), 3);
+}
+
+#[tokio::test]
+async fn a_caller_out_of_failures_for_a_client_causes_no_fetch() {
+    let app = spawn_with(|s| {
+        s.config.allow_private_jwks_uri = true;
+        many_failures(s);
+        // Two failures per hour per address and client.
+        s.config.auth_failures.per_source_and_client = tessera_store::RateLimit {
+            count: 2,
+            period_secs: 3600,
+            burst: 2,
+        };
+        s.config.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    let host = down_host().await;
+    host.release.send(true).unwrap();
+    let id = register(&app, CertificateMatch::JwksUri(host.url.clone())).await;
+    let from = |address: &'static str| {
+        let app = &app;
+        let assertion = junk(app, &id);
+        async move {
+            app.http
+                .post(app.url("/connect/token"))
+                .header("x-forwarded-for", address)
+                .form(&[
+                    ("grant_type", "client_credentials"),
+                    ("client_assertion_type", JWT_BEARER),
+                    ("client_assertion", assertion.as_str()),
+                ])
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    // The first failure uses up this address's allowance (one for the fetch, one for the
+    // failure).
+    assert_eq!(from("203.0.113.7").await, 401);
+    assert_eq!(host.hits.load(Ordering::SeqCst), 1);
+    // Past the backoff, the same caller is refused before anything is fetched.
+    app.clock.advance(std::time::Duration::from_secs(31));
+    app.sync().await;
+    assert_eq!(from("203.0.113.7").await, 429);
+    assert_eq!(
+        host.hits.load(Ordering::SeqCst),
+        1,
+        "a throttled caller caused a fetch"
+    );
+    // Another address still may.
+    assert_eq!(from("198.51.100.9").await, 401);
+    assert_eq!(host.hits.load(Ordering::SeqCst), 2);
+}
