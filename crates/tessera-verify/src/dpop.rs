@@ -314,6 +314,10 @@ mod tests {
         assert_eq!(cache.first_use("k", "a", 1_240), Ok(()));
         // A long quiet spell clears both.
         assert_eq!(cache.first_use("k", "b", 9_999), Ok(()));
+        // A gap of one to two spans turns the generation over rather than clearing it.
+        let cache = ReplayCache::new(60, 10).with_share(10);
+        assert_eq!(cache.first_use("k", "a", 0), Ok(()));
+        assert_eq!(cache.first_use("k", "a", 200), Err(DpopError::Replayed));
     }
 
     #[test]

@@ -542,5 +542,25 @@ mod tests {
         let v = b().realm("a \"quoted\" realm").build().unwrap();
         assert_eq!(v.realm(), "a ?quoted? realm");
         assert_eq!(b().build().unwrap().realm(), "api");
+        // Five minutes of leeway is the most, and still fine.
+        assert!(b().leeway(Duration::from_secs(300)).build().is_ok());
+        // A resource URL is an origin and path: no query, no fragment.
+        for url in [
+            "https://api.example/x?q=1",
+            "https://api.example/x#f",
+            "api.example",
+        ] {
+            assert!(
+                matches!(b().resource_url(url).build(), Err(ConfigError::ResourceUrl)),
+                "{url}"
+            );
+        }
+        let v = b()
+            .resource_url("HTTPS://API.example:443/x")
+            .build()
+            .unwrap();
+        assert_eq!(v.resource_url(), Some("https://api.example/x"));
+        assert_eq!(v.issuer(), "https://auth.example");
+        assert_eq!(v.audience(), "api");
     }
 }

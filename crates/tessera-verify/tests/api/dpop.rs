@@ -332,3 +332,75 @@ async fn one_key_cannot_fill_the_replay_memory_for_all() {
     clock.advance(std::time::Duration::from_secs(120));
     assert_eq!(send(&greedy, "3").await.status, StatusCode::OK);
 }
+
+/// Two extractors in one handler verify the token once: the second takes the first one's
+/// result rather than checking the proof again, which would refuse it as a replay.
+#[tokio::test]
+async fn two_extractors_check_one_proof_once() {
+    let issuer = TestKey::ed25519();
+    let key = TestKey::ed25519();
+    let clock = ManualClock::starting_now();
+    let app = app(verifier(&issuer, &clock, 1_000));
+    let mut user = claims(ISSUER);
+    user["cnf"] = json!({"jkt": key.kid()});
+    user["sub"] = json!("user-7");
+    user["app_only"] = json!(false);
+    let token = issuer.sign(&user);
+    let proof = key.sign_with(
+        &proof_header(&key),
+        &proof_claims(
+            "GET",
+            &format!("{API}/me/quotes"),
+            clock.now(),
+            &token,
+            "once",
+        ),
+    );
+    let answer = call(
+        &app,
+        request("GET", "/me/quotes", &format!("DPoP {token}"), &[&proof]),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.body, "user-7");
+}
+
+/// The server's nonce (RFC 9449 section 8), which only the token endpoint asks for: a proof
+/// without it or with another one fails with `use_dpop_nonce`.
+#[test]
+fn a_proof_must_carry_the_nonce_when_one_is_asked_for() {
+    use tessera_verify::dpop::{check_proof, DpopError, NonceCheck, ProofRequest};
+    let key = TestKey::es256();
+    let now = 1_700_000_000;
+    let url = "https://auth.example.com/connect/token";
+    let proof = |nonce: Option<&str>| {
+        let mut claims = json!({"jti": "n", "htm": "POST", "htu": url, "iat": now});
+        if let Some(nonce) = nonce {
+            claims["nonce"] = json!(nonce);
+        }
+        key.sign_with(&proof_header(&key), &claims)
+    };
+    let is_current = |nonce: &str| nonce == "current";
+    let request = ProofRequest {
+        method: "POST",
+        htu: url,
+        access_token: None,
+        nonce: Some(NonceCheck(&is_current)),
+        window_secs: 60,
+    };
+    assert_eq!(format!("{:?}", request.nonce.unwrap()), "NonceCheck");
+    let checked = check_proof(&proof(Some("current")), &request, now).unwrap();
+    assert_eq!(checked.jkt, key.kid());
+    assert_eq!((checked.jti.as_str(), checked.iat), ("n", now));
+    for nonce in [None, Some("stale")] {
+        let refused = check_proof(&proof(nonce), &request, now).unwrap_err();
+        assert_eq!(refused, DpopError::Nonce, "{nonce:?}");
+        assert_eq!(refused.code().as_str(), "use_dpop_nonce");
+    }
+    // Without a nonce requirement, none is needed.
+    let request = ProofRequest {
+        nonce: None,
+        ..request
+    };
+    assert!(check_proof(&proof(None), &request, now).is_ok());
+}

@@ -356,3 +356,36 @@ async fn dpop_needs_a_resource_url() {
         "this API cannot check DPoP proofs: it has no resource URL configured"
     );
 }
+
+/// A token verified by one verifier in a request (a guard layer for one audience) is not
+/// taken as verified by another verifier deeper in (a handler for another audience).
+#[tokio::test]
+async fn one_verifiers_result_does_not_pass_for_another() {
+    use axum::extract::{FromRequestParts, State};
+    use axum::middleware::{from_fn_with_state, Next};
+    use axum::response::{IntoResponse, Response};
+
+    async fn guard(
+        State(verifier): State<Verifier>,
+        request: Request<Body>,
+        next: Next,
+    ) -> Response {
+        let (mut parts, body) = request.into_parts();
+        match VerifiedToken::from_request_parts(&mut parts, &verifier).await {
+            Ok(_) => next.run(Request::from_parts(parts, body)).await,
+            Err(rejection) => rejection.into_response(),
+        }
+    }
+    let keys = Keys::new();
+    let outer = static_verifier(&[&keys.ed]);
+    let inner =
+        Verifier::with_static_keys(ISSUER, "oms-api", crate::helpers::jwks(&[&keys.ed])).unwrap();
+    let app = app(inner).layer(from_fn_with_state(outer, guard));
+    // For market-data-api and news-api only: the guard takes it, the oms-api handler not.
+    let answer = bearer(&app, "/whoami", &keys.ed.sign(&claims(ISSUER))).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        answer.body["error_description"],
+        "the token is not meant for this API"
+    );
+}
