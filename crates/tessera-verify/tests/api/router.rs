@@ -298,6 +298,8 @@ async fn verify_alone_refuses_bound_tokens() {
         .verify(&keys.ed.sign(&claims(ISSUER)))
         .await
         .is_ok());
+    // A `cnf` naming neither a key nor a certificate binds to nothing this kit checks.
+    assert!(verifier.verify(&bound(json!({}))).await.is_ok());
 
     let (method, uri) = (Method::GET, Uri::from_static("/whoami"));
     let mut headers = HeaderMap::new();
