@@ -41,14 +41,21 @@ pub struct Config {
     pub max_in_flight: usize,
     /// Connections open at once; past this the server stops accepting until one closes.
     pub max_connections: usize,
-    /// Connections one source address may hold at once; past this its new connections are
+    /// Connections one source address (an IPv4 address, or an IPv6 /64: one host is
+    /// usually given a whole /64) may hold at once; past this its new connections are
     /// closed at once. Behind a load balancer (`trusted_proxies`), every caller has the
     /// balancer's address, so this caps the balancer: raise it to `max_connections` there.
     pub max_connections_per_address: usize,
-    /// Requests one connection may carry before its answer says `Connection: close`.
+    /// Requests one connection may carry before its answer says `Connection: close`
+    /// (HTTP/1.1) or the connection is sent GOAWAY (HTTP/2).
     pub max_requests_per_connection: usize,
-    /// How long one connection may be kept alive before an answer says `Connection: close`.
+    /// How long one connection may be kept alive before an answer says `Connection: close`
+    /// (HTTP/1.1) or the connection is sent GOAWAY (HTTP/2).
     pub max_connection_age: Duration,
+    /// How long a connection may stay open without a request in flight: then HTTP/2 is
+    /// sent GOAWAY and HTTP/1.1 is closed, so that idle connections (an HTTP/2 client that
+    /// only answers PINGs) cannot hold the connection slots.
+    pub idle_timeout: Duration,
     /// Whether `/metrics` is served beside the OAuth endpoints; off when it is served on a
     /// listener of its own ([`crate::run_metrics`]).
     pub metrics_on_main_listener: bool,
@@ -120,6 +127,7 @@ impl Config {
             max_connections_per_address: 1_000,
             max_requests_per_connection: 100_000,
             max_connection_age: Duration::from_secs(600),
+            idle_timeout: routes::DEFAULT_TIMEOUT,
             metrics_on_main_listener: true,
             console: true,
             dpop_nonce: false,

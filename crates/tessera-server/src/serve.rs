@@ -5,6 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+
 use tokio::net::TcpListener;
 
 use crate::config::Config;
@@ -64,16 +67,18 @@ pub async fn run_router(
 }
 
 /// Accepts connections until `shutdown`, then lets each connection finish its in-flight
-/// request: HTTP/1.1 in plain text, or with [`Config::tls`] HTTPS with HTTP/2 or HTTP/1.1
+/// requests: HTTP/1.1 in plain text, or with [`Config::tls`] HTTPS with HTTP/2 or HTTP/1.1
 /// as ALPN agrees. A client gets `header_timeout` to finish its TLS handshake and to send
 /// its request head (a slowloris defence; the body is bounded by the request timeout
-/// layer), and every request sees its peer as `ConnectInfo<SocketAddr>`.
+/// layer), and every request sees its peer as `ConnectInfo<SocketAddr>`. Every connection,
+/// whatever its protocol, ends when idle or spent ([`Lifetime`]).
 async fn serve(
     listener: TcpListener,
     router: axum::Router,
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use hyper::server::conn::{http1, http2};
     use hyper_util::rt::{TokioExecutor, TokioTimer};
 
     if config.metrics_on_main_listener {
@@ -85,26 +90,22 @@ async fn serve(
              size): in production serve it on a private address with --metrics-listen"
         );
     }
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1
-        .timer(TokioTimer::new())
+    let mut h1 = http1::Builder::new();
+    h1.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
         // A request head (and what is buffered of a body) fits in 16 KiB; bounding the
         // buffer bounds the memory an unfinished head can hold.
         .max_buf_size(16 * 1024)
         .keep_alive(true);
-    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
-        // As many requests at once on one connection as one address may hold connections.
-        .max_concurrent_streams(
-            u32::try_from(config.max_connections_per_address).unwrap_or(u32::MAX),
-        )
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(16 * 1024)
         .keep_alive_interval(Some(Duration::from_secs(30)));
     let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
     let per_address = Arc::new(PerAddress::new(config.max_connections_per_address));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Every connection's task holds a receiver; once all are dropped, all have ended.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         // At the cap, stop accepting (the kernel's backlog holds the rest) until one closes.
@@ -124,28 +125,35 @@ async fn serve(
                 }
             },
         };
-        // One address may hold only its share of the connections (without a trusted proxy
-        // in front: behind one, every caller has the proxy's address and the cap is its).
-        let Some(address_slot) = per_address.admit(crate::limits::canonical(peer.ip())) else {
+        // One address (an IPv6 /64) may hold only its share of the connections (without a
+        // trusted proxy in front: behind one, every caller has the proxy's address and the
+        // cap is its).
+        let Some(address_slot) = per_address.admit(peer.ip()) else {
             tracing::debug!(peer = %peer.ip(), "connection refused: the address holds its share");
             drop(stream);
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let watcher = graceful.watcher();
-        let (http1, http2, router) = (http1.clone(), http2.clone(), router.clone());
+        let (h1, h2, router) = (h1.clone(), h2.clone(), router.clone());
         let (tls, handshake_timeout) = (config.tls.clone(), config.header_timeout);
-        let bounds = KeepAlive {
-            max_requests: config.max_requests_per_connection,
-            max_age: config.max_connection_age,
-            clock: config.clock.clone(),
+        let lifetime = Lifetime::new(config);
+        let ending = Ending {
+            idle: config.idle_timeout,
+            grace: config.request_timeout,
+            stopping: stopping.clone(),
         };
         tokio::spawn(async move {
             let _slots = (slot, address_slot);
             let Some(tls) = tls else {
-                let service = service(router, peer, Some(bounds), None, false);
-                let connection = http1.serve_connection(TokioIo::new(stream), service);
-                finish(watcher.watch(connection)).await;
+                let service = service(router, peer, lifetime.clone(), None, Protocol::Http);
+                let connection = h1.serve_connection(TokioIo::new(stream), service);
+                drive(
+                    connection,
+                    http1::Connection::graceful_shutdown,
+                    lifetime,
+                    ending,
+                )
+                .await;
                 return;
             };
             let stream = match tokio::time::timeout(
@@ -169,19 +177,32 @@ async fn serve(
                 PeerCertificate(chain.iter().map(|c| c.clone().into_owned()).collect())
             });
             if session.alpn_protocol() == Some(b"h2") {
-                // HTTP/2 has no Connection: close; its streams end with the connection.
-                let service = service(router, peer, None, certificate, true);
-                let connection = http2.serve_connection(TokioIo::new(stream), service);
-                finish(watcher.watch(connection)).await;
+                let service = service(router, peer, lifetime.clone(), certificate, Protocol::H2);
+                let connection = h2.serve_connection(TokioIo::new(stream), service);
+                drive(
+                    connection,
+                    http2::Connection::graceful_shutdown,
+                    lifetime,
+                    ending,
+                )
+                .await;
             } else {
-                let service = service(router, peer, Some(bounds), certificate, true);
-                let connection = http1.serve_connection(TokioIo::new(stream), service);
-                finish(watcher.watch(connection)).await;
+                let service = service(router, peer, lifetime.clone(), certificate, Protocol::Https);
+                let connection = h1.serve_connection(TokioIo::new(stream), service);
+                drive(
+                    connection,
+                    http1::Connection::graceful_shutdown,
+                    lifetime,
+                    ending,
+                )
+                .await;
             }
         });
     }
     drop(listener);
-    if tokio::time::timeout(config.request_timeout * 3, graceful.shutdown())
+    drop(stopping);
+    stop.send_replace(true);
+    if tokio::time::timeout(config.request_timeout * 3, stop.closed())
         .await
         .is_err()
     {
@@ -192,6 +213,12 @@ async fn serve(
 
 use hyper_util::rt::TokioIo;
 
+/// Requests one HTTP/2 connection may carry at once (SETTINGS_MAX_CONCURRENT_STREAMS, RFC
+/// 9113 section 6.5.2): a browser or a client kit needs a handful; a hundred bounds what
+/// one connection can make the server hold (half-sent bodies, each alive for the request
+/// timeout).
+const MAX_STREAMS: u32 = 100;
+
 /// `Strict-Transport-Security` of every answer over TLS (RFC 6797 section 6.1): a browser
 /// that has seen the console over https never tries it over plain http for a year, so a
 /// network attacker cannot strip TLS from a later visit. Never over plain HTTP (RFC 6797
@@ -200,28 +227,179 @@ use hyper_util::rt::TokioIo;
 /// header wins.
 const HSTS: &str = "max-age=31536000";
 
-/// How long an HTTP/1.1 connection may be kept alive, so that no caller holds one forever.
-#[derive(Clone)]
-struct KeepAlive {
-    /// Requests served before the answer says `Connection: close`.
+/// What a connection is spoken in: the answer headers it needs differ.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// HTTP/1.1 in plain text.
+    Http,
+    /// HTTP/1.1 over TLS.
+    Https,
+    /// HTTP/2 over TLS.
+    H2,
+}
+
+/// One connection's bounds and what its requests have done, shared by its service (which
+/// counts requests) and the task that drives it (which ends the connection), so that no
+/// caller holds a connection forever: it ends once idle for [`Config::idle_timeout`], and
+/// is retired once it has served [`Config::max_requests_per_connection`] requests or
+/// reached [`Config::max_connection_age`]. A request costs a few atomic operations and no
+/// wake-up: the driving task reads the traces when its idle timer fires.
+struct Lifetime {
+    /// Requests served before the connection is retired.
     max_requests: usize,
-    /// Age, by `clock`, past which the next answer says `Connection: close`.
+    /// Age, by `clock`, past which the connection is retired at its next answer.
     max_age: Duration,
     /// The state's clock: the age is a decision by time, so a test moves it.
     clock: crate::clock::Clock,
+    /// When the connection opened, by `clock`.
+    opened: Duration,
+    /// When the connection opened, by tokio's clock (which the idle timer runs on).
+    started: tokio::time::Instant,
+    /// Milliseconds after `started` at which the last request ended.
+    last_active: AtomicU64,
+    /// Requests being worked on now (several at once on HTTP/2).
+    in_flight: AtomicUsize,
+    /// Requests answered so far.
+    served: AtomicUsize,
+    /// Set once the connection has served its share.
+    retired: AtomicBool,
+    /// Wakes the driving task when the connection retires.
+    retiring: tokio::sync::Notify,
+}
+
+impl Lifetime {
+    fn new(config: &Config) -> Arc<Self> {
+        Arc::new(Self {
+            max_requests: config.max_requests_per_connection,
+            max_age: config.max_connection_age,
+            opened: config.clock.elapsed(),
+            clock: config.clock.clone(),
+            started: tokio::time::Instant::now(),
+            last_active: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            served: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+            retiring: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Counts an answer; whether the connection has now served its share (and is retired).
+    fn answered(&self) -> bool {
+        let count = self.served.fetch_add(1, Relaxed) + 1;
+        let age = self.clock.elapsed().saturating_sub(self.opened);
+        if count >= self.max_requests || age >= self.max_age {
+            self.retired.store(true, Relaxed);
+            // Kept for the waiter if it is not waiting yet.
+            self.retiring.notify_one();
+            return true;
+        }
+        false
+    }
+
+    /// Resolves once the connection is retired, or has had no request in flight for
+    /// `idle`.
+    async fn spent(&self, idle: Duration) {
+        loop {
+            if self.retired.load(Relaxed) {
+                return;
+            }
+            let now = tokio::time::Instant::now();
+            // Acquire: a request that has ended has written `last_active` before.
+            let look_again = if self.in_flight.load(Acquire) > 0 {
+                // Busy: not idle, whatever the timeout; looked at again later.
+                now + idle.max(Duration::from_secs(1))
+            } else {
+                let quiet_until =
+                    self.started + Duration::from_millis(self.last_active.load(Relaxed)) + idle;
+                if quiet_until <= now {
+                    return;
+                }
+                quiet_until
+            };
+            tokio::select! {
+                () = self.retiring.notified() => {}
+                () = tokio::time::sleep_until(look_again) => {}
+            }
+        }
+    }
+}
+
+/// One request in flight on a connection, from the service's call until its answer (or
+/// until it is dropped, say when the client resets the stream).
+struct Working(Arc<Lifetime>);
+
+impl Working {
+    fn begin(lifetime: &Arc<Lifetime>) -> Self {
+        lifetime.in_flight.fetch_add(1, Relaxed);
+        Self(Arc::clone(lifetime))
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        let lifetime = &self.0;
+        let since_start = u64::try_from(lifetime.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        lifetime.last_active.fetch_max(since_start, Relaxed);
+        lifetime.in_flight.fetch_sub(1, Release);
+    }
+}
+
+/// What ends a connection from outside its requests.
+struct Ending {
+    /// How long it may stay without a request in flight.
+    idle: Duration,
+    /// How long its requests may take to finish once it is asked to end: the request
+    /// timeout, the longest any takes. A client that keeps it open longer (say one that
+    /// never acknowledges HTTP/2's shutdown PING) is cut off.
+    grace: Duration,
+    /// Becomes `true` when the server shuts down.
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Serves `connection` until it ends by itself, or until it is idle or spent
+/// ([`Lifetime::spent`]) or the server stops: then it is asked to end gracefully, with
+/// `graceful_shutdown` (HTTP/2: GOAWAY, RFC 9113 section 6.8; HTTP/1.1: closed once the
+/// answer in progress is sent), and given [`Ending::grace`] to do so.
+async fn drive<C, E>(
+    connection: C,
+    graceful_shutdown: fn(std::pin::Pin<&mut C>),
+    lifetime: Arc<Lifetime>,
+    mut ending: Ending,
+) where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let mut connection = std::pin::pin!(connection);
+    let why = tokio::select! {
+        result = connection.as_mut() => return log_end(result),
+        _ = ending.stopping.wait_for(|stop| *stop) => "the server is stopping",
+        () = lifetime.spent(ending.idle) => "idle or spent",
+    };
+    tracing::debug!(why, "ending a connection");
+    graceful_shutdown(connection.as_mut());
+    match tokio::time::timeout(ending.grace, connection).await {
+        Ok(result) => log_end(result),
+        Err(_) => tracing::debug!("a connection did not end within its grace; closed"),
+    }
+}
+
+fn log_end<E: std::fmt::Display>(result: Result<(), E>) {
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+    }
 }
 
 /// The router as one connection's service: each request learns its peer (and the client
-/// certificate it presented, if any), and with
-/// `keep_alive` bounds (requests, age) an HTTP/1.1 answer says `Connection: close` once
-/// the connection has served its share, so the client opens a new one (RFC 9112 9.6).
-/// Over TLS (`https`) every answer carries [`HSTS`].
+/// certificate it presented, if any) and counts in the connection's [`Lifetime`]. Once the
+/// connection has served its share, an HTTP/1.1 answer says `Connection: close`, so the
+/// client opens a new one (RFC 9112 section 9.6), and an HTTP/2 connection is sent GOAWAY
+/// ([`drive`]). Over TLS every answer carries [`HSTS`].
 fn service(
     router: axum::Router,
     peer: std::net::SocketAddr,
-    keep_alive: Option<KeepAlive>,
+    lifetime: Arc<Lifetime>,
     certificate: Option<PeerCertificate>,
-    https: bool,
+    protocol: Protocol,
 ) -> hyper_util::service::TowerToHyperService<
     impl tower::Service<
             axum::extract::Request<hyper::body::Incoming>,
@@ -231,9 +409,9 @@ fn service(
         > + Clone,
 > {
     use axum::extract::ConnectInfo;
+    use axum::http::{header, HeaderValue};
     use tower::ServiceExt;
-    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let keep_alive = keep_alive.map(|bounds| (bounds.clock.elapsed(), bounds));
+    let working = Arc::clone(&lifetime);
     let service = router
         .map_request(move |mut request: axum::extract::Request<_>| {
             request.extensions_mut().insert(ConnectInfo(peer));
@@ -243,31 +421,27 @@ fn service(
             request
         })
         .map_response(move |mut response: axum::response::Response| {
-            if https {
-                response
-                    .headers_mut()
-                    .entry(axum::http::header::STRICT_TRANSPORT_SECURITY)
-                    .or_insert(axum::http::HeaderValue::from_static(HSTS));
+            let headers = response.headers_mut();
+            if protocol != Protocol::Http {
+                headers
+                    .entry(header::STRICT_TRANSPORT_SECURITY)
+                    .or_insert(HeaderValue::from_static(HSTS));
             }
-            if let Some((opened, bounds)) = &keep_alive {
-                let count = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let age = bounds.clock.elapsed().saturating_sub(*opened);
-                if count >= bounds.max_requests || age >= bounds.max_age {
-                    response.headers_mut().insert(
-                        axum::http::header::CONNECTION,
-                        axum::http::HeaderValue::from_static("close"),
-                    );
-                }
+            // HTTP/2 has no Connection header (RFC 9113 section 8.2.2): GOAWAY instead.
+            if lifetime.answered() && protocol != Protocol::H2 {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             response
+        })
+        .map_future(move |answer| {
+            let working = Working::begin(&working);
+            async move {
+                let answer = answer.await;
+                drop(working);
+                answer
+            }
         });
     hyper_util::service::TowerToHyperService::new(service)
-}
-
-async fn finish<E: std::fmt::Display>(connection: impl Future<Output = Result<(), E>>) {
-    if let Err(error) = connection.await {
-        tracing::debug!(%error, "connection ended with an error");
-    }
 }
 
 /// Open connections per source address, so that one address cannot hold them all.
@@ -291,9 +465,12 @@ impl PerAddress {
         }
     }
 
-    /// A place for one more connection from `ip`, unless it holds its share already. The
-    /// map holds only addresses with open connections, so it is bounded by the global cap.
-    fn admit(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<AddressSlot> {
+    /// A place for one more connection from `peer`, unless its address holds its share
+    /// already: an IPv4 address, or an IPv6 /64 (IPv4-mapped IPv6 counts as IPv4), as
+    /// [`crate::limits::source_bucket`] counts sources. The map holds only addresses with
+    /// open connections, so it is bounded by the global cap.
+    fn admit(self: &Arc<Self>, peer: std::net::IpAddr) -> Option<AddressSlot> {
+        let ip = crate::limits::source_bucket(peer);
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let count = open.entry(ip).or_default();
         if *count >= self.cap {
@@ -316,5 +493,102 @@ impl Drop for AddressSlot {
                 open.remove(&self.ip);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    fn ip(text: &str) -> std::net::IpAddr {
+        text.parse().unwrap()
+    }
+
+    /// The per-address cap counts an IPv6 /64 as one address (one host is usually given a
+    /// whole /64), and an IPv4-mapped address as the IPv4 address it is (issue 23, M2).
+    #[test]
+    fn one_ipv6_64_holds_one_share_of_connections() {
+        let cap = Arc::new(PerAddress::new(2));
+        let admit = |text: &str| cap.admit(ip(text));
+        let held = [
+            admit("2001:db8:1:2::1").unwrap(),
+            admit("2001:db8:1:2:ffff:ffff:ffff:fffe").unwrap(),
+        ];
+        assert!(admit("2001:db8:1:2::3").is_none(), "the same /64");
+        assert!(admit("2001:db8:1:3::1").is_some(), "another /64");
+        let v4 = admit("192.0.2.7").unwrap();
+        let _mapped = admit("::ffff:192.0.2.7").unwrap();
+        assert!(
+            admit("192.0.2.7").is_none(),
+            "mapped and plain IPv4 count as one"
+        );
+        drop(v4);
+        assert!(admit("::ffff:192.0.2.7").is_some());
+        drop(held);
+        assert!(admit("2001:db8:1:2::9").is_some(), "given back on close");
+    }
+
+    fn lifetime(configure: impl FnOnce(&mut Config)) -> (Arc<Lifetime>, ManualClock) {
+        let clock = ManualClock::at(1_000);
+        let mut config = Config::new("http://x");
+        config.clock = clock.clone().into();
+        configure(&mut config);
+        (Lifetime::new(&config), clock)
+    }
+
+    /// Whether `spent` resolves at once (polled until nothing more is ready).
+    async fn spent_now(lifetime: &Lifetime, idle: Duration) -> bool {
+        tokio::time::timeout(Duration::ZERO, lifetime.spent(idle))
+            .await
+            .is_ok()
+    }
+
+    /// Waits for `spent` as for an event (20 s at most).
+    async fn spent_soon(lifetime: &Lifetime, idle: Duration) -> bool {
+        tokio::time::timeout(Duration::from_secs(20), lifetime.spent(idle))
+            .await
+            .is_ok()
+    }
+
+    /// A connection without a request in flight for the idle timeout is spent; one with a
+    /// request in flight is not, whatever the timeout.
+    #[tokio::test]
+    async fn a_connection_is_spent_once_idle_for_the_timeout() {
+        let (lifetime, _) = lifetime(|_| {});
+        assert!(!spent_now(&lifetime, Duration::from_secs(3600)).await);
+        assert!(spent_soon(&lifetime, Duration::ZERO).await);
+
+        let working = Working::begin(&lifetime);
+        assert!(
+            !spent_now(&lifetime, Duration::ZERO).await,
+            "a request is in flight"
+        );
+        drop(working);
+        assert!(spent_soon(&lifetime, Duration::ZERO).await);
+        assert!(!spent_now(&lifetime, Duration::from_secs(3600)).await);
+    }
+
+    /// Retired by its request count or by its age on the state's clock, checked at each
+    /// answer, whatever the idle timeout and with requests in flight.
+    #[tokio::test]
+    async fn a_connection_retires_after_its_requests_or_its_age() {
+        let idle = Duration::from_secs(3600);
+        let (by_count, _) = lifetime(|c| c.max_requests_per_connection = 2);
+        assert!(!by_count.answered());
+        assert!(!spent_now(&by_count, idle).await);
+        assert!(by_count.answered());
+        assert!(spent_now(&by_count, idle).await);
+
+        let (by_age, clock) = lifetime(|c| c.max_connection_age = Duration::from_secs(600));
+        let working = Working::begin(&by_age);
+        assert!(!by_age.answered());
+        clock.advance(Duration::from_secs(599));
+        assert!(!by_age.answered());
+        assert!(!spent_now(&by_age, idle).await);
+        clock.advance(Duration::from_secs(1));
+        assert!(by_age.answered());
+        assert!(spent_now(&by_age, idle).await);
+        drop(working);
     }
 }
