@@ -157,5 +157,11 @@ mod tests {
         assert!(!dpop.is_current("", 1_000));
         // Without nonces, none is asked for.
         assert_eq!(Dpop::new(None).nonce(1_000), None);
+        // Debug says whether nonces are on, and never prints the key.
+        assert_eq!(
+            format!("{:?}", Dpop::new(None)),
+            "Dpop { nonces: false, .. }"
+        );
+        assert_eq!(format!("{:?}", dpop), "Dpop { nonces: true, .. }");
     }
 }

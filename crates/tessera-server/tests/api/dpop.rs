@@ -286,6 +286,7 @@ async fn a_proof_replayed_at_another_instance_is_refused_through_redis() {
             s.database_url = db;
         }
     };
+    let keys_seen = format!("{prefix}seen:*");
     let first = spawn_with(setup("http://tessera.test", prefix.clone(), None)).await;
     let second = spawn_with(setup(
         "http://tessera.test",
@@ -301,6 +302,25 @@ async fn a_proof_replayed_at_another_instance_is_refused_through_redis() {
         token_with(&first, &client, FORM, &[&proof]).await.status(),
         200
     );
+    // Remembered for as long as its iat can be accepted, 60 s either way of the clock:
+    // two windows and a second (Redis counts in its own time, not the test's clock).
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let seen: Vec<String> = redis::cmd("KEYS")
+        .arg(&keys_seen)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(&seen[0])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!((120..=121).contains(&ttl), "{ttl}");
     let (status, code, description) =
         error_of(token_with(&second, &client, FORM, &[&proof]).await).await;
     assert_eq!((status, code.as_str()), (400, "invalid_dpop_proof"));
