@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::Sqlite;
+use sqlx::{Connection, Sqlite};
 
 use crate::sql::{Dialect, SqlStore};
 use crate::{Result, StoreError};
@@ -79,13 +79,30 @@ impl SqliteStore {
     }
 
     /// Connects to an existing file; SQLite is never asked to create one.
+    ///
+    /// A connection still inside a transaction when it goes back to the pool is closed, not
+    /// reused. A COMMIT that fails with `SQLITE_FULL` (or another I/O error) may have been
+    /// rolled back by SQLite itself; sqlx's own ROLLBACK then fails and it goes on counting
+    /// the connection as inside a transaction, so that its next transaction begins as a
+    /// SAVEPOINT that opens one SQLite never ends: every later "commit" on it would only
+    /// release a savepoint (reported as done, never durable) while it holds the write lock
+    /// against every other connection, until a restart. Closing it rolls back whatever it
+    /// held; the pool opens a fresh one.
     async fn connect_file(spec: &str) -> Result<Self> {
         let options = SqliteConnectOptions::from_str(&format!("sqlite://{spec}"))?
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new().max_connections(4);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .after_release(|connection, _| {
+                Box::pin(async move {
+                    // Runs the rollback a dropped transaction queued, then looks.
+                    connection.ping().await?;
+                    Ok(!connection.is_in_transaction())
+                })
+            });
         Self::connect(pool, options, sqlx::migrate!("migrations/sqlite")).await
     }
 }
@@ -200,6 +217,81 @@ mod tests {
         assert!(wal() > 0);
         assert!(store.checkpoint().await.unwrap());
         assert_eq!(wal(), 0);
+    }
+
+    /// A full disk (a tmpfs the test fills) fails writes; none is reported done unless it
+    /// is durable, and writes work again as soon as space returns, with the same store.
+    #[tokio::test]
+    async fn on_a_full_disk_no_write_is_reported_done_unless_durable_and_writes_recover() {
+        use crate::Store;
+        let Some(disk) = crate::testing::SmallDisk::mount("2m") else {
+            return;
+        };
+        let url = format!("sqlite://{}", disk.path.join("t.db").display());
+        let store = SqliteStore::open(&url).await.unwrap();
+        store.put_plan(&sample_plan()).await.unwrap();
+        disk.fill();
+        let mut reported = Vec::new();
+        let mut failed = 0;
+        for n in 0..12 {
+            match store.insert_client(&sample_client(n)).await {
+                Ok(()) => reported.push(n),
+                Err(StoreError::Backend(_)) => failed += 1,
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert!(
+            failed > 0,
+            "the disk was not full: {reported:?} all written"
+        );
+        // Another connection (a CLI, another process) sees what was reported done.
+        let other = SqliteStore::open_existing(&url).await.unwrap();
+        for &n in &reported {
+            let id = sample_client(n).id;
+            assert!(
+                other.client(&id).await.unwrap().is_some(),
+                "{id} was reported done"
+            );
+        }
+        disk.free();
+        // No restart: the same store writes at once, and so does the other connection.
+        for n in 100..103 {
+            store.insert_client(&sample_client(n)).await.unwrap();
+            assert!(other.client(&sample_client(n).id).await.unwrap().is_some());
+        }
+        other.insert_client(&sample_client(200)).await.unwrap();
+        store.pool.close().await;
+        other.pool.close().await;
+    }
+
+    fn sample_plan() -> crate::Plan {
+        crate::Plan {
+            name: "p".into(),
+            scopes: tessera_proto::ScopeSet::parse_names("a").unwrap(),
+            token_ttl: 60,
+            token_rate: None,
+            reuse_percent: None,
+            introspect_any: false,
+            dpop: crate::DpopPolicy::Allowed,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    /// A client whose row takes a few hundred bytes, so that a full disk refuses it.
+    fn sample_client(n: usize) -> crate::Client {
+        crate::Client {
+            id: tessera_proto::ClientId::parse(&format!("c{n}")).unwrap(),
+            plan: "p".into(),
+            label: "x".repeat(300),
+            secret_hash: vec![1; 32],
+            previous_secret: None,
+            auth_method: crate::AuthMethod::ClientSecretBasic,
+            certificate: None,
+            enabled: true,
+            created_at: 0,
+            updated_at: 0,
+        }
     }
 
     /// The durability promise rests on these two settings of every connection: an

@@ -1,5 +1,5 @@
 //! Test support (feature `test-support`): a scratch PostgreSQL schema per test, so tests can
-//! share one database server without seeing each other's rows.
+//! share one database server without seeing each other's rows; and a small disk to fill.
 
 use std::str::FromStr;
 
@@ -64,5 +64,78 @@ impl Drop for ScratchSchema {
             }
         })
         .join();
+    }
+}
+
+/// A small tmpfs mounted for one test, which the test fills to play a full disk, and
+/// unmounts when dropped. Mounting needs root (or `CAP_SYS_ADMIN`).
+#[derive(Debug)]
+pub struct SmallDisk {
+    /// Where it is mounted.
+    pub path: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `size` (`mount -o size=`, e.g. `2m`). `None`, with the reason
+    /// printed, where mounting is not permitted, so that the test can skip; under `CI=true`
+    /// it panics instead, so that a CI run never passes by skipping.
+    pub fn mount(size: &str) -> Option<Self> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("tessera-disk-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("a folder to mount on");
+        let mounted = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(&path)
+            .output();
+        let reason = match mounted {
+            Ok(out) if out.status.success() => return Some(Self { path }),
+            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            Err(e) => format!("mount could not run: {e}"),
+        };
+        let _ = std::fs::remove_dir(&path);
+        let reason = format!("a tmpfs cannot be mounted here ({reason})");
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{reason}; CI must run the full-disk tests (as root)"
+        );
+        eprintln!("skipped: {reason}");
+        None
+    }
+
+    /// Fills the disk with a file of zeros until the file system refuses more.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(self.filler()).expect("the filler file");
+        for chunk in [1 << 16, 512] {
+            let zeros = vec![0u8; chunk];
+            while filler.write_all(&zeros).is_ok() {}
+        }
+    }
+
+    /// Frees the space [`fill`](Self::fill) took.
+    pub fn free(&self) {
+        std::fs::remove_file(self.filler()).expect("the filler removed");
+    }
+
+    fn filler(&self) -> std::path::PathBuf {
+        self.path.join("filler")
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        // Lazily: a pool closing in the background may still hold the database open.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
+        let _ = std::fs::remove_dir(&self.path);
     }
 }
