@@ -77,7 +77,10 @@ impl Modify for Security {
                     .bearer_format("JWT")
                     .description(Some(
                         "An access token of this server with scope tessera-admin \
-                         (or tessera-admin-read for GET)",
+                         (or tessera-admin-read for GET). A DPoP-bound token is sent as \
+                         `Authorization: DPoP <token>` with a DPoP proof for the request \
+                         (RFC 9449 section 7.1); a certificate-bound one over a connection \
+                         presenting its certificate (RFC 8705 section 3)",
                     ))
                     .build(),
             ),
