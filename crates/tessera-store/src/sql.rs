@@ -4,8 +4,12 @@
 //! The statements are portable. Both schemas have the same tables, columns and 64-bit
 //! integer types, so a `u32` is bound as an `i64` everywhere. Both databases know
 //! `ON CONFLICT`, `excluded` and `RETURNING`; the last tells whether a statement changed a
-//! row, since sqlx reports the count only on each backend's own result type. And SQLite
-//! reads `$N` as PostgreSQL does (sqlx binds it by number, as it binds `?N`).
+//! row, since sqlx reports the count only on each backend's own result type. Such a write is
+//! always read to its end (`fetch_all`, never `fetch_optional`): SQLite commits a statement
+//! outside a transaction when it runs to completion, and a statement reset after its first
+//! row commits there instead, where a failure (a full disk) is lost: the row would report a
+//! change that was rolled back. And SQLite reads `$N` as PostgreSQL does (sqlx binds it by
+//! number, as it binds `?N`).
 //!
 //! What truly differs stays with each backend: how it opens (connect options, pool size,
 //! migrations) and its [`Dialect`], the statements it words its own way.
@@ -272,9 +276,9 @@ where
     async fn delete_trust_policy(&self, name: &str) -> Result<bool> {
         let gone = sqlx::query("DELETE FROM trust_policies WHERE name = $1 RETURNING name")
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_all(&self.pool)
             .await?;
-        Ok(gone.is_some())
+        Ok(!gone.is_empty())
     }
 
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
@@ -317,11 +321,11 @@ where
              AND NOT EXISTS (SELECT 1 FROM clients WHERE plan = $1) RETURNING name",
         )
         .bind(name)
-        .fetch_optional(&self.pool)
+        .fetch_all(&self.pool)
         .await
         // A client added to the plan meanwhile (PostgreSQL checks the reference).
         .map_err(|e| rows::constraint(e, "", name))?;
-        if gone.is_some() {
+        if !gone.is_empty() {
             return Ok(PlanRemoval::Removed);
         }
         let exists = sqlx::query("SELECT 1 FROM plans WHERE name = $1")
@@ -416,9 +420,9 @@ where
             .bind(answer.fingerprint.as_slice())
             .bind(answer.answer.as_slice())
             .bind(answer.created_at)
-            .fetch_optional(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
-            if claimed.is_none() {
+            if claimed.is_empty() {
                 drop(tx);
                 let first = self.idempotent_answer(&answer.owner, &answer.key).await?;
                 // Forgotten between the two statements: the key is free again, but a retry
@@ -515,18 +519,18 @@ where
         .bind(uri)
         .bind(jwks)
         .bind(jwks_uri)
-        .fetch_optional(&self.pool)
+        .fetch_all(&self.pool)
         .await
         .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
-        Ok(changed.is_some())
+        Ok(!changed.is_empty())
     }
 
     async fn delete_client(&self, id: &ClientId) -> Result<bool> {
         let gone = sqlx::query("DELETE FROM clients WHERE id = $1 RETURNING id")
             .bind(id.as_str())
-            .fetch_optional(&self.pool)
+            .fetch_all(&self.pool)
             .await?;
-        Ok(gone.is_some())
+        Ok(!gone.is_empty())
     }
 
     async fn insert_key(&self, key: &SigningKey) -> Result<()> {
@@ -558,9 +562,9 @@ where
     async fn delete_key(&self, kid: &str) -> Result<bool> {
         let gone = sqlx::query("DELETE FROM signing_keys WHERE kid = $1 RETURNING kid")
             .bind(kid)
-            .fetch_optional(&self.pool)
+            .fetch_all(&self.pool)
             .await?;
-        Ok(gone.is_some())
+        Ok(!gone.is_empty())
     }
 
     async fn latest_change(&self) -> Result<i64> {

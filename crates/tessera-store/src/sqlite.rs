@@ -219,8 +219,10 @@ mod tests {
         assert_eq!(wal(), 0);
     }
 
-    /// A full disk (a tmpfs the test fills) fails writes; none is reported done unless it
-    /// is durable, and writes work again as soon as space returns, with the same store.
+    /// Transactions that fail one after another on a full disk (a tmpfs the test fills):
+    /// none is reported done unless it is durable, and writes work again as soon as space
+    /// returns, with the same store. A connection whose COMMIT failed was reused, and every
+    /// later transaction on it only released a savepoint.
     #[tokio::test]
     async fn on_a_full_disk_no_write_is_reported_done_unless_durable_and_writes_recover() {
         use crate::Store;
@@ -260,6 +262,146 @@ mod tests {
             assert!(other.client(&sample_client(n).id).await.unwrap().is_some());
         }
         other.insert_client(&sample_client(200)).await.unwrap();
+        store.pool.close().await;
+        other.pool.close().await;
+    }
+
+    /// A full disk (a tmpfs the test fills) fails every kind of write with an error, none
+    /// reported done, and nothing of them is stored; once space returns the same store
+    /// writes again, without a restart, and another connection is never locked out.
+    #[tokio::test]
+    async fn on_a_full_disk_every_write_fails_unreported_and_writes_recover() {
+        use crate::{IdempotentAnswer, Revoked, SigningKey, Store, TrustPolicy, Usage};
+        let Some(disk) = crate::testing::SmallDisk::mount("2m") else {
+            return;
+        };
+        let url = format!("sqlite://{}", disk.path.join("t.db").display());
+        let store = SqliteStore::open(&url).await.unwrap();
+        let other = SqliteStore::open_existing(&url).await.unwrap();
+        let plan = |name: &str| crate::Plan {
+            name: name.into(),
+            ..sample_plan()
+        };
+        let key = |kid: &str| SigningKey {
+            kid: kid.into(),
+            alg: tessera_proto::Algorithm::EdDSA,
+            public_jwk: "{}".into(),
+            private_sealed: vec![9; 48],
+            created_at: 0,
+            activates_at: 0,
+        };
+        let policy = |name: &str| TrustPolicy {
+            name: name.into(),
+            client_id: sample_client(0).id,
+            issuer: "https://issuer.example".into(),
+            jwks_uri: None,
+            audience: "tessera".into(),
+            subject: "s".into(),
+            claims: "{}".into(),
+            max_assertion_ttl: None,
+            created_at: 0,
+        };
+        store.put_plan(&plan("p")).await.unwrap();
+        store.put_plan(&plan("unused")).await.unwrap();
+        store.insert_client(&sample_client(0)).await.unwrap();
+        store.insert_client(&sample_client(1)).await.unwrap();
+        store.insert_key(&key("k0")).await.unwrap();
+        store.put_trust_policy(&policy("t0")).await.unwrap();
+        let before = (
+            store.clients().await.unwrap(),
+            store.plans().await.unwrap(),
+            store.keys().await.unwrap(),
+            store.trust_policies().await.unwrap(),
+        );
+        let relabelled = crate::Client {
+            label: "changed".into(),
+            ..sample_client(0)
+        };
+        let answer = IdempotentAnswer {
+            owner: "admin".into(),
+            key: "k".into(),
+            fingerprint: vec![1],
+            answer: vec![2],
+            created_at: 0,
+        };
+        let revoked = Revoked {
+            jti: "j".into(),
+            client_id: "c0".into(),
+            exp: i64::MAX,
+        };
+        let usage = Usage {
+            client_id: "c0".into(),
+            day: "2030-01-01".into(),
+            issued: 1,
+            refused: 0,
+        };
+        // An empty log: each write must grow it.
+        assert!(store.checkpoint().await.unwrap());
+
+        disk.fill();
+        let answered: Vec<(&str, Result<()>)> = vec![
+            ("insert", store.insert_client(&sample_client(2)).await),
+            (
+                "insert once",
+                store
+                    .insert_clients_once(&[sample_client(3)], Some(&answer))
+                    .await
+                    .map(drop),
+            ),
+            ("update", store.update_client(&relabelled).await.map(drop)),
+            (
+                "delete",
+                store.delete_client(&sample_client(1).id).await.map(drop),
+            ),
+            ("plan", store.put_plan(&plan("new")).await),
+            ("plan removal", store.delete_plan("unused").await.map(drop)),
+            ("key", store.insert_key(&key("k1")).await),
+            ("key removal", store.delete_key("k0").await.map(drop)),
+            ("policy", store.put_trust_policy(&policy("t1")).await),
+            (
+                "policy removal",
+                store.delete_trust_policy("t0").await.map(drop),
+            ),
+            ("revocation", store.revoke(&revoked).await),
+            ("usage", store.add_usage(std::slice::from_ref(&usage)).await),
+            ("note", store.replace_value("n", b"v").await.map(drop)),
+        ];
+        for (what, outcome) in &answered {
+            assert!(
+                matches!(outcome, Err(StoreError::Backend(_))),
+                "{what} on a full disk: {outcome:?}"
+            );
+        }
+        disk.free();
+
+        // Nothing of it is stored, as another connection sees it; and it is not locked out.
+        let after = (
+            other.clients().await.unwrap(),
+            other.plans().await.unwrap(),
+            other.keys().await.unwrap(),
+            other.trust_policies().await.unwrap(),
+        );
+        assert_eq!(after, before);
+        assert!(other.revoked_since(0, 0).await.unwrap().is_empty());
+        assert!(other.usage(&sample_client(0).id).await.unwrap().is_empty());
+        other.put_plan(&plan("from another")).await.unwrap();
+        // The same store writes again, at once.
+        store.insert_client(&sample_client(2)).await.unwrap();
+        assert!(store.update_client(&relabelled).await.unwrap());
+        assert!(store.delete_client(&sample_client(1).id).await.unwrap());
+        store.insert_key(&key("k1")).await.unwrap();
+        store.revoke(&revoked).await.unwrap();
+        store.add_usage(&[usage]).await.unwrap();
+        let clients = other.clients().await.unwrap();
+        let labels: Vec<(&str, &str)> = clients
+            .iter()
+            .map(|c| (c.id.as_str(), c.label.as_str()))
+            .collect();
+        assert_eq!(labels[0], ("c0", "changed"));
+        assert_eq!(labels[1].0, "c2");
+        assert_eq!(other.keys().await.unwrap().len(), 2);
+        assert_eq!(other.revoked_since(0, 0).await.unwrap().len(), 1);
+        assert_eq!(other.usage(&sample_client(0).id).await.unwrap().len(), 1);
         store.pool.close().await;
         other.pool.close().await;
     }
