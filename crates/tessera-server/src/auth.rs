@@ -84,8 +84,8 @@ pub(crate) enum CredentialsError {
     AssertionWithoutClient,
 }
 
-/// Why presented credentials were refused. The answer is `invalid_client` for each, with
-/// the same words for the first two, so that it tells an attacker nothing.
+/// Why presented credentials were refused. The answer is `invalid_client` for each but the
+/// last, with the same words for the first two, so that it tells an attacker nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AuthFailure {
     /// No such client (checked against a dummy hash all the same).
@@ -99,6 +99,19 @@ pub(crate) enum AuthFailure {
     /// A client assertion that failed (RFC 7523 section 3): said, since the client proved
     /// nothing by it that the answer could help an attacker with.
     Assertion(crate::assertion::AssertionError),
+    /// Not a refusal: the request waited without its in-flight slot (on a key fetch, on a
+    /// read of the store for an unknown id) and found none free after; answered 503 like
+    /// a request over the cap.
+    Overloaded,
+}
+
+impl From<crate::assertion::AssertionError> for AuthFailure {
+    fn from(error: crate::assertion::AssertionError) -> Self {
+        match error {
+            crate::assertion::AssertionError::Overloaded => Self::Overloaded,
+            error => Self::Assertion(error),
+        }
+    }
 }
 
 /// Finds the credentials in the `Authorization` header or the body (`client_id` and

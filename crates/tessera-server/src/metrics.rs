@@ -216,8 +216,8 @@ impl Metrics {
         skipped.inc_by(counts.unknown_client_skipped);
         registry.register(
             "tessera_registry_unknown_client_skipped",
-            "Unknown client ids refused without reading the store, because a read for one \
-             had just run",
+            "Unknown client ids refused without reading the store: a read for one had just \
+             run or has run too long, or the store does not answer",
             skipped,
         );
         let applied = Family::<KindLabel, Counter>::default();

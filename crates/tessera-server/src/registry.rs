@@ -11,7 +11,8 @@
 //! ([`Store::changes_since`]) after the last change it applied and applies each changed row:
 //! one disabled client costs one row, whatever the number of clients. An unknown client id of
 //! the generated shape triggers such a read at once ([`Live::refresh_for_unknown`]), so that
-//! a client created a moment ago elsewhere is served. A full reload runs only as a safety net
+//! a client created a moment ago elsewhere is served; one read at a time, on a task of its
+//! own, and none while the store does not answer. A full reload runs only as a safety net
 //! ([`Live::reload`]), in pages of clients replaced in place, so that it never holds a second
 //! copy of the registry.
 
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use tessera_store::{AuthMethod, Changes, Client, Plan, Store, StoreError, Timestamp};
 use thiserror::Error;
+use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::keys::{self, KeyRing};
@@ -49,6 +51,11 @@ const RELOAD_PAGE: u32 = 10_000;
 /// How long the store keeps a change for instances that have not read it yet. An instance
 /// that falls further behind (cut off from the store for longer) reads everything again.
 pub const CHANGE_RETENTION: Duration = Duration::from_secs(3600);
+
+/// How long requests wait on a read of the store for an unknown client id. The change log
+/// answers in milliseconds when the store is well: a read still running after this is an
+/// outage beginning, and the requests are refused rather than held.
+pub const UNKNOWN_READ_WAIT: Duration = Duration::from_secs(1);
 
 /// Shards of the client map: a change locks one shard for an instant, and a shard that grows
 /// reallocates only its own share of the clients.
@@ -411,7 +418,8 @@ pub struct SyncCounts {
     pub polls: u64,
     /// Syncs for an unknown client id.
     pub unknown_client_syncs: u64,
-    /// Unknown client ids refused without a sync, because one had just run.
+    /// Unknown client ids refused without a sync: one had just run, one has run longer than
+    /// [`UNKNOWN_READ_WAIT`], or the store does not answer.
     pub unknown_client_skipped: u64,
     /// Changed plans applied.
     pub plan_changes: u64,
@@ -440,6 +448,16 @@ fn bump(counter: &AtomicU64, by: usize) {
     counter.fetch_add(by as u64, Ordering::Relaxed);
 }
 
+/// The syncs for unknown client ids ([`Live::refresh_for_unknown`]).
+#[derive(Debug, Default)]
+struct UnknownReads {
+    /// When (on the clock's monotonic reading) the last one began: at most one per interval.
+    last: Option<Duration>,
+    /// The last one: when it began (on the runtime's timer), and once it is over, whether
+    /// it succeeded.
+    current: Option<(tokio::time::Instant, watch::Receiver<Option<bool>>)>,
+}
+
 /// The live registry: the plan and key snapshot, the clients, and the revoked tokens, each
 /// kept fresh from the store's change logs.
 #[derive(Debug)]
@@ -465,9 +483,8 @@ pub struct Live {
     /// The number of the last sync that finished: one numbered above what a caller saw
     /// begun had begun after it, and so read every change committed before it asked.
     finished: AtomicU64,
-    /// When (on the clock's monotonic reading) the last sync for an unknown client began;
-    /// held while it runs, so that concurrent misses wait for that one sync.
-    unknown_refresh: tokio::sync::Mutex<Option<Duration>>,
+    /// The syncs for unknown client ids: one at a time, shared by every miss.
+    unknown_reads: Mutex<UnknownReads>,
     /// The latest change number, sampled at each housekeeping round: what to prune once it
     /// is older than [`CHANGE_RETENTION`].
     change_samples: Mutex<VecDeque<(Timestamp, i64)>>,
@@ -494,7 +511,7 @@ impl Live {
             syncing: tokio::sync::Mutex::new(()),
             begun: AtomicU64::new(0),
             finished: AtomicU64::new(0),
-            unknown_refresh: tokio::sync::Mutex::new(None),
+            unknown_reads: Mutex::default(),
             change_samples: Mutex::default(),
             counters: Counters::default(),
             clock,
@@ -573,7 +590,8 @@ impl Live {
     }
 
     /// Reads the store once: applies the registry changes made since the last sync, and
-    /// reads the revocations made since.
+    /// reads the revocations made since. Logs when the store stops answering (once per
+    /// outage, whichever sync sees it first) and when it answers again.
     pub async fn sync(
         &self,
         store: &dyn Store,
@@ -581,7 +599,16 @@ impl Live {
         trigger: Trigger,
     ) -> Result<Synced, LoadError> {
         let outcome = self.poll(store, secrets, trigger).await;
-        self.store_up.store(outcome.is_ok(), Ordering::Relaxed);
+        let was_up = self.store_up.swap(outcome.is_ok(), Ordering::Relaxed);
+        match &outcome {
+            Err(error) if was_up => tracing::error!(
+                %error,
+                "the store does not answer; serving the last good registry until it is \
+                 older than the staleness bound"
+            ),
+            Ok(_) if !was_up => tracing::info!("the store answers again; the registry is fresh"),
+            _ => {}
+        }
         outcome
     }
 
@@ -783,38 +810,66 @@ impl Live {
         Ok(())
     }
 
-    /// For a client id the registry does not know: makes sure a sync that began after this
-    /// call has finished, so that a client created a moment ago (by the CLI, another
-    /// instance) is known, and says whether one did (look again) or not (refuse).
+    /// For a client id the registry does not know: a sync, so that a client created a
+    /// moment ago (by the CLI, another instance) is known; says whether one succeeded since
+    /// the call (look again) or not (refuse). `read` makes the sync's future.
     ///
-    /// Coalesced: misses that arrive together wait for one sync. Bounded: at most one such
-    /// sync per `interval` on the clock; a miss after it that the sync could not have seen
-    /// is refused without reading the store, so that a flood of unknown ids costs at most
-    /// as many reads as the periodic poll.
-    pub async fn refresh_for_unknown(
-        &self,
-        store: &dyn Store,
-        secrets: &Secrets,
-        interval: Duration,
-    ) -> bool {
-        let asked = self.begun.load(Ordering::Relaxed);
-        let mut last = self.unknown_refresh.lock().await;
-        if self.finished.load(Ordering::Relaxed) > asked {
-            return true;
-        }
-        let now = self.clock.elapsed();
-        if last.is_some_and(|at| now < at + interval) {
+    /// Shaped for requests anyone can send (client ids are not secret):
+    /// - none while the store does not answer ([`Live::store_up`]): refused at once;
+    /// - one at a time, on a task of its own, whose outcome every miss meanwhile shares;
+    ///   a miss waits for it at most [`UNKNOWN_READ_WAIT`] after it began, and one that
+    ///   comes later is refused at once;
+    /// - at most one per `interval` on the clock: a miss after it is refused without a
+    ///   read, so that a flood of unknown ids costs at most as many reads as the poll.
+    pub async fn refresh_for_unknown<R>(&self, interval: Duration, read: impl FnOnce() -> R) -> bool
+    where
+        R: std::future::Future<Output = Result<Synced, LoadError>> + Send + 'static,
+    {
+        let skipped = || {
             bump(&self.counters.unknown_client_skipped, 1);
-            return false;
+            false
+        };
+        if !self.store_up() {
+            return skipped();
         }
-        *last = Some(now);
-        match self.sync(store, secrets, Trigger::UnknownClient).await {
-            Ok(_) => true,
-            Err(error) => {
-                tracing::warn!(%error, "reading the store for an unknown client failed");
-                false
+        let asked = self.begun.load(Ordering::Relaxed);
+        let (began, mut done) = {
+            let mut reads = self.unknown_reads.lock().unwrap_or_else(|p| p.into_inner());
+            if self.finished.load(Ordering::Relaxed) > asked {
+                return true;
             }
-        }
+            match &reads.current {
+                Some((began, done)) if done.borrow().is_none() => {
+                    if began.elapsed() >= UNKNOWN_READ_WAIT {
+                        return skipped();
+                    }
+                    (*began, done.clone())
+                }
+                _ => {
+                    let now = self.clock.elapsed();
+                    if reads.last.is_some_and(|at| now < at + interval) {
+                        return skipped();
+                    }
+                    reads.last = Some(now);
+                    let (over, done) = watch::channel(None);
+                    let began = tokio::time::Instant::now();
+                    reads.current = Some((began, done.clone()));
+                    // Apart from the requests: one that goes away cancels nothing.
+                    let read = read();
+                    tokio::spawn(async move {
+                        let _ = over.send(Some(read.await.is_ok()));
+                    });
+                    (began, done)
+                }
+            }
+        };
+        let outcome = tokio::time::timeout_at(began + UNKNOWN_READ_WAIT, async {
+            // An error: the task ended without saying so (it panicked); a failure.
+            done.wait_for(Option::is_some)
+                .await
+                .is_ok_and(|over| *over == Some(true))
+        });
+        outcome.await.unwrap_or(false)
     }
 
     /// Reads every live revocation again and forgets expired ones. Run now and then: a
@@ -882,23 +937,11 @@ impl Live {
             let mut tick = ticks(interval);
             loop {
                 tick.tick().await;
-                let was_up = self.store_up();
-                match self.sync(store, secrets, Trigger::Poll).await {
-                    Ok(synced) => {
-                        if !was_up {
-                            tracing::info!("the store answers again; the registry is fresh");
-                        }
-                        if synced.changes > 0 {
-                            tracing::info!(changes = synced.changes, "registry changes applied");
-                        }
+                // A failure is logged by `sync`, once per outage.
+                if let Ok(synced) = self.sync(store, secrets, Trigger::Poll).await {
+                    if synced.changes > 0 {
+                        tracing::info!(changes = synced.changes, "registry changes applied");
                     }
-                    // Once per outage, not once per poll.
-                    Err(error) if was_up => tracing::error!(
-                        %error,
-                        "the store does not answer; serving the last good registry until it \
-                         is older than the staleness bound"
-                    ),
-                    Err(_) => {}
                 }
             }
         };

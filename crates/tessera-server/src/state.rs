@@ -209,18 +209,21 @@ impl AppState {
             .await
     }
 
-    /// Reads the store for a client id the registry does not know, coalesced with other
-    /// misses and at most once per sync interval ([`Live::refresh_for_unknown`]); says
-    /// whether to look again.
-    pub(crate) async fn refresh_for_unknown(&self) -> bool {
-        let inner = &self.inner;
-        inner
-            .live
-            .refresh_for_unknown(
-                inner.store.as_ref(),
-                &inner.secrets,
-                inner.config.sync_interval,
-            )
+    /// Reads the store for the client `id` the registry does not know, one read at a
+    /// time, at most once per sync interval, and none while the store does not answer
+    /// ([`Live::refresh_for_unknown`]); says whether the client is known now.
+    pub(crate) async fn refresh_for_unknown(&self, id: &str) -> bool {
+        let state = self.clone();
+        let read = move || async move {
+            let inner = &state.inner;
+            inner
+                .live
+                .sync(inner.store.as_ref(), &inner.secrets, Trigger::UnknownClient)
+                .await
+        };
+        let live = &self.inner.live;
+        live.refresh_for_unknown(self.inner.config.sync_interval, read)
             .await
+            && live.clients().with(id, |_| ()).is_some()
     }
 }

@@ -470,14 +470,24 @@ fn captured() -> String {
 }
 
 /// A TCP proxy in front of a real server (PostgreSQL, Redis) that a test can cut off and
-/// restore, to play an outage without stopping the shared server.
+/// restore, to play an outage without stopping the shared server: cut (connections closed
+/// and refused) or hung (connections kept open, nothing forwarded: a partition, a frozen
+/// host, which is the harder case for a caller without timeouts).
 #[derive(Debug)]
 pub struct CuttableProxy {
     /// Where clients connect instead of the real server.
     pub addr: SocketAddr,
-    cut: Arc<std::sync::atomic::AtomicBool>,
+    mode: tokio::sync::watch::Sender<ProxyMode>,
     links: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
     accept: tokio::task::JoinHandle<()>,
+}
+
+/// What a [`CuttableProxy`] does with connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProxyMode {
+    Forward,
+    Cut,
+    Hang,
 }
 
 impl CuttableProxy {
@@ -487,20 +497,33 @@ impl CuttableProxy {
             .await
             .expect("a port for the proxy");
         let addr = listener.local_addr().expect("a bound address");
-        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (mode, watching) = tokio::sync::watch::channel(ProxyMode::Forward);
         let links: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
         let accept = tokio::spawn({
-            let (cut, links) = (cut.clone(), links.clone());
+            let links = links.clone();
             async move {
                 while let Ok((mut inbound, _)) = listener.accept().await {
-                    if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                    let now = *watching.borrow();
+                    if now == ProxyMode::Cut {
                         continue; // dropped: the connection is closed at once
                     }
+                    let mut watching = watching.clone();
                     let link = tokio::spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(target).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        if now == ProxyMode::Forward {
+                            let Ok(mut outbound) = TcpStream::connect(target).await else {
+                                return;
+                            };
+                            // Forwards until the proxy hangs, then holds both ends.
+                            tokio::select! {
+                                _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
+                                _ = watching.wait_for(|mode| *mode == ProxyMode::Hang) => {}
+                            }
+                            std::future::pending::<()>().await;
+                            drop(outbound);
                         }
+                        // Hung: accepted, never answered, until restored or cut.
+                        std::future::pending::<()>().await;
+                        drop(inbound);
                     });
                     links
                         .lock()
@@ -511,7 +534,7 @@ impl CuttableProxy {
         });
         Self {
             addr,
-            cut,
+            mode,
             links,
             accept,
         }
@@ -519,7 +542,25 @@ impl CuttableProxy {
 
     /// Closes every open connection and refuses new ones, as if the server were gone.
     pub fn cut(&self) {
-        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.mode.send_replace(ProxyMode::Cut);
+        self.close_links();
+    }
+
+    /// Forwards nothing more, on open connections and new ones, but keeps them open: the
+    /// server seems to accept and never answers.
+    pub fn hang(&self) {
+        self.mode.send_replace(ProxyMode::Hang);
+    }
+
+    /// Lets connections through again; connections held by [`CuttableProxy::hang`] are
+    /// closed, as a caller's own timeout would have closed them.
+    pub fn restore(&self) {
+        if self.mode.send_replace(ProxyMode::Forward) == ProxyMode::Hang {
+            self.close_links();
+        }
+    }
+
+    fn close_links(&self) {
         for link in self
             .links
             .lock()
@@ -528,11 +569,6 @@ impl CuttableProxy {
         {
             link.abort();
         }
-    }
-
-    /// Lets connections through again.
-    pub fn restore(&self) {
-        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -39,10 +39,8 @@ impl OAuthError {
     /// client and a wrong secret get the same words.
     pub(crate) fn client_refused(failure: AuthFailure, realm: &str) -> Self {
         let description = match failure {
-            // Not a refusal: no in-flight slot was free after a wait on a key fetch.
-            AuthFailure::Assertion(crate::assertion::AssertionError::Overloaded) => {
-                return Busy.into()
-            }
+            // Not a refusal: no in-flight slot was free after a wait.
+            AuthFailure::Overloaded => return Busy.into(),
             AuthFailure::Unknown | AuthFailure::WrongSecret => {
                 "client authentication failed".to_owned()
             }

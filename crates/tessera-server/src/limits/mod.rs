@@ -354,11 +354,22 @@ impl Slot {
         &self,
         wait: impl std::future::Future<Output = T>,
     ) -> Result<T, Busy> {
+        self.lend_then(wait, |_| true).await
+    }
+
+    /// As [`Slot::lend`], but takes a slot again only when `goes_on` says that the request
+    /// has work left with what it waited for; otherwise it finishes without one (a refusal
+    /// is no work), so that many requests woken at once take no slot only to refuse.
+    pub(crate) async fn lend_then<T>(
+        &self,
+        wait: impl std::future::Future<Output = T>,
+        goes_on: impl FnOnce(&T) -> bool,
+    ) -> Result<T, Busy> {
         let held = self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
         let lent = held.is_some();
         drop(held);
         let outcome = wait.await;
-        if lent {
+        if lent && goes_on(&outcome) {
             let permit = self.slots.clone().try_acquire_owned().map_err(|_| Busy)?;
             *self.permit.lock().unwrap_or_else(|p| p.into_inner()) = Some(permit);
         }
@@ -544,5 +555,26 @@ mod tests {
         assert!(other.is_some());
         drop(waiting);
         assert_eq!(cap.in_use(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_with_nothing_left_to_do_takes_no_slot_back() {
+        let cap = InFlight::new(1);
+        let waiting = cap.admit().unwrap();
+        let mut other = None;
+        // The cap is full when the wait ends, but the request only refuses: no 503.
+        let lent = waiting
+            .lend_then(async { other = cap.admit().ok() }, |_| false)
+            .await;
+        assert_eq!(lent, Ok(()));
+        assert!(other.is_some());
+        drop(other);
+        assert_eq!(cap.in_use(), 0, "none held for the refusal");
+        drop(waiting);
+        assert_eq!(cap.in_use(), 0);
+        // With work left, it takes one back as `lend` does.
+        let waiting = cap.admit().unwrap();
+        let lent = waiting.lend_then(async { 7 }, |n| *n == 7).await;
+        assert_eq!((lent, cap.in_use()), (Ok(7), 1));
     }
 }

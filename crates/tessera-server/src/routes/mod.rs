@@ -19,7 +19,7 @@ use crate::assertion::Federated;
 use crate::auth::AuthFailure;
 use crate::error::OAuthError;
 use crate::key_sets::Outbound;
-use crate::limits::{canonical, Slot};
+use crate::limits::{canonical, Busy, Slot};
 use crate::registry::Registry;
 use crate::{audit, auth, secrets, AppState};
 
@@ -262,7 +262,7 @@ async fn check(
                     .assertions()
                     .verify_federated(state, &policies, assertion, outbound)
                     .await
-                    .map_err(AuthFailure::Assertion)?,
+                    .map_err(AuthFailure::from)?,
             );
         } else {
             match keys {
@@ -272,7 +272,7 @@ async fn check(
                     .assertions()
                     .verify(state, id, &keys, assertion, outbound)
                     .await
-                    .map_err(AuthFailure::Assertion)?,
+                    .map_err(AuthFailure::from)?,
             }
         }
     }
@@ -344,15 +344,24 @@ pub(crate) async fn authenticate_client(
     };
     let mut result = check(state, registry, &presented, now, client_ca, outbound).await;
     // An id of the generated shape may name a client created a moment ago by the CLI or
-    // another instance: the store is read (coalesced and bounded) before it is refused.
-    // Client ids are not secret (RFC 6749 section 2.2), so that this answer may take longer
-    // than a wrong secret's tells nothing that must be kept.
-    if matches!(result, Err(AuthFailure::Unknown))
-        && secrets::is_generated_client_id(presented.client_id.as_str())
-        && state.refresh_for_unknown().await
-    {
-        let registry = state.registry();
-        result = check(state, &registry, &presented, now, client_ca, outbound).await;
+    // another instance: the store is read (one read at a time, bounded, none while the
+    // store does not answer) before it is refused. Client ids are not secret (RFC 6749
+    // section 2.2), so that this answer may take longer than a wrong secret's tells nothing
+    // that must be kept. The request waits without its in-flight slot, and takes one again
+    // only for a client the read found: refusing the rest needs none.
+    let id = presented.client_id.as_str();
+    if matches!(result, Err(AuthFailure::Unknown)) && secrets::is_generated_client_id(id) {
+        match slot
+            .lend_then(state.refresh_for_unknown(id), |found| *found)
+            .await
+        {
+            Ok(true) => {
+                let registry = state.registry();
+                result = check(state, &registry, &presented, now, client_ca, outbound).await;
+            }
+            Ok(false) => {}
+            Err(Busy) => result = Err(AuthFailure::Overloaded),
+        }
     }
     // An id that names no client is the caller's to choose (a secret, swapped with the id):
     // it is logged as a digest only.
@@ -362,9 +371,12 @@ pub(crate) async fn authenticate_client(
         presented.client_id.as_str().to_owned()
     };
     // Only failures are counted, after the check: correct credentials are never throttled.
-    // A request that found no slot after waiting on a key fetch failed nothing.
-    let overloaded = AuthFailure::Assertion(crate::assertion::AssertionError::Overloaded);
-    if let Some(failure) = result.as_ref().err().filter(|f| **f != overloaded) {
+    // A request that found no slot after a wait failed nothing.
+    if let Some(failure) = result
+        .as_ref()
+        .err()
+        .filter(|f| **f != AuthFailure::Overloaded)
+    {
         let known = (*failure != AuthFailure::Unknown).then_some(presented.client_id.as_str());
         if let Some(retry) = throttle.failed(ip, known).await {
             return Caller {

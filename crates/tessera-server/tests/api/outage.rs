@@ -86,3 +86,121 @@ async fn a_database_outage_is_ridden_out_within_the_staleness_bound() {
     );
     drop(schema);
 }
+
+/// Unknown ids of the generated shape, sent at once; each answer's status, `error`, and how
+/// long it took.
+fn unknown_ids(
+    app: &TestApp,
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<(u16, String, Duration)>> {
+    let secret = tessera_proto::ClientSecret::new("made-up");
+    (0..count)
+        .map(|_| {
+            let (http, url) = (app.http.clone(), app.url("/connect/token"));
+            let authorization = basic(&tessera_server::secrets::new_client_id(), &secret);
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let response = http
+                    .post(url)
+                    .header("authorization", authorization)
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(NEWS)
+                    .send()
+                    .await
+                    .unwrap();
+                let (status, error, _) = error_of(response).await;
+                (status, error, started.elapsed())
+            })
+        })
+        .collect()
+}
+
+/// Issue 24 item 2: during a database outage, unknown client ids (public, and of a
+/// documented shape) read the store at most once, never while the store is known not to
+/// answer, and never hold the in-flight slots: a known client on the same instance gets
+/// every token it asks for while a flood of them many times the cap comes and goes, and
+/// each of them gets 401 `invalid_client` without waiting out the pool's timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_ids_cannot_take_the_slots_during_a_database_outage() {
+    let schema = tessera_store::testing::scratch_postgres().await;
+    let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    let proxy = CuttableProxy::to(real).await;
+    let url = schema
+        .url
+        .replace("127.0.0.1:5432", &proxy.addr.to_string());
+    assert_ne!(url, schema.url, "the test database is at 127.0.0.1:5432");
+    const CAP: usize = 8;
+    // No poll within the test: the store is read only for unknown ids and by the test.
+    const SLOW_POLL: Duration = Duration::from_secs(60);
+    let app = spawn_with(|s| {
+        s.database_url = Some(url);
+        s.config.sync_interval = SLOW_POLL;
+        s.config.max_in_flight = CAP;
+        // Every request comes from 127.0.0.1: its failures are not what is tested.
+        s.config.auth_failures.per_source = crate::limits::per_minute(1_000_000);
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    let syncs = || app.state.live().counts().unknown_client_syncs;
+
+    // The database hangs (the harder case: a refusal fails fast), and a flood comes at
+    // once, before the instance has seen the outage: the first unknown id starts the one
+    // read, which waits until the pool gives up (5 s).
+    proxy.hang();
+    let flood = unknown_ids(&app, 8 * CAP);
+    // The known client is served throughout, until every unknown id has its answer.
+    let mut served = 0;
+    while !flood.iter().all(|task| task.is_finished()) {
+        let response = app.token(&id, &secret, NEWS).await;
+        assert_eq!(response.status(), 200, "a known client during the flood");
+        served += 1;
+    }
+    assert!(served > 0);
+    for task in flood {
+        let (status, error, took) = task.await.unwrap();
+        assert_eq!((status, error.as_str()), (401, "invalid_client"));
+        // Not the pool's 5 s timeout: the wait for the one read is bounded by 1 s.
+        assert!(took < Duration::from_secs(4), "{took:?}");
+    }
+    // That read's failure is the instance's news of the outage; it was the only one.
+    until("the outage seen", || async { !store_up(&app).await }).await;
+    assert_eq!(syncs(), 1, "one read");
+
+    // Now no unknown id reads the store, even a sync interval later.
+    app.clock.advance(SLOW_POLL);
+    let flood = unknown_ids(&app, 8 * CAP);
+    while !flood.iter().all(|task| task.is_finished()) {
+        assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    }
+    for task in flood {
+        let (status, error, took) = task.await.unwrap();
+        assert_eq!((status, error.as_str()), (401, "invalid_client"));
+        assert!(took < Duration::from_secs(4), "{took:?}");
+    }
+    assert_eq!(syncs(), 1, "no read while the store is down");
+
+    // Back (a poll sees it): a client created elsewhere is found by its first request.
+    proxy.restore();
+    until("the store answers again", || async {
+        app.state.sync().await.is_ok()
+    })
+    .await;
+    app.clock.advance(SLOW_POLL);
+    let (created, created_secret) = app
+        .admin()
+        .create_client(
+            &app.secrets,
+            "pro",
+            "new",
+            tessera_store::AuthMethod::ClientSecretBasic,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        app.token(&created.id, &created_secret, NEWS).await.status(),
+        200
+    );
+    assert_eq!(syncs(), 2);
+    drop(schema);
+}
