@@ -22,6 +22,9 @@ cd "$(dirname "$0")/.."
 
 # A mutant whose tests run longer than this (seconds) is a timeout, e.g. an endless loop.
 TIMEOUT=${MUTANTS_TIMEOUT:-120}
+# More cargo-mutants options, e.g. a one-in-three sample of a large part:
+#   MUTANTS_ARGS="--shard 0/3 --sharding round-robin" scripts/mutants.sh server-mtls
+read -r -a EXTRA <<<"${MUTANTS_ARGS:-}"
 
 # run PART PACKAGE "FILE..." [CARGO TEST ARGS...]
 run() {
@@ -33,7 +36,7 @@ run() {
     mkdir -p "mutants.out/$part"
     echo "== $part"
     local status=0
-    cargo mutants --in-place --package "$package" --timeout "$TIMEOUT" \
+    cargo mutants --in-place --package "$package" --timeout "$TIMEOUT" "${EXTRA[@]}" \
         --output "mutants.out/$part" "${args[@]}" || status=$?
     # 2: some mutants were missed, 3: some timed out; both are outcomes, written above.
     # Anything else (bad usage, tests failing before any mutation) stops here.
@@ -70,8 +73,8 @@ part() {
             run server-assertion tessera-server "$S/assertion.rs $S/key_sets.rs $S/fetch.rs" \
                 --lib --test api -- assertion federation fetch trust key_sets
             ;;
-        # mTLS matching: the DN parser and matcher have unit tests; the end-to-end ones are
-        # the binary's (tests/cli subject_dn and tls), run with --test-package below.
+        # mTLS matching: the DN parser and matcher, judged by their unit tests (the
+        # end-to-end ones, tests/cli subject_dn and tls, are the binary's).
         server-mtls) run server-mtls tessera-server "$S/mtls.rs $S/dn.rs" --lib ;;
         *)
             echo "unknown part $1" >&2
