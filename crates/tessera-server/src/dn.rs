@@ -576,6 +576,25 @@ mod tests {
         parsed(registered).matches(subject)
     }
 
+    /// NumericString is a string type (digits and spaces); a context-specific or
+    /// constructed value is never one, whatever its tag number reads as.
+    #[test]
+    fn only_universal_primitive_string_types_are_text() {
+        const NUMERIC: u8 = 0x12;
+        const SERIAL: &[u8] = &[0x55, 4, 5];
+        let numeric = name(&[&[ava(SERIAL, NUMERIC, b"0042  17")]]);
+        assert!(matches("serialNumber=0042 17", &numeric));
+        let not_numeric = name(&[&[ava(SERIAL, NUMERIC, b"42a")]]);
+        assert!(!matches("serialNumber=42a", &not_numeric));
+        // [12] context-specific, primitive: the tag number of UTF8String, another type.
+        let context = name(&[&[ava(CN, 0x8c, b"billing")]]);
+        assert!(!matches("CN=billing", &context));
+        assert!(matches("CN=#8c0762696c6c696e67", &context));
+        // UTF8String's tag, constructed (0x2c): not a string value either.
+        let constructed = name(&[&[ava(CN, 0x2c, &der(UTF8, b"billing"))]]);
+        assert!(!matches("CN=billing", &constructed));
+    }
+
     #[test]
     fn a_comma_inside_a_value_is_not_a_separator() {
         // One CN whose value reads like two RDNs (the review's certificate).
