@@ -1,7 +1,7 @@
 //! Data safety on the embedded default (an SQLite file with its master key file beside it):
 //! no fresh start over a lost database, no database made by a command that only reads, an
 //! empty WAL after a clean stop, backups taken while serving, the issuer a database was
-//! served with, and the files' modes.
+//! served with, the files' modes, and a full disk.
 
 use super::*;
 
@@ -232,4 +232,69 @@ async fn another_issuer_on_the_same_database_is_warned_about() {
         let log = server.stderr.lock().unwrap().join("\n");
         assert!(!log.contains("another issuer"), "{log}");
     }
+}
+
+/// A full disk (a tmpfs the test fills) under a running server: `client create` exits
+/// non-zero naming the cause, prints no secret and creates nothing; the server's revocations
+/// fail meanwhile; once space returns both write again, and the server's failed
+/// transactions hold no lock that would keep the CLI out ("database is locked").
+#[tokio::test]
+async fn a_full_disk_fails_cli_and_server_writes_clearly_and_both_recover() {
+    let Some(disk) = tessera_store::testing::SmallDisk::mount("2m") else {
+        return;
+    };
+    let d = disk.path.as_path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let server = Server::start(d, &[]);
+    server.sees_changes(d, &[]).await;
+    let answer: serde_json::Value = token(&server.base, &id, &secret, "news-api")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let access_token = answer["access_token"].as_str().unwrap().to_owned();
+    let revoke = || async {
+        reqwest::Client::new()
+            .post(format!("{}/connect/revocation", server.base))
+            .basic_auth(&id, Some(&secret))
+            .form(&[("token", access_token.as_str())])
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    // An empty WAL, so that every write must take new space.
+    let url = format!("sqlite://{}", d.join("tessera.db").display());
+    let store = tessera_store::open_existing(&url).await.unwrap();
+    assert!(store.checkpoint().await.unwrap());
+    drop(store);
+
+    disk.fill();
+    let out = tessera_with(
+        d,
+        &[],
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--name",
+            "on-full-disk",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("database or disk is full"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no secret for what was not created");
+    // More failed transactions than the server has connections.
+    for _ in 0..8 {
+        assert_eq!(revoke().await, 503);
+    }
+
+    disk.free();
+    create_client(d, "pro");
+    assert!(!ok(d, &["client", "list"]).contains("on-full-disk"));
+    assert_eq!(revoke().await, 200);
+    server.terminate().await;
 }

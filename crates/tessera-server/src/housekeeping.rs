@@ -7,22 +7,29 @@ use tokio::sync::oneshot;
 
 use crate::state::AppState;
 
+/// The note [`AppState::housekeeping`] writes while store writes fail, to see when they work
+/// again: the time of the last try.
+const WRITE_PROBE: &str = "write_probe";
+
 impl AppState {
     /// One round: writes usage counts, prunes limiter and reuse state, forgets expired
-    /// revocations and old rows, and reads the live revocations again.
+    /// revocations and old rows, and reads the live revocations again. While store writes
+    /// fail, it also tries one, so that their recovery is seen without waiting for an
+    /// admin change. Store failures are logged by the store's watch (`store_watch.rs`),
+    /// once per episode; here only at debug level.
     pub async fn housekeeping(&self) {
         let now = self.clock().now();
         if let Err(error) = self.usage().flush(self.store(), now).await {
-            tracing::warn!(%error, "writing usage counts failed; kept for the next try");
+            tracing::debug!(%error, "writing usage counts failed; kept for the next try");
         }
         self.limiter().prune();
         self.reuse().prune(now);
         if let Err(error) = self.store().prune_revoked(now).await {
-            tracing::warn!(%error, "forgetting expired revocations failed");
+            tracing::debug!(%error, "forgetting expired revocations failed");
         }
         let two_days_ago = tessera_proto::clock::utc_hour(now - 2 * 86_400);
         if let Err(error) = self.store().prune_hourly_usage(&two_days_ago).await {
-            tracing::warn!(%error, "forgetting old hourly usage failed");
+            tracing::debug!(%error, "forgetting old hourly usage failed");
         }
         let remembered_since = now - crate::routes::admin::clients::IDEMPOTENCY_WINDOW;
         if let Err(error) = self
@@ -30,13 +37,23 @@ impl AppState {
             .prune_idempotent_answers(remembered_since)
             .await
         {
-            tracing::warn!(%error, "forgetting old idempotent answers failed");
+            tracing::debug!(%error, "forgetting old idempotent answers failed");
         }
         if let Err(error) = self.live().reload_revocations(self.store()).await {
-            tracing::warn!(%error, "reading revocations failed");
+            tracing::debug!(%error, "reading revocations failed");
         }
         if let Err(error) = self.live().prune_changes(self.store()).await {
-            tracing::warn!(%error, "pruning the registry's change log failed");
+            tracing::debug!(%error, "pruning the registry's change log failed");
+        }
+        if self.store_health().writes_failing().is_some() {
+            // A row the store rewrites each time: a write that surely writes.
+            let probe = self
+                .store()
+                .replace_value(WRITE_PROBE, now.to_string().as_bytes())
+                .await;
+            if let Err(error) = probe {
+                tracing::debug!(%error, "the store still refuses writes");
+            }
         }
     }
 }

@@ -20,7 +20,9 @@
 //!   `limits/` (rate limits in memory or in Redis, a `Decision`; the in-flight cap);
 //!   `error/` is the only place they become HTTP (status, `WWW-Authenticate`, rate limit
 //!   fields, the RFC 6749 5.2 body; RFC 9457 problems for the admin API).
-//! - [`registry`]: plans, clients and keys held in memory, kept fresh from the store.
+//! - [`registry`]: plans, clients and keys held in memory, kept fresh from the store;
+//!   `store_watch.rs`: the store as the server calls it, each failure counted (for `/readyz`
+//!   and `/metrics`) and logged once per episode.
 //! - [`keys`]: signing keys and the first key's bootstrap; [`secrets`]: the master key and
 //!   its policy (the key file beside the database), secret hashing, sealing.
 //! - [`logging`]: the log on stderr, written by a background thread; audit events
@@ -62,6 +64,7 @@ pub mod secrets;
 mod serve;
 mod signal;
 mod state;
+mod store_watch;
 pub mod tls;
 pub mod usage;
 

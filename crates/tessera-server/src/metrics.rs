@@ -193,11 +193,24 @@ impl Metrics {
             "Whether the last poll of the store succeeded (1) or failed (0)",
             i64::from(gauges.store_up),
         );
+        gauge(
+            "tessera_store_writable",
+            "Whether the store takes writes (1), or refuses them (0) from a failed write until \
+             one succeeds: admin changes fail and usage counts wait in memory",
+            i64::from(gauges.store_writable),
+        );
         let counts = gauges.registry;
         gauge(
             "tessera_registry_clients",
             "Clients in the registry held in memory",
             i64::try_from(counts.clients).unwrap_or(i64::MAX),
+        );
+        let write_errors: Counter = Counter::default();
+        write_errors.inc_by(gauges.store_write_errors);
+        registry.register(
+            "tessera_store_write_errors",
+            "Writes the store failed (a full disk, a read-only file, no answer)",
+            write_errors,
         );
         let syncs = Family::<TriggerLabel, Counter>::default();
         for (trigger, count) in [
@@ -278,6 +291,10 @@ pub struct Gauges {
     pub registry_age_secs: i64,
     /// Whether the last poll of the store succeeded.
     pub store_up: bool,
+    /// Whether the store takes writes: no write failed since the last that succeeded.
+    pub store_writable: bool,
+    /// Writes the store failed since the server started.
+    pub store_write_errors: u64,
     /// The Redis limiter's state; `None` when rate limits are counted in memory only.
     pub redis: Option<Health>,
     /// What the registry's syncs did.
@@ -323,6 +340,7 @@ mod tests {
         };
         let text = m.render(&Gauges {
             key_age_secs: Some(5),
+            store_write_errors: 3,
             redis: Some(redis),
             registry,
             ..Gauges::default()
@@ -362,6 +380,10 @@ mod tests {
             "tessera_registry_changes_applied_total{kind=\"key\"} 0",
             "# TYPE tessera_registry_reloads_total counter",
             "tessera_registry_reloads_total 1",
+            "# TYPE tessera_store_writable gauge",
+            "tessera_store_writable 0",
+            "# TYPE tessera_store_write_errors_total counter",
+            "tessera_store_write_errors_total 3",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
         }

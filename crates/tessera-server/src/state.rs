@@ -17,6 +17,7 @@ use crate::registry::{Live, LoadError, Registry, Synced, Trigger};
 use crate::reuse::ReuseCache;
 use crate::routes::admin::AdminGuard;
 use crate::secrets::Secrets;
+use crate::store_watch::{StoreHealth, WatchedStore};
 use crate::usage::UsageCounter;
 
 /// Shared state of every request: cheap to clone.
@@ -29,7 +30,8 @@ pub struct AppState {
 struct Inner {
     config: Config,
     secrets: Arc<Secrets>,
-    store: Arc<dyn Store>,
+    /// The store, its failures watched.
+    store: WatchedStore,
     live: Live,
     limiter: Arc<dyn Limiter>,
     /// The limiter again when it is Redis's, for the metrics.
@@ -79,7 +81,7 @@ impl AppState {
                 redis,
                 config,
                 secrets,
-                store,
+                store: WatchedStore::new(store, clock),
                 live,
                 metrics: Metrics::default(),
                 usage: UsageCounter::default(),
@@ -151,7 +153,12 @@ impl AppState {
     }
 
     pub(crate) fn store(&self) -> &dyn Store {
-        self.inner.store.as_ref()
+        &self.inner.store
+    }
+
+    /// What the store's failures have been: whether writes fail now, how many failed.
+    pub(crate) fn store_health(&self) -> &StoreHealth {
+        self.inner.store.health()
     }
 
     pub(crate) fn limiter(&self) -> &dyn Limiter {
@@ -189,7 +196,7 @@ impl AppState {
         inner
             .live
             .sync_forever(
-                inner.store.as_ref(),
+                &inner.store,
                 &inner.secrets,
                 inner.config.sync_interval,
                 inner.config.full_reload_interval,
@@ -201,11 +208,7 @@ impl AppState {
     pub async fn sync(&self) -> Result<Synced, LoadError> {
         self.inner
             .live
-            .sync(
-                self.inner.store.as_ref(),
-                &self.inner.secrets,
-                Trigger::Poll,
-            )
+            .sync(&self.inner.store, &self.inner.secrets, Trigger::Poll)
             .await
     }
 
@@ -218,7 +221,7 @@ impl AppState {
             let inner = &state.inner;
             inner
                 .live
-                .sync(inner.store.as_ref(), &inner.secrets, Trigger::UnknownClient)
+                .sync(&inner.store, &inner.secrets, Trigger::UnknownClient)
                 .await
         };
         let live = &self.inner.live;

@@ -238,9 +238,16 @@ impl Problem {
         .field("Idempotency-Key")
     }
 
-    /// 503: the store does not answer. The cause is logged, not sent.
+    /// 503 for a cause the store's watch does not see (a remembered answer that cannot be
+    /// opened, a verifier that cannot be built). The cause is logged, not sent.
     pub(crate) fn unavailable(cause: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "an admin request failed in the store");
+        Self::store_failed()
+    }
+
+    /// 503: the store failed the request. Its cause was logged by the store's watch
+    /// (`store_watch.rs`), once per episode rather than once per request.
+    pub(crate) fn store_failed() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
@@ -291,7 +298,10 @@ impl From<AdminError> for Problem {
             AdminError::Store(StoreError::Duplicate(what)) => {
                 Problem::conflict(format!("{what} already exists"))
             }
-            AdminError::Store(other) => Problem::unavailable(&other),
+            AdminError::Store(other) => {
+                tracing::debug!(error = %other, "an admin request failed in the store");
+                Problem::store_failed()
+            }
         }
     }
 }

@@ -27,6 +27,8 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             in_flight: state.in_flight().in_use(),
             registry_age_secs: state.live().age(),
             store_up: state.live().store_up(),
+            store_writable: state.store_health().writes_failing().is_none(),
+            store_write_errors: state.store_health().write_errors(),
             redis: state.redis().map(|redis| redis.health()),
             registry: state.live().counts(),
         }),

@@ -67,7 +67,8 @@ async fn run(
     match tokio::time::timeout(STORE_WRITE_TIMEOUT, state.store().revoke(&revoked)).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => {
-            tracing::error!(%error, "recording a revocation failed");
+            // The store's watch logs the failure once per episode.
+            tracing::debug!(%error, "recording a revocation failed");
             return Err(OAuthError::store_unavailable(
                 "the revocation could not be recorded; retry later",
             ));

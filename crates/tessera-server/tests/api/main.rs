@@ -7,6 +7,7 @@ mod audit;
 mod cluster;
 mod console;
 mod discovery;
+mod disk_full;
 mod dpop;
 mod federation;
 mod inflight;

@@ -1,0 +1,387 @@
+//! The store as the server uses it: every call goes to the real store, and its outcome is
+//! watched, so that a store that refuses writes (a full disk, a read-only file system, a
+//! database that does not answer) is seen in `/readyz`, in `/metrics` and in the log, once
+//! per episode rather than once per request.
+//!
+//! A write counts as failed when the store fails it (not when it refuses the caller's
+//! input: a duplicate, an unknown plan), and as proof that writes work again only when it
+//! surely wrote something: a prune with nothing to prune, or a revocation already made,
+//! commits without writing a page, and would otherwise report a full disk as writable.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tessera_proto::ClientId;
+use tessera_store::{
+    Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey, Store,
+    StoreError, Timestamp, TrustPolicy, Usage,
+};
+
+use crate::clock::Clock;
+
+/// A [`Store`] whose failures are counted and logged ([`StoreHealth`]).
+#[derive(Debug)]
+pub(crate) struct WatchedStore {
+    inner: Arc<dyn Store>,
+    health: StoreHealth,
+    /// When an episode starts, for `/readyz`.
+    clock: Clock,
+}
+
+/// What the watch saw: writes (for `/readyz` and the metrics) and reads (for the log).
+#[derive(Debug, Default)]
+pub(crate) struct StoreHealth {
+    writes: Episodes,
+    reads: Episodes,
+}
+
+/// Failures of one kind, grouped into episodes: from a first failure to the next success.
+#[derive(Debug, Default)]
+struct Episodes {
+    /// Failures ever, for a counter.
+    failures: AtomicU64,
+    /// The episode going on, if any.
+    current: Mutex<Option<Episode>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Episode {
+    since: Timestamp,
+    failures: u64,
+}
+
+/// Store writes failing now: since when, and how many failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Failing {
+    /// When the first of them failed.
+    pub(crate) since: Timestamp,
+    /// How many failed since.
+    pub(crate) failures: u64,
+}
+
+impl StoreHealth {
+    /// `Some` while writes fail: from a failed write until one succeeds.
+    pub(crate) fn writes_failing(&self) -> Option<Failing> {
+        self.writes.current().map(|e| Failing {
+            since: e.since,
+            failures: e.failures,
+        })
+    }
+
+    /// Writes the store failed since the server started.
+    pub(crate) fn write_errors(&self) -> u64 {
+        self.writes.failures.load(Ordering::Relaxed)
+    }
+}
+
+impl Episodes {
+    fn current(&self) -> Option<Episode> {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a failure; `true` when it begins an episode.
+    fn failed(&self, now: Timestamp) -> bool {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        match current.as_mut() {
+            Some(episode) => {
+                episode.failures += 1;
+                false
+            }
+            None => {
+                *current = Some(Episode {
+                    since: now,
+                    failures: 1,
+                });
+                true
+            }
+        }
+    }
+
+    /// Ends the episode going on, if any, and returns it.
+    fn succeeded(&self) -> Option<Episode> {
+        // Most calls find none: a read of the lock, no write.
+        self.current().as_ref()?;
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+/// Whether the store failed (rather than refusing the caller's input).
+fn is_fault(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Backend(_) | StoreError::Migrate(_) | StoreError::File { .. }
+    )
+}
+
+impl WatchedStore {
+    pub(crate) fn new(inner: Arc<dyn Store>, clock: Clock) -> Self {
+        Self {
+            inner,
+            health: StoreHealth::default(),
+            clock,
+        }
+    }
+
+    pub(crate) fn health(&self) -> &StoreHealth {
+        &self.health
+    }
+
+    /// Records a write named `what`; `wrote` says whether its success surely wrote.
+    fn write<T>(&self, what: &'static str, outcome: Result<T>, wrote: fn(&T) -> bool) -> Result<T> {
+        match &outcome {
+            Ok(value) if wrote(value) => {
+                if let Some(episode) = self.health.writes.succeeded() {
+                    tracing::info!(
+                        failures = episode.failures,
+                        seconds = self.clock.now() - episode.since,
+                        "the store takes writes again"
+                    );
+                }
+            }
+            Ok(_) => {}
+            Err(error) if is_fault(error) => {
+                if self.health.writes.failed(self.clock.now()) {
+                    tracing::error!(
+                        %error,
+                        write = what,
+                        "the store refuses writes: admin changes and revocations are answered \
+                         with 503, usage counts are kept in memory, until a write succeeds"
+                    );
+                } else {
+                    tracing::debug!(%error, write = what, "a store write failed");
+                }
+            }
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    /// Records a read named `what`.
+    fn read<T>(&self, what: &'static str, outcome: Result<T>) -> Result<T> {
+        match &outcome {
+            Ok(_) => {
+                if let Some(episode) = self.health.reads.succeeded() {
+                    tracing::info!(
+                        failures = episode.failures,
+                        seconds = self.clock.now() - episode.since,
+                        "the store answers reads again"
+                    );
+                }
+            }
+            Err(error) if is_fault(error) => {
+                if self.health.reads.failed(self.clock.now()) {
+                    tracing::warn!(%error, read = what, "a store read failed");
+                } else {
+                    tracing::debug!(%error, read = what, "a store read failed");
+                }
+            }
+            Err(_) => {}
+        }
+        outcome
+    }
+}
+
+fn always<T>(_: &T) -> bool {
+    true
+}
+
+fn never<T>(_: &T) -> bool {
+    false
+}
+
+fn if_true(changed: &bool) -> bool {
+    *changed
+}
+
+#[async_trait]
+impl Store for WatchedStore {
+    async fn revision(&self) -> Result<i64> {
+        self.read("revision", self.inner.revision().await)
+    }
+
+    async fn put_plan(&self, plan: &Plan) -> Result<()> {
+        self.write("plan", self.inner.put_plan(plan).await, always)
+    }
+
+    async fn plans(&self) -> Result<Vec<Plan>> {
+        self.read("plans", self.inner.plans().await)
+    }
+
+    async fn delete_plan(&self, name: &str) -> Result<PlanRemoval> {
+        let outcome = self.inner.delete_plan(name).await;
+        self.write("plan removal", outcome, |r| *r == PlanRemoval::Removed)
+    }
+
+    async fn clients_per_plan(&self) -> Result<Vec<(String, u64)>> {
+        self.read("clients per plan", self.inner.clients_per_plan().await)
+    }
+
+    async fn insert_client_batches(
+        &self,
+        batches: &mut (dyn Iterator<Item = Vec<Client>> + Send),
+    ) -> Result<()> {
+        let outcome = self.inner.insert_client_batches(batches).await;
+        self.write("clients", outcome, always)
+    }
+
+    async fn clients(&self) -> Result<Vec<Client>> {
+        self.read("clients", self.inner.clients().await)
+    }
+
+    async fn client(&self, id: &ClientId) -> Result<Option<Client>> {
+        self.read("client", self.inner.client(id).await)
+    }
+
+    async fn clients_page(
+        &self,
+        plan: Option<&str>,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Client>> {
+        let outcome = self.inner.clients_page(plan, after, limit).await;
+        self.read("clients", outcome)
+    }
+
+    async fn insert_clients_once(
+        &self,
+        clients: &[Client],
+        answer: Option<&IdempotentAnswer>,
+    ) -> Result<Option<IdempotentAnswer>> {
+        let outcome = self.inner.insert_clients_once(clients, answer).await;
+        // An earlier answer returned: nothing was written.
+        self.write("clients", outcome, Option::is_none)
+    }
+
+    async fn idempotent_answer(&self, owner: &str, key: &str) -> Result<Option<IdempotentAnswer>> {
+        let outcome = self.inner.idempotent_answer(owner, key).await;
+        self.read("idempotent answer", outcome)
+    }
+
+    async fn prune_idempotent_answers(&self, before: Timestamp) -> Result<()> {
+        let outcome = self.inner.prune_idempotent_answers(before).await;
+        self.write("idempotent answers pruned", outcome, never)
+    }
+
+    async fn update_client(&self, client: &Client) -> Result<bool> {
+        self.write("client", self.inner.update_client(client).await, if_true)
+    }
+
+    async fn delete_client(&self, id: &ClientId) -> Result<bool> {
+        self.write(
+            "client removal",
+            self.inner.delete_client(id).await,
+            if_true,
+        )
+    }
+
+    async fn put_trust_policy(&self, policy: &TrustPolicy) -> Result<()> {
+        let outcome = self.inner.put_trust_policy(policy).await;
+        self.write("trust policy", outcome, always)
+    }
+
+    async fn trust_policies(&self) -> Result<Vec<TrustPolicy>> {
+        self.read("trust policies", self.inner.trust_policies().await)
+    }
+
+    async fn trust_policies_of(&self, client: &ClientId) -> Result<Vec<TrustPolicy>> {
+        self.read("trust policies", self.inner.trust_policies_of(client).await)
+    }
+
+    async fn delete_trust_policy(&self, name: &str) -> Result<bool> {
+        let outcome = self.inner.delete_trust_policy(name).await;
+        self.write("trust policy removal", outcome, if_true)
+    }
+
+    async fn insert_key(&self, key: &SigningKey) -> Result<()> {
+        self.write("signing key", self.inner.insert_key(key).await, always)
+    }
+
+    async fn keys(&self) -> Result<Vec<SigningKey>> {
+        self.read("signing keys", self.inner.keys().await)
+    }
+
+    async fn delete_key(&self, kid: &str) -> Result<bool> {
+        self.write(
+            "signing key removal",
+            self.inner.delete_key(kid).await,
+            if_true,
+        )
+    }
+
+    async fn latest_change(&self) -> Result<i64> {
+        self.read("latest change", self.inner.latest_change().await)
+    }
+
+    async fn changes_since(&self, after: i64, limit: u32) -> Result<Option<Changes>> {
+        self.read("changes", self.inner.changes_since(after, limit).await)
+    }
+
+    async fn prune_changes(&self, through: i64) -> Result<()> {
+        let outcome = self.inner.prune_changes(through).await;
+        self.write("changes pruned", outcome, never)
+    }
+
+    async fn revoke(&self, revoked: &Revoked) -> Result<()> {
+        // A token revoked before is not written again.
+        self.write("revocation", self.inner.revoke(revoked).await, never)
+    }
+
+    async fn revoked_since(&self, after: i64, now: Timestamp) -> Result<Vec<(i64, Revoked)>> {
+        self.read("revocations", self.inner.revoked_since(after, now).await)
+    }
+
+    async fn prune_revoked(&self, now: Timestamp) -> Result<()> {
+        let outcome = self.inner.prune_revoked(now).await;
+        self.write("revocations pruned", outcome, never)
+    }
+
+    async fn is_empty(&self) -> Result<bool> {
+        self.read("emptiness", self.inner.is_empty().await)
+    }
+
+    async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
+        let outcome = self.inner.check_value(name, proposed).await;
+        self.write("check value", outcome, never)
+    }
+
+    async fn replace_value(&self, name: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        let outcome = self.inner.replace_value(name, value).await;
+        self.write("note", outcome, always)
+    }
+
+    async fn checkpoint(&self) -> Result<bool> {
+        self.write("checkpoint", self.inner.checkpoint().await, never)
+    }
+
+    async fn add_usage(&self, usage: &[Usage]) -> Result<()> {
+        let wrote = if usage.is_empty() { never } else { always };
+        self.write("usage", self.inner.add_usage(usage).await, wrote)
+    }
+
+    async fn add_hourly_usage(&self, hour: &str, issued: u64, refused: u64) -> Result<()> {
+        let outcome = self.inner.add_hourly_usage(hour, issued, refused).await;
+        self.write("hourly usage", outcome, always)
+    }
+
+    async fn hourly_usage(&self, from: &str) -> Result<Vec<(String, u64, u64)>> {
+        self.read("hourly usage", self.inner.hourly_usage(from).await)
+    }
+
+    async fn prune_hourly_usage(&self, before: &str) -> Result<()> {
+        let outcome = self.inner.prune_hourly_usage(before).await;
+        self.write("hourly usage pruned", outcome, never)
+    }
+
+    async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
+        self.read("usage", self.inner.usage(client_id).await)
+    }
+
+    async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>> {
+        self.read("plan usage", self.inner.plan_usage(plan).await)
+    }
+}
