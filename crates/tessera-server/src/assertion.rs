@@ -651,6 +651,74 @@ impl Assertions {
 mod tests {
     use super::*;
 
+    use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
+
+    /// An EdDSA JWS with `kid` over `claims`, and the JWK Set entry of its key with `alg`.
+    fn signed(claims: &Value, kid: &str, alg: Option<&str>) -> (String, String) {
+        let pair = Ed25519KeyPair::generate().unwrap();
+        let header = serde_json::json!({"alg": "EdDSA", "kid": kid, "typ": "JWT"});
+        let input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let signature = URL_SAFE_NO_PAD.encode(pair.sign(input.as_bytes()));
+        let mut jwk = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "kid": kid,
+            "x": URL_SAFE_NO_PAD.encode(pair.public_key().as_ref())});
+        if let Some(alg) = alg {
+            jwk["alg"] = Value::from(alg);
+        }
+        let jwks = serde_json::json!({ "keys": [jwk] }).to_string();
+        (format!("{input}.{signature}"), jwks)
+    }
+
+    /// A key that names its `alg` verifies assertions of that algorithm only.
+    #[test]
+    fn a_key_with_an_alg_verifies_that_algorithm_only() {
+        let claims = serde_json::json!({"sub": "tc_a"});
+        for (alg, verified) in [
+            (None, Some(true)),
+            (Some("EdDSA"), Some(true)),
+            (Some("ES256"), None),
+        ] {
+            let (token, jwks) = signed(&claims, "k1", alg);
+            let unverified = parse_assertion(&token, MAX_ASSERTION_LEN, &ALGORITHMS).unwrap();
+            assert_eq!(pick(&keys_of(&jwks), &unverified), verified, "{alg:?}");
+        }
+    }
+
+    /// The unverified `sub` is read from an assertion of up to 8 KiB, not from a longer one.
+    #[test]
+    fn claims_are_read_unverified_from_assertions_up_to_the_bound() {
+        let (token, _) = signed(&serde_json::json!({"sub": "tc_a"}), "k1", None);
+        let padded = |len: usize| format!("{token}{}", "A".repeat(len - token.len()));
+        assert_eq!(
+            claimed_client(&padded(MAX_ASSERTION_LEN)).as_deref(),
+            Some("tc_a")
+        );
+        assert_eq!(claimed_client(&padded(MAX_ASSERTION_LEN + 1)), None);
+    }
+
+    /// A `--claim NAME=VALUE` matches equal JSON, or a claim of another type written as text.
+    #[test]
+    fn a_claim_value_matches_as_json_or_as_text() {
+        let claims: Map<String, Value> = serde_json::from_value(serde_json::json!({
+            "repository_id": 892375, "ref": "refs/heads/main", "protected": true,
+        }))
+        .unwrap();
+        let is = |name: &str, value: Value| claim_is(&claims, name, &value);
+        assert!(is("repository_id", Value::from("892375")));
+        assert!(is("repository_id", Value::from(892375)));
+        assert!(!is("repository_id", Value::from("892376")));
+        assert!(is("protected", Value::from("true")));
+        assert!(is("ref", Value::from("refs/heads/main")));
+        // A string claim is compared as the string, never parsed.
+        assert!(!is("ref", Value::from("\"refs/heads/main\"")));
+        assert!(!is("missing", Value::from("x")));
+    }
+
     #[test]
     fn a_wildcard_ends_a_pattern_right_after_a_delimiter() {
         for good in [
