@@ -51,6 +51,18 @@ pub enum StoreError {
     /// Applying the embedded migrations failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// PostgreSQL did not log a new connection in and answer a first query in time;
+    /// `accepted`: whether it took the TCP connection (a hung or partitioned server) or not
+    /// (a firewall that drops packets).
+    #[error("PostgreSQL at {server} {} within {} s", no_answer(*.accepted), .within.as_secs())]
+    NoAnswer {
+        /// `host:port`, or the socket's path.
+        server: String,
+        /// Whether a TCP connection was accepted.
+        accepted: bool,
+        /// How long it had.
+        within: std::time::Duration,
+    },
     /// The SQLite file to open without creating it does not exist ([`open_existing`]).
     #[error("no database file at {}", .0.display())]
     Missing(std::path::PathBuf),
@@ -62,6 +74,14 @@ pub enum StoreError {
         /// What failed.
         source: std::io::Error,
     },
+}
+
+fn no_answer(accepted: bool) -> &'static str {
+    if accepted {
+        "accepted the connection but did not answer"
+    } else {
+        "did not accept a connection"
+    }
 }
 
 /// A shorthand for store results.
