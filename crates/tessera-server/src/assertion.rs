@@ -689,6 +689,35 @@ mod tests {
         }
     }
 
+    /// A platform token's times hold within 60 s of leeway, to the second.
+    #[test]
+    fn a_platform_tokens_times_hold_within_the_leeway() {
+        let now = 1_700_000_000;
+        let times = |exp: i64, nbf: Option<i64>, iat: Option<i64>| {
+            let mut claims = serde_json::json!({"sub": "repo:acme/x:ref:main", "exp": exp});
+            if let Some(nbf) = nbf {
+                claims["nbf"] = Value::from(nbf);
+            }
+            if let Some(iat) = iat {
+                claims["iat"] = Value::from(iat);
+            }
+            let (token, _) = signed(&claims, "k1", None);
+            let unverified = parse_assertion(&token, MAX_ASSERTION_LEN, &ALGORITHMS).unwrap();
+            token_claims(&unverified, now).map(drop)
+        };
+        assert_eq!(times(now - 59, None, None), Ok(()));
+        assert_eq!(times(now - 60, None, None), Err(AssertionError::Expired));
+        assert_eq!(times(now + 600, Some(now + 60), Some(now + 60)), Ok(()));
+        assert_eq!(
+            times(now + 600, Some(now + 61), None),
+            Err(AssertionError::NotYetValid)
+        );
+        assert_eq!(
+            times(now + 600, None, Some(now + 61)),
+            Err(AssertionError::NotYetValid)
+        );
+    }
+
     /// The unverified `sub` is read from an assertion of up to 8 KiB, not from a longer one.
     #[test]
     fn claims_are_read_unverified_from_assertions_up_to_the_bound() {
