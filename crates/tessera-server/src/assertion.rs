@@ -718,6 +718,44 @@ mod tests {
         );
     }
 
+    /// A policy's maximum lifetime admits a token that lives exactly that long.
+    #[test]
+    fn a_policy_admits_a_lifetime_up_to_its_maximum() {
+        let policy = tessera_store::TrustPolicy {
+            name: "p".into(),
+            client_id: tessera_proto::ClientId::parse("tc_app").unwrap(),
+            issuer: "https://issuer.example".into(),
+            jwks_uri: None,
+            audience: "tessera".into(),
+            subject: "repo:acme/x:*".into(),
+            claims: "{}".into(),
+            max_assertion_ttl: Some(600),
+            created_at: 0,
+        };
+        let lifetime = |seconds: i64| {
+            let claims: Map<String, Value> = serde_json::from_value(serde_json::json!({
+                "sub": "repo:acme/x:ref:main", "aud": "tessera",
+                "iat": 1_000, "exp": 1_000 + seconds,
+            }))
+            .unwrap();
+            policy_admits(&policy, &claims).map(str::to_owned)
+        };
+        assert_eq!(lifetime(600).as_deref(), Ok("repo:acme/x:ref:main"));
+        assert_eq!(lifetime(601), Err(AssertionError::PolicyLifetime));
+    }
+
+    /// Only a JWK Set with a public key an assertion could be verified with is usable.
+    #[test]
+    fn a_key_set_is_usable_with_one_public_key() {
+        let (_, jwks) = signed(&serde_json::json!({}), "k1", None);
+        assert!(has_usable_key(&jwks));
+        assert!(!has_usable_key(r#"{"keys": []}"#));
+        assert!(!has_usable_key(
+            r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#
+        ));
+        assert!(!has_usable_key("not json"));
+    }
+
     /// The unverified `sub` is read from an assertion of up to 8 KiB, not from a longer one.
     #[test]
     fn claims_are_read_unverified_from_assertions_up_to_the_bound() {

@@ -155,6 +155,7 @@ mod tests {
             "192.168.1.1",
             "169.254.169.254",
             "100.64.0.1",
+            "100.127.255.254",
             "0.0.0.0",
             "255.255.255.255",
             "224.0.0.1",
@@ -171,6 +172,10 @@ mod tests {
         for public in [
             "93.184.216.34",
             "8.8.8.8",
+            // Shared address space is 100.64.0.0/10 only.
+            "100.63.255.255",
+            "100.128.0.1",
+            "8.64.0.1",
             "2606:2800:220:1::1",
             "::ffff:8.8.8.8",
         ] {
@@ -222,6 +227,24 @@ mod tests {
             }
         });
         (address, hits)
+    }
+
+    /// An answer of up to 64 KiB is read whole; one byte more is refused.
+    #[tokio::test]
+    async fn answers_are_read_up_to_64_kib() {
+        let fetcher = Fetcher::new(true);
+        let body = |len: usize| -> &'static str { Box::leak("x".repeat(len).into_boxed_str()) };
+        let (address, _) = serve(body(65_536)).await;
+        let read = fetcher
+            .get(&format!("http://{address}/jwks"))
+            .await
+            .unwrap();
+        assert_eq!(read.len(), 65_536);
+        let (address, _) = serve(body(65_537)).await;
+        assert!(matches!(
+            fetcher.get(&format!("http://{address}/jwks")).await,
+            Err(FetchError::TooLarge)
+        ));
     }
 
     #[tokio::test]
