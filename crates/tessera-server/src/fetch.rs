@@ -166,6 +166,7 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
+            "2001:db8::1",
         ] {
             assert!(!is_public(private.parse().unwrap()), "{private}");
         }
@@ -177,6 +178,9 @@ mod tests {
             "100.128.0.1",
             "8.64.0.1",
             "2606:2800:220:1::1",
+            "2001:db9::1",
+            "2606:db8::1",
+            "65:ff9b::1",
             "::ffff:8.8.8.8",
         ] {
             assert!(is_public(public.parse().unwrap()), "{public}");

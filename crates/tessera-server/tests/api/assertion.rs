@@ -135,6 +135,15 @@ async fn every_assertion_rule_is_enforced() {
         sign(&key, "k1", &claims)
     };
     let header = |header: Value| key.sign(&header, &good_claims(&app, &id));
+    // The bounds hold to the second: at most 5 minutes ahead, 60 s of leeway either way.
+    for (name, value) in [
+        ("exp", json!(now + 360)),
+        ("exp", json!(now - 59)),
+        ("nbf", json!(now + 60)),
+    ] {
+        let answer = with_assertion(&app, &change(name, value.clone()), &[]).await;
+        assert_eq!(answer.status(), 200, "{name} {value}");
+    }
     type Case<'a> = (&'a str, String, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
         ("replayed", replayed.clone(), vec![], "used before"),
@@ -178,6 +187,12 @@ async fn every_assertion_rule_is_enforced() {
         (
             "too long",
             change("exp", json!(now + 3600)),
+            vec![],
+            "longer than 5 minutes",
+        ),
+        (
+            "a second too long",
+            change("exp", json!(now + 361)),
             vec![],
             "longer than 5 minutes",
         ),
@@ -412,6 +427,7 @@ async fn an_assertion_replayed_at_another_instance_is_refused_through_redis() {
             s.database_url = db;
         }
     };
+    let keys_seen = format!("{prefix}seen:jti:*");
     let first = spawn_with(setup(prefix.clone(), None)).await;
     let second = spawn_with(setup(prefix, Some(first.db_url.clone()))).await;
     let key = ProofKey::ed25519();
@@ -423,6 +439,25 @@ async fn an_assertion_replayed_at_another_instance_is_refused_through_redis() {
     second.sync().await;
     let assertion = sign(&key, "k", &good_claims(&first, &id));
     assert_eq!(with_assertion(&first, &assertion, &[]).await.status(), 200);
+    // Remembered until the assertion's exp and its leeway have passed: 60 + 60 s here
+    // (Redis counts in its own time, not the test's clock).
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let seen: Vec<String> = redis::cmd("KEYS")
+        .arg(&keys_seen)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(&seen[0])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!((110..=120).contains(&ttl), "{ttl}");
     let (status, _, description) = error_of(with_assertion(&second, &assertion, &[]).await).await;
     assert_eq!(status, 401);
     assert!(description.contains("used before"), "{description}");
