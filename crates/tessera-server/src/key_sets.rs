@@ -307,6 +307,15 @@ impl std::fmt::Display for Source {
 mod tests {
     use super::*;
 
+    /// What the log names a key source by.
+    #[test]
+    fn a_source_is_named_by_its_url_or_its_issuer() {
+        let jwks = Source::Jwks("https://keys.example/jwks.json".into());
+        assert_eq!(jwks.to_string(), "https://keys.example/jwks.json");
+        let discovery = Source::Discovery("https://issuer.example".into());
+        assert_eq!(discovery.to_string(), "discovery of https://issuer.example");
+    }
+
     #[test]
     fn failures_back_off_from_30_seconds_to_5_minutes() {
         let mut entry = Entry::new();

@@ -390,6 +390,29 @@ async fn keys_at_a_jwks_uri_roll_over_without_an_admin() {
     assert_eq!(server.hits.load(Ordering::SeqCst), 2);
 }
 
+/// Each client's keys stay cached while other clients' key sets are fetched: one fetch per
+/// key set, however the clients take turns.
+#[tokio::test]
+async fn key_sets_of_several_clients_are_cached_side_by_side() {
+    let app = spawn_with(|s| s.config.allow_private_jwks_uri = true).await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let key = ProofKey::ed25519();
+        let server = key_server(jwks(&[(&key, "k")])).await;
+        let id = register(&app, CertificateMatch::JwksUri(server.url.clone())).await;
+        clients.push((key, server, id));
+    }
+    for _ in 0..2 {
+        for (key, _, id) in &clients {
+            let assertion = sign(key, "k", &good_claims(&app, id));
+            assert_eq!(with_assertion(&app, &assertion, &[]).await.status(), 200);
+        }
+    }
+    for (_, server, _) in &clients {
+        assert_eq!(server.hits.load(Ordering::SeqCst), 1, "{}", server.url);
+    }
+}
+
 #[tokio::test]
 async fn a_jwks_uri_on_a_private_address_is_never_fetched() {
     let app = spawn_app().await;
