@@ -576,6 +576,28 @@ mod tests {
         parsed(registered).matches(subject)
     }
 
+    /// BMPString is UTF-16 (two bytes a character) and UniversalString UTF-32 (four); a
+    /// value of another length is not text.
+    #[test]
+    fn wide_string_types_decode_only_whole_characters() {
+        const UNIVERSAL: u8 = 0x1c;
+        let utf32: Vec<u8> = "abc"
+            .chars()
+            .flat_map(|c| (c as u32).to_be_bytes())
+            .collect();
+        assert!(matches("CN=ABC", &name(&[&[ava(CN, UNIVERSAL, &utf32)]])));
+        assert!(!matches(
+            "CN=abc",
+            &name(&[&[ava(CN, UNIVERSAL, &utf32[..11])]])
+        ));
+        let utf16: Vec<u8> = "ab".encode_utf16().flat_map(u16::to_be_bytes).collect();
+        assert!(matches("CN=ab", &name(&[&[ava(CN, BMP, &utf16)]])));
+        assert!(!matches(
+            "CN=ab",
+            &name(&[&[ava(CN, BMP, &[0, b'a', 0, b'b', 0])]])
+        ));
+    }
+
     /// NumericString is a string type (digits and spaces); a context-specific or
     /// constructed value is never one, whatever its tag number reads as.
     #[test]
