@@ -73,9 +73,16 @@ part() {
             run server-assertion tessera-server "$S/assertion.rs $S/key_sets.rs $S/fetch.rs" \
                 --lib --test api -- assertion federation fetch trust key_sets
             ;;
-        # mTLS matching: the DN parser and matcher, judged by their unit tests (the
-        # end-to-end ones, tests/cli subject_dn and tls, are the binary's).
-        server-mtls) run server-mtls tessera-server "$S/mtls.rs $S/dn.rs" --lib ;;
+        # Subject DNs (RFC 4514 parsing, RFC 4517 matching): their unit tests.
+        server-dn) run server-dn tessera-server "$S/dn.rs" --lib ;;
+        # Certificate client authentication: the binary's end-to-end tests over TLS and
+        # through a trusted proxy (tests/cli tls and subject_dn).
+        server-mtls)
+            local saved=("${EXTRA[@]}")
+            EXTRA+=(--test-package tessera)
+            run server-mtls tessera-server "$S/mtls.rs" --test cli -- tls subject_dn
+            EXTRA=("${saved[@]}")
+            ;;
         *)
             echo "unknown part $1" >&2
             exit 64
@@ -84,5 +91,5 @@ part() {
 }
 
 [ $# -gt 0 ] || set -- proto verify server-auth server-limits server-secrets server-admin-auth \
-    server-dpop server-assertion server-mtls
+    server-dpop server-assertion server-dn server-mtls
 for p in "$@"; do part "$p"; done

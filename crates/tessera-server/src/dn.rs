@@ -576,6 +576,17 @@ mod tests {
         parsed(registered).matches(subject)
     }
 
+    /// Dotted OIDs have at least two arcs, the first 0, 1 or 2, the second below 40 under 0
+    /// and 1 only; a `#` value has at least one byte.
+    #[test]
+    fn dotted_oids_and_hex_values_are_checked() {
+        assert!(matches("2.5.4.3=billing", &name(&[&[utf8(CN, "billing")]])));
+        assert!(Dn::parse("1.39=x").is_ok());
+        for bad in ["2=x", "1.40=x", "3.1=x", "CN=#"] {
+            assert!(Dn::parse(bad).is_err(), "{bad}");
+        }
+    }
+
     /// BMPString is UTF-16 (two bytes a character) and UniversalString UTF-32 (four); a
     /// value of another length is not text.
     #[test]
