@@ -273,6 +273,62 @@ impl ClientCertVerifier for OfferedCertificate {
 mod tests {
     use super::*;
 
+    /// A self-signed certificate for a key of `alg`, and the key's public JWK members.
+    fn certificate(
+        alg: &'static rcgen::SignatureAlgorithm,
+    ) -> (CertificateDer<'static>, serde_json::Value) {
+        let key = rcgen::KeyPair::generate_for(alg).unwrap();
+        let params = rcgen::CertificateParams::new(vec!["client".to_owned()]).unwrap();
+        let der = params.self_signed(&key).unwrap().der().clone();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let b64 = |b: &[u8]| serde_json::Value::from(URL_SAFE_NO_PAD.encode(b));
+        let jwk = match cert.public_key().parsed().unwrap() {
+            PublicKey::EC(point) => serde_json::json!({"kty": "EC", "crv": "P-256",
+                "x": b64(&point.data()[1..33]), "y": b64(&point.data()[33..65])}),
+            PublicKey::RSA(rsa) => serde_json::json!({"kty": "RSA",
+                "n": b64(rsa.modulus), "e": b64(rsa.exponent)}),
+            _ => serde_json::json!({"kty": "OKP", "crv": "Ed25519",
+                "x": b64(&cert.public_key().subject_public_key.data)}),
+        };
+        (der, jwk)
+    }
+
+    /// RFC 8705 section 2.2: a self-signed certificate matches a registered JWK of the same
+    /// public key, of the same type and curve, and nothing else.
+    #[test]
+    fn a_self_signed_certificate_matches_only_its_own_key() {
+        let set = |jwk: &serde_json::Value| serde_json::json!({ "keys": [jwk] });
+        for alg in [
+            &rcgen::PKCS_ED25519,
+            &rcgen::PKCS_ECDSA_P256_SHA256,
+            &rcgen::PKCS_RSA_SHA256,
+        ] {
+            let (cert, jwk) = certificate(alg);
+            let (_, other) = certificate(alg);
+            let chain = [cert];
+            assert!(key_matches(&chain, &set(&jwk)), "{jwk}");
+            assert!(!key_matches(&chain, &set(&other)), "{other}");
+            assert!(!key_matches(&[], &set(&jwk)));
+            let mut wrong_curve = jwk.clone();
+            match jwk["kty"].as_str() {
+                Some("OKP") => wrong_curve["crv"] = "X25519".into(),
+                Some("EC") => wrong_curve["crv"] = "P-384".into(),
+                _ => wrong_curve["e"] = "AQAB".into(),
+            }
+            if jwk["e"] != "AQAB" {
+                assert!(!key_matches(&chain, &set(&wrong_curve)), "{wrong_curve}");
+            }
+            let mut wrong_modulus = jwk.clone();
+            if jwk["kty"] == "RSA" {
+                wrong_modulus["n"] = other["n"].clone();
+                assert!(!key_matches(&chain, &set(&wrong_modulus)));
+                let mut wrong_exponent = jwk.clone();
+                wrong_exponent["e"] = "Aw".into();
+                assert!(!key_matches(&chain, &set(&wrong_exponent)));
+            }
+        }
+    }
+
     #[test]
     fn a_subject_matches_in_rfc_4514_order_or_exactly_reversed() {
         // SEQUENCE { SET { O=Acme }, SET { OU=ops }, SET { CN=billing } }, UTF8Strings.
