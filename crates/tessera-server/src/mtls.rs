@@ -285,8 +285,10 @@ mod tests {
         let jwk = match cert.public_key().parsed().unwrap() {
             PublicKey::EC(point) => serde_json::json!({"kty": "EC", "crv": "P-256",
                 "x": b64(&point.data()[1..33]), "y": b64(&point.data()[33..65])}),
+            // RFC 7518 section 6.3.1: unsigned, without the DER integer's leading zero.
             PublicKey::RSA(rsa) => serde_json::json!({"kty": "RSA",
-                "n": b64(rsa.modulus), "e": b64(rsa.exponent)}),
+                "n": b64(rsa.modulus.strip_prefix(&[0]).unwrap_or(rsa.modulus)),
+                "e": b64(rsa.exponent)}),
             _ => serde_json::json!({"kty": "OKP", "crv": "Ed25519",
                 "x": b64(&cert.public_key().subject_public_key.data)}),
         };
