@@ -49,7 +49,7 @@ impl UsageCounter {
 
     /// Writes the counts so far under today's UTC date, and those kept from failed flushes
     /// under theirs, in batches. On failure the counts not written are kept for the next
-    /// flush ([`KEPT_ROWS`] bounds them). Not cancel-safe: a flush dropped while the store
+    /// flush (`KEPT_ROWS` bounds them). Not cancel-safe: a flush dropped while the store
     /// writes loses the counts it took, so callers let it finish.
     pub async fn flush(&self, store: &dyn Store, now: Timestamp) -> Result<(), StoreError> {
         let counted = std::mem::take(&mut *self.counting.lock().unwrap_or_else(|p| p.into_inner()));
