@@ -89,9 +89,10 @@ pub(crate) struct ServeArgs {
     /// Limits how long a proof made ahead of time stays usable.
     #[arg(long, env = "TESSERA_DPOP_NONCE")]
     dpop_nonce: bool,
-    /// Let private_key_jwt clients' jwks_uri point at loopback, private or link-local
-    /// addresses, and use plain http: for closed networks. Off by default, so that
-    /// registering a client cannot make Tessera probe its own network.
+    /// Let private_key_jwt clients' jwks_uri (and trust policies' issuers) point at
+    /// loopback, private or link-local addresses, and use plain http to those addresses
+    /// only: for closed networks. Off by default, so that registering a client cannot make
+    /// Tessera probe its own network.
     #[arg(long, env = "TESSERA_ALLOW_PRIVATE_JWKS_URI")]
     allow_private_jwks_uri: bool,
 }
