@@ -328,14 +328,7 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
         (cert, key.serialize_pem())
     };
     let leaf = |uri: &str| leaf_and_key(uri).0;
-    let escape = |pem: &str| -> String {
-        pem.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
+    let escape = tessera_testkit::escaped_pem;
     let ca_path = dir.path().join("ca.pem");
     std::fs::write(&ca_path, ca.pem()).unwrap();
     let app = tessera_testkit::spawn_with(|s| {

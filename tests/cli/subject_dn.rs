@@ -290,12 +290,7 @@ async fn subject_dns_match_as_parsed_rdns_in_order() {
     // Through a trusted proxy's header (no certificate on the connection), the same rule.
     let by_header = |subject: &[u8]| {
         let (cert, _) = pki.client_named(subject);
-        cert.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => char::from(b).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect::<String>()
+        tessera_testkit::escaped_pem(&cert)
     };
     for (subject, want) in [
         (name(&[&[utf8(CN, "billing, O=Acme")]]), 401),

@@ -580,14 +580,7 @@ async fn a_trusted_proxy_passes_the_client_certificate_on() {
     let created: serde_json::Value = serde_json::from_str(created.trim()).unwrap();
     let id = created["client_id"].as_str().unwrap().to_owned();
     let (cert, _, _) = pki.client(uri, false, false);
-    // nginx's $ssl_client_escaped_cert: the PEM, URL-escaped.
-    let escaped: String = cert
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
+    let escaped = tessera_testkit::escaped_pem(&cert);
     let ask = |base: String, header: Option<String>| {
         let id = id.clone();
         async move {

@@ -120,22 +120,6 @@ fn nonce_for(key: &hmac::Key, period: i64) -> String {
     URL_SAFE_NO_PAD.encode(nonce)
 }
 
-/// The single `DPoP` header of a request: `None` without one, `Err` for two or more or one
-/// that is not ASCII (section 4.3 step 1).
-pub(crate) fn proof_header(headers: &axum::http::HeaderMap) -> Result<Option<&str>, DpopError> {
-    let mut values = headers.get_all("dpop").iter();
-    let Some(first) = values.next() else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(DpopError::Repeated);
-    }
-    first
-        .to_str()
-        .map(Some)
-        .map_err(|_| DpopError::Header(tessera_proto::dpop::ProofError::MalformedHeader))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

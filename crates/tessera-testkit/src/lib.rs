@@ -311,6 +311,17 @@ pub async fn error_of(response: reqwest::Response) -> (u16, String, String) {
     )
 }
 
+/// A PEM certificate as a TLS-terminating proxy passes it on in a header: nginx's
+/// `$ssl_client_escaped_cert`, every byte but ASCII letters and digits percent-escaped.
+pub fn escaped_pem(pem: &str) -> String {
+    pem.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The claims of a JWT, read without verification.
 pub fn claims_of(token: &str) -> serde_json::Value {
     use base64::Engine;

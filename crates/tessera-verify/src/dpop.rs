@@ -122,6 +122,22 @@ impl DpopError {
     }
 }
 
+/// The single `DPoP` header of a request: `None` without one, `Err` for two or more or one
+/// that is not ASCII (section 4.3 step 1).
+pub fn proof_header(headers: &axum::http::HeaderMap) -> Result<Option<&str>, DpopError> {
+    let mut values = headers.get_all("dpop").iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(DpopError::Repeated);
+    }
+    first
+        .to_str()
+        .map(Some)
+        .map_err(|_| DpopError::Header(tessera_proto::dpop::ProofError::MalformedHeader))
+}
+
 /// base64url SHA-256 of `input`, as a thumbprint (RFC 7638 section 3) or `ath` (RFC 9449
 /// section 4.2) is written.
 pub fn sha256_b64(input: &[u8]) -> String {

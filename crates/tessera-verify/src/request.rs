@@ -36,7 +36,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, Uri};
 
-use crate::dpop::{check_proof, DpopError, ProofRequest};
+use crate::dpop::{check_proof, proof_header, DpopError, ProofRequest};
 use crate::extract::VerifiedToken;
 use crate::rejection::{AuthError, AuthRejection};
 use crate::{ClientCertificate, Verifier, VerifyError};
@@ -214,14 +214,7 @@ fn check_dpop(
     token: &str,
     jkt: &str,
 ) -> Result<(), DpopError> {
-    let mut values = request.headers.get_all("dpop").iter();
-    let proof = values.next().ok_or(DpopError::Missing)?;
-    if values.next().is_some() {
-        return Err(DpopError::Repeated);
-    }
-    let proof = proof
-        .to_str()
-        .map_err(|_| DpopError::Header(tessera_proto::dpop::ProofError::MalformedHeader))?;
+    let proof = proof_header(request.headers)?.ok_or(DpopError::Missing)?;
     // The request's Host is the caller's to choose: a proof made for another API with the
     // same token would pass here. Only the API's own URL says where the proof must point.
     let Some(resource) = verifier.resource_url() else {

@@ -17,13 +17,13 @@ use tessera_store::{DpopPolicy, Plan, RateLimit};
 use tessera_verify::dpop::DpopError;
 
 use crate::audit::{self, Subject};
-use crate::dpop::proof_header;
 use crate::error::{rate_limit_fields, OAuthError, NO_STORE};
 use crate::limits::Decision;
 use crate::metrics::NO_PLAN;
 use crate::reuse::Kept;
 use crate::routes::{authenticate_client, client_ip, read_form, split};
 use crate::{secrets, AppState};
+use tessera_verify::dpop::proof_header;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/connect/token", post(token))

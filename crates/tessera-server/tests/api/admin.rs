@@ -1253,16 +1253,7 @@ async fn a_certificate_bound_admin_token_needs_its_certificate() {
             .push(rcgen::DnType::CommonName, name);
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
         let cert = params.self_signed(&key).unwrap();
-        // nginx's $ssl_client_escaped_cert: the PEM, URL-escaped.
-        let escaped: String = cert
-            .pem()
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        (escaped, key.public_key_raw().to_vec())
+        (escaped_pem(&cert.pem()), key.public_key_raw().to_vec())
     };
     let (presented, public) = self_signed("admin-robot");
     let (another, _) = self_signed("admin-robot");

@@ -464,22 +464,10 @@ async fn an_assertion_replayed_at_another_instance_is_refused_through_redis() {
     assert_eq!(with_assertion(&first, &assertion, &[]).await.status(), 200);
     // Remembered until the assertion's exp and its leeway have passed: 60 + 60 s here
     // (Redis counts in its own time, not the test's clock).
-    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let seen: Vec<String> = redis::cmd("KEYS")
-        .arg(&keys_seen)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    let ttl: i64 = redis::cmd("TTL")
-        .arg(&seen[0])
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let ttls = super::redis_ttls(&keys_seen).await;
+    let [ttl] = ttls[..] else {
+        panic!("one key seen: {ttls:?}")
+    };
     assert!((110..=120).contains(&ttl), "{ttl}");
     let (status, _, description) = error_of(with_assertion(&second, &assertion, &[]).await).await;
     assert_eq!(status, 401);

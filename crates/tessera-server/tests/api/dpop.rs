@@ -304,22 +304,10 @@ async fn a_proof_replayed_at_another_instance_is_refused_through_redis() {
     );
     // Remembered for as long as its iat can be accepted, 60 s either way of the clock:
     // two windows and a second (Redis counts in its own time, not the test's clock).
-    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let seen: Vec<String> = redis::cmd("KEYS")
-        .arg(&keys_seen)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    let ttl: i64 = redis::cmd("TTL")
-        .arg(&seen[0])
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    let ttls = super::redis_ttls(&keys_seen).await;
+    let [ttl] = ttls[..] else {
+        panic!("one key seen: {ttls:?}")
+    };
     assert!((120..=121).contains(&ttl), "{ttl}");
     let (status, code, description) =
         error_of(token_with(&second, &client, FORM, &[&proof]).await).await;

@@ -19,3 +19,29 @@ mod registry;
 mod token;
 mod tokens;
 mod transport;
+
+/// The seconds left to live of the keys matching `pattern` in the shared test Redis
+/// (127.0.0.1:6379): how long a proof or assertion seen is remembered there.
+async fn redis_ttls(pattern: &str) -> Vec<i64> {
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut ttls = Vec::new();
+    for key in keys {
+        ttls.push(
+            redis::cmd("TTL")
+                .arg(key)
+                .query_async(&mut redis)
+                .await
+                .unwrap(),
+        );
+    }
+    ttls
+}
