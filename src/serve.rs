@@ -31,10 +31,12 @@ pub(crate) struct ServeArgs {
     /// instance counts in its own memory.
     #[arg(long, env = "TESSERA_REDIS_URL")]
     redis_url: Option<String>,
-    /// How many instances share the Redis rate limits: while Redis fails, each counts
-    /// 1/N of every rate in its own memory.
-    #[arg(long, env = "TESSERA_EXPECTED_INSTANCES", default_value = "1")]
-    expected_instances: std::num::NonZeroU32,
+    /// The least number of instances sharing the Redis rate limits: while Redis fails, each
+    /// counts 1/N of every rate in its own memory, N being the instances last counted
+    /// through Redis (they count each other) or this, where it is larger. By default the
+    /// count alone.
+    #[arg(long, env = "TESSERA_EXPECTED_INSTANCES")]
+    expected_instances: Option<std::num::NonZeroU32>,
     /// Proxies (IP addresses) whose X-Forwarded-For is believed for rate limits and audit
     /// events; repeat or separate with commas.
     #[arg(
@@ -234,10 +236,13 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
     }
     println!("  database: {}", tessera_server::redact_url(&data.database));
     if let Some(redis) = &args.redis_url {
+        let floor = args
+            .expected_instances
+            .map(|n| format!(", at least {n}"))
+            .unwrap_or_default();
         println!(
-            "  rate limits shared through {} (expected instances: {})",
+            "  rate limits shared through {} (instances counted there{floor})",
             tessera_server::redact_url(redis),
-            args.expected_instances
         );
     }
     match origin {

@@ -79,9 +79,12 @@ pub struct Config {
     /// How long one call to Redis may take; past it (or on an error) the instance counts in
     /// its own memory until Redis answers again.
     pub redis_timeout: Duration,
-    /// How many instances share the Redis allowances: while Redis fails, each counts
-    /// 1/`expected_instances` of every rate, so that together they stay near the plan's.
-    pub expected_instances: NonZeroU32,
+    /// How many instances share the Redis allowances, at least: while Redis fails, each
+    /// counts 1/N of every rate, so that together they stay near the plan's, N being the
+    /// instances last counted through Redis (each beats there once a second) or this, where
+    /// it is larger. `None` (the default) leaves N to the count; a value that differs from
+    /// the count is logged at warn.
+    pub expected_instances: Option<NonZeroU32>,
     /// Proxies whose `X-Forwarded-For` is believed, for rate limits and the audit trail.
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// Where every decision by time reads it: the system clock, or a test's.
@@ -140,7 +143,7 @@ impl Config {
             // Redis answers in well under a millisecond near the server; 50 ms is far above
             // a healthy answer and far below the request timeout.
             redis_timeout: Duration::from_millis(50),
-            expected_instances: NonZeroU32::MIN,
+            expected_instances: None,
             trusted_proxies: Vec::new(),
             clock: Clock::system(),
             tls: None,

@@ -274,6 +274,22 @@ impl Metrics {
                  background probe's included",
                 errors,
             );
+            let fleet: Gauge = Gauge::default();
+            fleet.set(i64::from(redis.fleet));
+            registry.register(
+                "tessera_redis_fleet_instances",
+                "Instances counted through Redis at the last heartbeat it answered, this one \
+                 included",
+                fleet,
+            );
+            let divisor: Gauge = Gauge::default();
+            divisor.set(i64::from(redis.fallback_instances));
+            registry.register(
+                "tessera_rate_limiter_fallback_instances",
+                "N of the share of every rate this instance counts while Redis fails (1/N): \
+                 the counted fleet, or --expected-instances where that is larger",
+                divisor,
+            );
         }
         prometheus_text::encode(&mut out, &registry).expect("writing to a String");
         out
@@ -327,6 +343,8 @@ mod tests {
             up: false,
             errors: 2,
             timeouts: 1,
+            fleet: 3,
+            fallback_instances: 4,
         };
         let registry = SyncCounts {
             polls: 7,
@@ -369,6 +387,10 @@ mod tests {
             "# TYPE tessera_redis_errors_total counter",
             "tessera_redis_errors_total{kind=\"error\"} 2",
             "tessera_redis_errors_total{kind=\"timeout\"} 1",
+            "# TYPE tessera_redis_fleet_instances gauge",
+            "tessera_redis_fleet_instances 3",
+            "# TYPE tessera_rate_limiter_fallback_instances gauge",
+            "tessera_rate_limiter_fallback_instances 4",
             "# TYPE tessera_registry_clients gauge",
             "tessera_registry_clients 9",
             "# TYPE tessera_registry_syncs_total counter",

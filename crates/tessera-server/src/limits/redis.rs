@@ -4,22 +4,31 @@
 //!
 //! Every call to Redis is bounded (`Config::redis_timeout`, 50 ms by default). When one fails
 //! or times out, the instance counts in its own memory ([`LocalLimiter`], on the server's
-//! clock) at its share of each rate, 1/`expected_instances` ([`share`]): never unlimited,
-//! and no request waits for Redis again until it is back. A background task asks Redis once
-//! a second while it is away, on a fresh connection; its first answer brings the counting
-//! back to Redis. The switch and the return are logged once each, at warn and info.
+//! clock) at its share of each rate, 1/N ([`share`]): never unlimited, and no request waits
+//! for Redis again until it is back. A background task asks Redis once a second while it is
+//! away, on a fresh connection; its first answer brings the counting back to Redis. The
+//! switch and the return are logged once each, at warn and info.
+//!
+//! N is the fleet as last counted while Redis answered, or `Config::expected_instances`
+//! where that is larger (a floor). While Redis is up, the same background task beats once
+//! a second: one script puts this instance in a sorted set under the prefix, scored by when
+//! it will be forgotten ([`FLEET_TTL`] later, on Redis's clock), drops the members past
+//! their time and counts the rest, in one round trip and O(log n) work. An instance gone
+//! for good leaves the count within [`FLEET_TTL`]; one restarting is counted twice for that
+//! long, which errs towards smaller shares.
 
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
 use tessera_store::RateLimit;
 
 use super::{share, Decision, Limiter, LocalLimiter};
+use crate::clock::Clock;
 use crate::config::{redact_url, Config};
 
 /// GCRA (the generic cell rate algorithm): a key holds its theoretical arrival time (TAT).
@@ -44,26 +53,53 @@ if remaining < 0 then remaining = 0 end
 return {1, remaining, new_tat - now}
 ";
 
+/// The fleet count's heartbeat (see the module's documentation): `KEYS[1]` the sorted set,
+/// `ARGV[1]` this instance's id, `ARGV[2]` how long a member is counted after its last beat,
+/// in milliseconds. Returns the members counted, this one included.
+const FLEET: &str = r"
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return redis.call('ZCARD', KEYS[1])
+";
+
+/// How long an instance is counted in the fleet after its last heartbeat: five beats, so
+/// that a beat or two lost on a busy machine does not shrink the count.
+const FLEET_TTL: Duration = Duration::from_secs(5);
+
 /// How long opening a connection may take: at start (where failing stops the server) and in
 /// the background probe.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The pause between two attempts of the probe while Redis is away.
+/// The pause between two attempts of the probe while Redis is away, and between two
+/// heartbeats while it answers.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A [`Limiter`] whose state lives in Redis, with this process's memory as the fallback.
 pub(crate) struct RedisLimiter {
     redis: Arc<Redis>,
-    /// Counts while Redis does not answer, at `instances`' share of each rate.
+    /// Counts while Redis does not answer, at [`Redis::instances`]' share of each rate.
     fallback: LocalLimiter,
-    instances: NonZeroU32,
 }
 
 /// What the requests and the probe share.
 struct Redis {
     client: redis::Client,
     script: redis::Script,
+    /// The heartbeat ([`FLEET`]).
+    fleet_script: redis::Script,
     prefix: String,
+    /// This instance's member of the fleet: random, new on each start.
+    instance: String,
+    /// `Config::expected_instances`: a floor under the counted fleet, if given.
+    expected: Option<NonZeroU32>,
+    /// The instances counted at the last heartbeat that Redis answered (0 before the first).
+    fleet: AtomicU32,
+    /// The server's clock, for how long Redis was away.
+    clock: Clock,
     /// The bound on each call made for a request.
     timeout: Duration,
     /// The URL without its password, for messages and the log.
@@ -84,8 +120,8 @@ enum State {
         generation: u64,
         connection: MultiplexedConnection,
     },
-    /// This process counts, since `since`.
-    Down { since: Instant },
+    /// This process counts, since `since` (the clock's monotonic reading).
+    Down { since: Duration },
 }
 
 /// Why a call to Redis gave no decision.
@@ -115,6 +151,12 @@ pub struct Health {
     pub errors: u64,
     /// Calls to Redis that got no answer in time, the probe's included.
     pub timeouts: u64,
+    /// The instances counted through Redis at the last heartbeat it answered, this one
+    /// included.
+    pub fleet: u32,
+    /// The N of the share each instance counts while Redis fails: the counted fleet, or
+    /// `Config::expected_instances` where that is larger.
+    pub fallback_instances: u32,
 }
 
 impl std::fmt::Debug for RedisLimiter {
@@ -122,16 +164,17 @@ impl std::fmt::Debug for RedisLimiter {
         f.debug_struct("RedisLimiter")
             .field("url", &self.redis.url)
             .field("prefix", &self.redis.prefix)
-            .field("instances", &self.instances)
+            .field("instance", &self.redis.instance)
+            .field("expected", &self.redis.expected)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisLimiter {
-    /// Connects to `url` (`redis://host:port/db`) and loads the script, 2 s at most for
-    /// each, or fails with a message naming the URL without its password. Takes from `config` the prefix
-    /// of the keys, the bound on each call, the expected number of instances and the clock
-    /// of the fallback.
+    /// Connects to `url` (`redis://host:port/db`), loads the script and counts the fleet
+    /// with a first heartbeat, 2 s at most for each, or fails with a message naming the URL
+    /// without its password. Takes from `config` the prefix of the keys, the bound on each
+    /// call, the expected number of instances and the clock of the fallback.
     pub(crate) async fn connect(url: &str, config: &Config) -> Result<Self, ConnectError> {
         let redacted = redact_url(url);
         let client = redis::Client::open(url).map_err(|e| ConnectError {
@@ -141,11 +184,16 @@ impl RedisLimiter {
         let redis = Arc::new(Redis {
             client,
             script: redis::Script::new(GCRA),
+            fleet_script: redis::Script::new(FLEET),
             prefix: config.redis_prefix.clone(),
+            instance: crate::secrets::random_token(12),
+            expected: config.expected_instances,
+            fleet: AtomicU32::new(0),
+            clock: config.clock.clone(),
             timeout: config.redis_timeout,
             url: redacted,
             state: RwLock::new(State::Down {
-                since: Instant::now(),
+                since: config.clock.elapsed(),
             }),
             generations: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -158,12 +206,18 @@ impl RedisLimiter {
                 url: redis.url.clone(),
                 fault,
             })?;
-        redis.install(connection);
+        let (generation, _) = redis.install(connection);
+        let first = redis.count_fleet(generation, CONNECT_TIMEOUT).await;
+        if let Some(fault) = first {
+            return Err(ConnectError {
+                url: redis.url.clone(),
+                fault,
+            });
+        }
         tokio::spawn(probe(Arc::downgrade(&redis)));
         Ok(Self {
             redis,
             fallback: LocalLimiter::new(config.clock.clone()),
-            instances: config.expected_instances,
         })
     }
 
@@ -187,7 +241,7 @@ impl RedisLimiter {
         {
             Ok(answer) => Some(answer.is_some()),
             Err(fault) => {
-                self.redis.failed(generation, &fault, self.instances);
+                self.redis.failed(generation, &fault);
                 None
             }
         }
@@ -202,6 +256,8 @@ impl RedisLimiter {
             ),
             errors: self.redis.errors.load(Ordering::Relaxed),
             timeouts: self.redis.timeouts.load(Ordering::Relaxed),
+            fleet: self.redis.fleet.load(Ordering::Relaxed),
+            fallback_instances: self.redis.instances().get(),
         }
     }
 }
@@ -230,19 +286,70 @@ impl Redis {
         Ok(connection)
     }
 
-    /// Makes `connection` the one requests use; returns how long Redis was away.
-    fn install(&self, connection: MultiplexedConnection) -> Duration {
+    /// Makes `connection` the one requests use; returns its generation and how long Redis
+    /// was away, on the server's clock.
+    fn install(&self, connection: MultiplexedConnection) -> (u64, Duration) {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         let away = match *state {
-            State::Down { since } => since.elapsed(),
+            State::Down { since } => self.clock.elapsed().saturating_sub(since),
             State::Up { .. } => Duration::ZERO,
         };
         *state = State::Up {
             generation,
             connection,
         };
-        away
+        (generation, away)
+    }
+
+    /// The N of the share each instance counts while Redis fails: the fleet as last
+    /// counted, or the expected number of instances where that is larger; at least 1.
+    fn instances(&self) -> NonZeroU32 {
+        let counted =
+            NonZeroU32::new(self.fleet.load(Ordering::Relaxed)).unwrap_or(NonZeroU32::MIN);
+        self.expected
+            .map_or(counted, |expected| expected.max(counted))
+    }
+
+    /// One heartbeat through the current connection (`answer` at most): counts the fleet,
+    /// and logs when the count changes. A failure is handled as a request's would be (the
+    /// switch to the fallback) and returned.
+    async fn count_fleet(&self, generation: u64, answer: Duration) -> Option<Fault> {
+        let (current, mut connection) = self.current()?;
+        if current != generation {
+            return None;
+        }
+        let mut beat = self.fleet_script.key(format!("{}fleet", self.prefix));
+        beat.arg(&self.instance)
+            .arg(u64::try_from(FLEET_TTL.as_millis()).unwrap_or(u64::MAX));
+        let counted: u32 = match bounded(answer, beat.invoke_async(&mut connection)).await {
+            Ok(counted) => counted,
+            Err(fault) => {
+                self.failed(generation, &fault);
+                return Some(fault);
+            }
+        };
+        let before = self.fleet.swap(counted, Ordering::Relaxed);
+        if before != counted {
+            match self.expected {
+                Some(expected) if expected.get() != counted => tracing::warn!(
+                    redis = %self.url,
+                    counted,
+                    expected_instances = expected.get(),
+                    fallback_instances = self.instances().get(),
+                    "the instances counted through Redis differ from --expected-instances; \
+                     while Redis fails, each counts 1/fallback_instances of every rate, the \
+                     larger of the two"
+                ),
+                _ => tracing::info!(
+                    redis = %self.url,
+                    counted,
+                    "instances counted through Redis; while Redis fails, each counts 1/counted \
+                     of every rate"
+                ),
+            }
+        }
+        None
     }
 
     fn count(&self, fault: &Fault) {
@@ -256,18 +363,18 @@ impl Redis {
     /// A call through connection `generation` failed: the first failure of that connection
     /// switches to the fallback and logs it; later ones (calls already under way) are only
     /// counted.
-    fn failed(&self, generation: u64, fault: &Fault, instances: NonZeroU32) {
+    fn failed(&self, generation: u64, fault: &Fault) {
         self.count(fault);
         let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
         if matches!(*state, State::Up { generation: current, .. } if current == generation) {
             *state = State::Down {
-                since: Instant::now(),
+                since: self.clock.elapsed(),
             };
             tracing::warn!(
                 redis = %self.url,
                 error = %fault,
-                expected_instances = instances.get(),
-                "Redis rate limiter failed; this instance counts 1/expected_instances of each \
+                fallback_instances = self.instances().get(),
+                "Redis rate limiter failed; this instance counts 1/fallback_instances of each \
                  rate in memory until Redis is back"
             );
         }
@@ -316,25 +423,28 @@ async fn bounded<T>(
     }
 }
 
-/// While Redis is away, opens a connection once a second until one answers within the call
-/// timeout. Ends when the limiter is dropped.
+/// Once a second: while Redis answers, a heartbeat that counts the fleet; while it is away,
+/// a fresh connection, until one answers within the call timeout. Ends when the limiter is
+/// dropped.
 async fn probe(redis: Weak<Redis>) {
     loop {
         tokio::time::sleep(PROBE_INTERVAL).await;
         let Some(redis) = redis.upgrade() else {
             return;
         };
-        if redis.current().is_some() {
+        if let Some((generation, _)) = redis.current() {
+            redis.count_fleet(generation, redis.timeout).await;
             continue;
         }
         match redis.open(redis.timeout).await {
             Ok(connection) => {
-                let away = redis.install(connection);
+                let (generation, away) = redis.install(connection);
                 tracing::info!(
                     redis = %redis.url,
                     away_secs = away.as_secs(),
                     "Redis answers again; rate limits are counted in Redis"
                 );
+                redis.count_fleet(generation, redis.timeout).await;
             }
             Err(fault) => redis.count(&fault),
         }
@@ -347,10 +457,12 @@ impl Limiter for RedisLimiter {
         if let Some((generation, connection)) = self.redis.current() {
             match self.redis.gcra(connection, key, rate).await {
                 Ok(decision) => return decision,
-                Err(fault) => self.redis.failed(generation, &fault, self.instances),
+                Err(fault) => self.redis.failed(generation, &fault),
             }
         }
-        self.fallback.check(key, share(rate, self.instances)).await
+        self.fallback
+            .check(key, share(rate, self.redis.instances()))
+            .await
     }
 
     fn prune(&self) {
