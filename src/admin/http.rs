@@ -16,6 +16,7 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tessera_client::{ClientId, ClientSecret, Environment, ErrorCode, ScopeSet, TokenClient, Url};
+use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::Algorithm;
 use tessera_server::admin::{PlanSettings, TrustPolicyInput};
 use tokio::sync::OnceCell;
@@ -26,10 +27,6 @@ use super::model::{
 use super::progress::Progress;
 use super::{OnCreated, Operations};
 
-/// The full scope, asked for first.
-const ADMIN_SCOPE: &str = "tessera-admin";
-/// The read-only scope, asked for when the client's plan does not grant the full one.
-const READ_SCOPE: &str = "tessera-admin-read";
 /// Requests a create is sent at most, with the same `Idempotency-Key`, when the answer is
 /// lost or the server is briefly unavailable.
 const CREATE_ATTEMPTS: u32 = 3;
@@ -200,7 +197,8 @@ impl Http {
 /// the token here, so that the scope is settled before the first request.
 async fn admin_tokens(base: &Url, id: &ClientId, secret: &ClientSecret) -> Result<TokenClient> {
     let mut refused = None;
-    for scope in [ADMIN_SCOPE, READ_SCOPE] {
+    // The full scope first; the read-only one when the client's plan does not grant it.
+    for scope in [ADMIN_SCOPE, ADMIN_READ_SCOPE] {
         let client = TokenClient::builder()
             .environment(Environment::Custom(base.clone()))
             .client_id(id.clone())

@@ -78,6 +78,26 @@ pub fn parse(body: &str) -> Result<Vec<(String, String)>, FormError> {
         .collect()
 }
 
+/// A parameter sent more than once where it may appear once (RFC 6749 section 3.2).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("parameter {0} is repeated")]
+pub struct Repeated(pub String);
+
+/// The single value of parameter `name` among decoded `pairs`, as sent (an empty value is
+/// returned as it is: whether it counts as absent is the caller's rule); [`Repeated`] when
+/// it appears more than once.
+pub fn single<'a>(pairs: &'a [(String, String)], name: &str) -> Result<Option<&'a str>, Repeated> {
+    let mut found = pairs
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str());
+    let first = found.next();
+    if found.next().is_some() {
+        return Err(Repeated(name.to_owned()));
+    }
+    Ok(first)
+}
+
 fn hex(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
@@ -118,6 +138,16 @@ mod tests {
                 ("a".into(), "2".into())
             ]
         );
+    }
+
+    #[test]
+    fn a_single_value_is_found_and_a_repeat_refused() {
+        let pairs = parse("a=1&b=&c=2&c=3").unwrap();
+        assert_eq!(single(&pairs, "a"), Ok(Some("1")));
+        assert_eq!(single(&pairs, "b"), Ok(Some("")));
+        assert_eq!(single(&pairs, "z"), Ok(None));
+        assert_eq!(single(&pairs, "c"), Err(Repeated("c".into())));
+        assert_eq!(Repeated("c".into()).to_string(), "parameter c is repeated");
     }
 
     #[test]

@@ -8,6 +8,17 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+/// The scope of Tessera's own admin API that allows everything (docs/admin-api.md).
+pub const ADMIN_SCOPE: &str = "tessera-admin";
+/// The scope of Tessera's own admin API that allows reads (`GET`) only.
+pub const ADMIN_READ_SCOPE: &str = "tessera-admin-read";
+
+/// Whether `scope` is one of the two reserved admin scopes: they name no API, and a token
+/// that carries one has the issuer itself as its audience.
+pub fn is_admin_scope(scope: &str) -> bool {
+    scope == ADMIN_SCOPE || scope == ADMIN_READ_SCOPE
+}
+
 /// Why a scope string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ScopeError {

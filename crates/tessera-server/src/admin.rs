@@ -16,6 +16,10 @@ use crate::secrets::{self, Secrets};
 
 pub use tessera_store::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
 
+/// How long an answer to a create with an `Idempotency-Key` is kept for retries, secret
+/// included (sealed): a day, as long as the longest retry loop worth supporting.
+pub(crate) const IDEMPOTENCY_WINDOW: Timestamp = 86_400;
+
 /// How many clients [`Admin::create_clients`] hands to the store at a time.
 pub const CREATE_BATCH: usize = 5000;
 
@@ -556,7 +560,7 @@ impl<'a> Admin<'a> {
             .is_some_and(|plan| {
                 plan.scopes
                     .iter()
-                    .any(|s| crate::routes::admin::is_admin_scope(s.as_str()))
+                    .any(|s| tessera_proto::scope::is_admin_scope(s.as_str()))
             });
         if administers && !input.allow_admin {
             return bad(

@@ -7,7 +7,10 @@ use tessera_proto::Algorithm;
 
 use crate::clock::Clock;
 use crate::limits::FailureRates;
-use crate::routes;
+
+/// The default time a request may take (body upload included), a client may take to send
+/// its request head, and a connection may stay idle.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -120,8 +123,8 @@ impl Config {
             sync_interval: Duration::from_millis(250),
             full_reload_interval: Duration::from_secs(600),
             max_staleness: Duration::from_secs(300),
-            request_timeout: routes::DEFAULT_TIMEOUT,
-            header_timeout: routes::DEFAULT_TIMEOUT,
+            request_timeout: DEFAULT_TIMEOUT,
+            header_timeout: DEFAULT_TIMEOUT,
             body_limit: 8 * 1024,
             realm: "tessera".into(),
             auth_failures: FailureRates::default(),
@@ -130,7 +133,7 @@ impl Config {
             max_connections_per_address: 1_000,
             max_requests_per_connection: 100_000,
             max_connection_age: Duration::from_secs(600),
-            idle_timeout: routes::DEFAULT_TIMEOUT,
+            idle_timeout: DEFAULT_TIMEOUT,
             metrics_on_main_listener: true,
             console: true,
             dpop_nonce: false,

@@ -3,7 +3,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Request};
@@ -75,9 +74,6 @@ pub(crate) fn health_only(state: AppState) -> Router {
 pub(crate) fn metrics_only(state: AppState) -> Router {
     metrics::router().with_state(state)
 }
-
-/// The default time a request may take, body upload included.
-pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Splits a request into its head and its body, read up to `limit` bytes (413 past it).
 /// The endpoints take the whole request rather than extractors, so that the head is
@@ -203,23 +199,15 @@ pub(crate) fn read_form(
     form::parse(body).map_err(|e| OAuthError::invalid_request(e.to_string()))
 }
 
-/// The single value of parameter `name`; a repeat is `invalid_request` (RFC 6749 3.2), and
-/// an empty value counts as absent (RFC 6749 3.1).
+/// The single value of parameter `name` ([`form::single`]); a repeat is `invalid_request`
+/// (RFC 6749 3.2), and an empty value counts as absent (RFC 6749 3.1).
 pub(crate) fn single<'a>(
     pairs: &'a [(String, String)],
     name: &str,
 ) -> Result<Option<&'a str>, OAuthError> {
-    let mut found = pairs
-        .iter()
-        .filter(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str());
-    let first = found.next();
-    if found.next().is_some() {
-        return Err(OAuthError::invalid_request(format!(
-            "parameter {name} is repeated"
-        )));
-    }
-    Ok(first.filter(|v| !v.is_empty()))
+    let value = form::single(pairs, name)
+        .map_err(|repeated| OAuthError::invalid_request(repeated.to_string()))?;
+    Ok(value.filter(|v| !v.is_empty()))
 }
 
 /// Checks presented credentials: a client assertion first, with the client's registered keys

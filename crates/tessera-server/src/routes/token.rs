@@ -88,7 +88,7 @@ impl serde::Serialize for Audiences<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut issuer_named = false;
         serializer.collect_seq(self.scopes.iter().filter_map(|s| {
-            if !crate::routes::admin::is_admin_scope(s.as_str()) {
+            if !tessera_proto::scope::is_admin_scope(s.as_str()) {
                 Some(s.as_str())
             } else if !std::mem::replace(&mut issuer_named, true) {
                 Some(self.issuer)
@@ -438,14 +438,14 @@ fn resources(
     let admin: Vec<&str> = plan_scopes
         .iter()
         .map(|s| s.as_str())
-        .filter(|s| crate::routes::admin::is_admin_scope(s))
+        .filter(|s| tessera_proto::scope::is_admin_scope(s))
         .collect();
     let mut names: Vec<&str> = Vec::new();
     for target in resource {
         if target.trim_end_matches('/') == issuer && !admin.is_empty() {
             names.extend(&admin);
         } else if plan_scopes.iter().any(|s| s.as_str() == target)
-            && !crate::routes::admin::is_admin_scope(target)
+            && !tessera_proto::scope::is_admin_scope(target)
         {
             names.push(target);
         } else {

@@ -20,9 +20,9 @@ use axum::http::Uri;
 use tessera_proto::JwkSet;
 use tessera_verify::{AccessRequest, ClientCertificate, Verifier};
 
-use super::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use crate::error::problem::Problem;
 use crate::AppState;
+use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 
 /// The `realm` of the admin API's challenges.
 pub(crate) const REALM: &str = "tessera-admin";

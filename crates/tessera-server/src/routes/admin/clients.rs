@@ -10,7 +10,7 @@ use axum::Router;
 use serde::{Deserialize, Serialize};
 use tessera_proto::clock::rfc3339;
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_store::{AuthMethod, CertificateMatch, Client, IdempotentAnswer, Timestamp};
+use tessera_store::{AuthMethod, CertificateMatch, Client, IdempotentAnswer};
 
 use super::auth::{Caller, Read, Write};
 use super::{
@@ -23,9 +23,6 @@ use crate::error::problem::Problem;
 use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
-/// How long an answer to a create with an `Idempotency-Key` is kept for retries, secret
-/// included (sealed): a day, as long as the longest retry loop worth supporting.
-pub(crate) const IDEMPOTENCY_WINDOW: Timestamp = 86_400;
 /// The longest grace period of a rotated secret: a year.
 const MAX_GRACE: i64 = 365 * 86_400;
 /// The most clients one page holds.

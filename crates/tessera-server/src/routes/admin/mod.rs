@@ -28,16 +28,6 @@ pub(crate) mod trust;
 
 pub(crate) use auth::AdminGuard;
 
-/// Everything: `tessera-admin`.
-pub(crate) const ADMIN_SCOPE: &str = "tessera-admin";
-/// `GET` only: `tessera-admin-read`.
-pub(crate) const ADMIN_READ_SCOPE: &str = "tessera-admin-read";
-
-/// Whether `scope` is one of the two reserved admin scopes, whose audience is the issuer.
-pub(crate) fn is_admin_scope(scope: &str) -> bool {
-    scope == ADMIN_SCOPE || scope == ADMIN_READ_SCOPE
-}
-
 /// The largest request body the admin API reads.
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 
@@ -170,23 +160,14 @@ pub(crate) fn query(raw: Option<&str>) -> Result<Vec<(String, String)>, Problem>
         .map_err(|e| Problem::invalid_parameter("query", e.to_string()))
 }
 
-/// The single value of query parameter `name`.
+/// The single value of query parameter `name` ([`tessera_proto::form::single`]); a repeat
+/// is a problem naming it.
 pub(crate) fn param<'a>(
     pairs: &'a [(String, String)],
     name: &str,
 ) -> Result<Option<&'a str>, Problem> {
-    let mut found = pairs
-        .iter()
-        .filter(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str());
-    let first = found.next();
-    if found.next().is_some() {
-        return Err(Problem::invalid_parameter(
-            name,
-            format!("parameter {name} is repeated"),
-        ));
-    }
-    Ok(first)
+    tessera_proto::form::single(pairs, name)
+        .map_err(|repeated| Problem::invalid_parameter(name, repeated.to_string()))
 }
 
 /// A whole-number query parameter within `range`, `default` when absent.

@@ -16,9 +16,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tower::ServiceExt;
 
-use crate::routes::admin::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use crate::routes::{admin, token};
 use crate::AppState;
+use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 
 /// The token endpoint and the admin API, as a router of their own.
 #[derive(Clone)]
