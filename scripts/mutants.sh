@@ -58,8 +58,11 @@ part() {
         verify)
             run verify tessera-verify "$V/validate.rs $V/verifier.rs $V/request.rs $V/dpop.rs $V/binding.rs"
             ;;
-        # Client authentication (secrets) and the token route.
-        server-auth) run server-auth tessera-server "$S/auth.rs $S/routes/token.rs" --lib --test api ;;
+        # The grant, client authentication (secrets) and the token route.
+        server-auth)
+            run server-auth tessera-server "$S/grant/mod.rs $S/grant/client_auth.rs $S/routes/token.rs" \
+                --lib --test api
+            ;;
         server-limits) run server-limits tessera-server "$S/limits/mod.rs" --lib --test api ;;
         server-secrets) run server-secrets tessera-server "$S/secrets.rs" --lib --test api ;;
         # Who may call the admin API: tests/api's admin and console tests.
@@ -67,10 +70,10 @@ part() {
             run server-admin-auth tessera-server "$S/routes/admin/auth.rs" --lib --test api -- admin console
             ;;
         # DPoP at the token endpoint.
-        server-dpop) run server-dpop tessera-server "$S/dpop.rs" --lib --test api -- dpop ;;
+        server-dpop) run server-dpop tessera-server "$S/grant/dpop.rs" --lib --test api -- dpop ;;
         # private_key_jwt and federation, their keys' cache and the guarded fetcher.
         server-assertion)
-            run server-assertion tessera-server "$S/assertion.rs $S/key_sets.rs $S/fetch.rs" \
+            run server-assertion tessera-server "$S/grant/assertion.rs $S/grant/key_sets.rs $S/fetch.rs" \
                 --lib --test api -- assertion federation fetch trust key_sets
             ;;
         # Subject DNs (RFC 4514 parsing, RFC 4517 matching): their unit tests.

@@ -455,7 +455,7 @@ impl<'a> Admin<'a> {
             }
             // RFC 7523 section 2.2: the keys inline, or where the client publishes them.
             (CertificateMatch::Jwks(jwks), AuthMethod::PrivateKeyJwt) => {
-                if !crate::assertion::has_usable_key(jwks) {
+                if !crate::grant::assertion::has_usable_key(jwks) {
                     return Err(AdminError::BadCertificate(
                         "jwks must be a JWK Set with at least one public EdDSA, ES256 or RSA key",
                     ));
@@ -524,7 +524,7 @@ impl<'a> Admin<'a> {
         if input.audience.trim().is_empty() || input.audience.len() > 1024 {
             return bad("audience", "audience must be 1 to 1024 characters");
         }
-        if !crate::assertion::is_subject_pattern(&input.subject) {
+        if !crate::grant::assertion::is_subject_pattern(&input.subject) {
             return bad(
                 "subject",
                 "subject must be exact, or a prefix ending in ':' or '/' followed by one '*' \

@@ -31,7 +31,7 @@ pub(crate) fn issued(
     subject: &Subject<'_>,
     jti: &str,
     reused: bool,
-    federated: Option<&crate::assertion::Federated>,
+    federated: Option<&crate::grant::Federated>,
 ) {
     tracing::info!(
         target: "tessera::audit",

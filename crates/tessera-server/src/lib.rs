@@ -14,11 +14,20 @@
 //! - [`clock`]: where every decision by time reads it, settable in tests.
 //! - `routes/`: one module per endpoint family; `routes/admin/` the admin API,
 //!   `routes/console/` the operator console over it, `routes/openapi.rs` the whole surface.
-//! - Domain logic returns domain results: `auth.rs` (client authentication, an
-//!   `AuthFailure`), `mtls.rs` (client certificates and bound tokens, RFC 8705; `dn.rs`
-//!   parses and compares the subject DNs it matches, RFC 4514 and RFC 4517),
-//!   `limits/` (rate limits in memory or in Redis, a `Decision`; the in-flight cap);
-//!   `error/` is the only place they become HTTP (status, `WWW-Authenticate`, rate limit
+//! - `grant/`: the client credentials grant as a domain call, no HTTP in it: a parsed token
+//!   request and the presented credentials in, the token or a `Refusal` out, with what was
+//!   decided (client, plan, rate) for the edge to record. `routes/token.rs` reads the
+//!   request and writes the answer. Inside: `client_auth.rs` (client authentication, also
+//!   for introspection and revocation), `assertion.rs` (`private_key_jwt`, RFC 7523
+//!   section 2.2, and workload identity federation, the keys inline or fetched by
+//!   `key_sets.rs`, cached, one fetch per URL at a time, failures backed off, no slot held
+//!   while waiting, through `fetch.rs`, which refuses private addresses), `dpop.rs` (DPoP at
+//!   the token endpoint, RFC 9449 section 5: proofs checked against the token endpoint URL,
+//!   remembered against replay, in Redis when configured; nonces).
+//! - Domain logic returns domain results: `grant/`, `mtls.rs` (client certificates and
+//!   bound tokens, RFC 8705; `dn.rs` parses and compares the subject DNs it matches, RFC 4514
+//!   and RFC 4517), `limits/` (rate limits in memory or in Redis, a `Decision`; the
+//!   in-flight cap); `error/` is the only place they become HTTP (status, `WWW-Authenticate`, rate limit
 //!   fields, the RFC 6749 5.2 body; RFC 9457 problems for the admin API).
 //! - [`registry`]: plans, clients and keys held in memory, kept fresh from the store;
 //!   `store_watch.rs`: the store as the server calls it, each failure counted (for `/readyz`
@@ -29,28 +38,19 @@
 //!   formatted there from their raw fields.
 //! - [`metrics`], `audit.rs`, [`usage`], `refusals.rs` (each client's last refusals, for
 //!   the console): what operators see; `reuse.rs`: per-plan token reuse.
-//! - `dpop.rs`: DPoP at the token endpoint (RFC 9449 section 5): proofs checked against the
-//!   token endpoint URL, remembered against replay (in Redis when configured), nonces.
-//! - `assertion.rs`: `private_key_jwt` (RFC 7523 section 2.2) and workload identity
-//!   federation, the keys inline or fetched by `key_sets.rs` (cached, one fetch per URL at a
-//!   time, failures backed off, no slot held while waiting) through `fetch.rs`, which
-//!   refuses private addresses (SSRF).
 //! - [`admin`]: the operations behind the CLI's `plan`, `client` and `keys` commands.
 //!
 //! Public are only the modules the binary, the test kit and the benchmark use.
 
 pub mod admin;
-mod assertion;
 mod audit;
-mod auth;
 pub mod clock;
 mod config;
 mod dn;
-mod dpop;
 mod error;
 mod fetch;
+mod grant;
 mod housekeeping;
-mod key_sets;
 pub mod keys;
 mod limits;
 pub mod logging;

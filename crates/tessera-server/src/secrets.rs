@@ -220,7 +220,7 @@ pub struct Secrets {
     pepper: hmac::Key,
     sealing: LessSafeKey,
     /// Authenticates DPoP nonces, so that every instance sharing the master key accepts the
-    /// nonces of the others (`crate::dpop`).
+    /// nonces of the others (`crate::grant::dpop`).
     nonces: hmac::Key,
 }
 

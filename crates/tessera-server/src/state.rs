@@ -9,6 +9,7 @@ use tessera_store::Store;
 use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::grant::Grantor;
 use crate::keys;
 use crate::limits::redis::RedisLimiter;
 use crate::limits::{self, AuthThrottle, Limiter, LocalLimiter};
@@ -30,9 +31,10 @@ pub struct AppState {
 struct Inner {
     config: Config,
     secrets: Arc<Secrets>,
-    /// The store, its failures watched.
-    store: WatchedStore,
-    live: Live,
+    /// The store, its failures watched; shared with a read for an unknown client id.
+    store: Arc<WatchedStore>,
+    /// Shared with a read for an unknown client id, which runs on a task of its own.
+    live: Arc<Live>,
     limiter: Arc<dyn Limiter>,
     /// The limiter again when it is Redis's, for the metrics.
     redis: Option<Arc<RedisLimiter>>,
@@ -43,8 +45,8 @@ struct Inner {
     in_flight: limits::InFlight,
     admin_guard: AdminGuard,
     refusals: crate::refusals::Refusals,
-    dpop: crate::dpop::Dpop,
-    assertions: crate::assertion::Assertions,
+    dpop: crate::grant::dpop::Dpop,
+    assertions: crate::grant::assertion::Assertions,
 }
 
 impl AppState {
@@ -71,8 +73,9 @@ impl AppState {
             None => Arc::new(LocalLimiter::new(clock.clone())),
         };
         let live = Live::load(store.as_ref(), &secrets, clock.clone()).await?;
-        let dpop = crate::dpop::Dpop::new(config.dpop_nonce.then(|| secrets.nonce_key().clone()));
-        let assertions = crate::assertion::Assertions::new(config.allow_private_jwks_uri);
+        let dpop =
+            crate::grant::dpop::Dpop::new(config.dpop_nonce.then(|| secrets.nonce_key().clone()));
+        let assertions = crate::grant::assertion::Assertions::new(config.allow_private_jwks_uri);
         Ok(Self {
             inner: Arc::new(Inner {
                 assertions,
@@ -81,8 +84,8 @@ impl AppState {
                 redis,
                 config,
                 secrets,
-                store: WatchedStore::new(store, clock),
-                live,
+                store: Arc::new(WatchedStore::new(store, clock)),
+                live: Arc::new(live),
                 metrics: Metrics::default(),
                 usage: UsageCounter::default(),
                 reuse: ReuseCache::default(),
@@ -131,15 +134,24 @@ impl AppState {
         self.inner.live.is_revoked(jti)
     }
 
+    /// What the client credentials grant and client authentication work with (`grant/`).
+    pub(crate) fn grantor(&self) -> Grantor<'_> {
+        let inner = &*self.inner;
+        Grantor {
+            config: &inner.config,
+            live: &inner.live,
+            store: &inner.store,
+            secrets: &inner.secrets,
+            limiter: inner.limiter.as_ref(),
+            throttle: &inner.throttle,
+            redis: inner.redis.as_deref(),
+            reuse: &inner.reuse,
+            dpop: &inner.dpop,
+            assertions: &inner.assertions,
+        }
+    }
+
     /// Recent refusals of identified clients, in this instance's memory.
-    pub(crate) fn assertions(&self) -> &crate::assertion::Assertions {
-        &self.inner.assertions
-    }
-
-    pub(crate) fn dpop(&self) -> &crate::dpop::Dpop {
-        &self.inner.dpop
-    }
-
     pub(crate) fn refusals(&self) -> &crate::refusals::Refusals {
         &self.inner.refusals
     }
@@ -153,7 +165,7 @@ impl AppState {
     }
 
     pub(crate) fn store(&self) -> &dyn Store {
-        &self.inner.store
+        self.inner.store.as_ref()
     }
 
     /// What the store's failures have been: whether writes fail now, how many failed.
@@ -168,10 +180,6 @@ impl AppState {
     /// The Redis limiter, when rate limits are counted in Redis.
     pub(crate) fn redis(&self) -> Option<&RedisLimiter> {
         self.inner.redis.as_deref()
-    }
-
-    pub(crate) fn throttle(&self) -> &AuthThrottle {
-        &self.inner.throttle
     }
 
     pub(crate) fn metrics(&self) -> &Metrics {
@@ -196,7 +204,7 @@ impl AppState {
         inner
             .live
             .sync_forever(
-                &inner.store,
+                inner.store.as_ref(),
                 &inner.secrets,
                 inner.config.sync_interval,
                 inner.config.full_reload_interval,
@@ -208,25 +216,11 @@ impl AppState {
     pub async fn sync(&self) -> Result<Synced, LoadError> {
         self.inner
             .live
-            .sync(&self.inner.store, &self.inner.secrets, Trigger::Poll)
+            .sync(
+                self.inner.store.as_ref(),
+                &self.inner.secrets,
+                Trigger::Poll,
+            )
             .await
-    }
-
-    /// Reads the store for the client `id` the registry does not know, one read at a
-    /// time, at most once per sync interval, and none while the store does not answer
-    /// ([`Live::refresh_for_unknown`]); says whether the client is known now.
-    pub(crate) async fn refresh_for_unknown(&self, id: &str) -> bool {
-        let state = self.clone();
-        let read = move || async move {
-            let inner = &state.inner;
-            inner
-                .live
-                .sync(&inner.store, &inner.secrets, Trigger::UnknownClient)
-                .await
-        };
-        let live = &self.inner.live;
-        live.refresh_for_unknown(self.inner.config.sync_interval, read)
-            .await
-            && live.clients().with(id, |_| ()).is_some()
     }
 }

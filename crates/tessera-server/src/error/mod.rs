@@ -10,7 +10,7 @@ use axum::Json;
 use tessera_proto::{ErrorCode, ErrorResponse};
 use tessera_store::RateLimit;
 
-use crate::auth::{AuthFailure, CredentialsError};
+use crate::grant::{AuthFailure, CredentialsError, Refusal, ScopeRefusal, TargetRefusal};
 
 pub(crate) mod problem;
 use crate::limits::{Busy, Decision};
@@ -35,9 +35,60 @@ impl OAuthError {
         )
     }
 
+    /// The answer to a refused token request or client authentication (RFC 6749 section 5.2;
+    /// RFC 8707 section 2 for a resource; RFC 9449 sections 5 and 8 for a DPoP proof), with a
+    /// `realm` in the challenge of a 401.
+    pub(crate) fn refused(refusal: Refusal, realm: &str) -> Self {
+        match refusal {
+            Refusal::Credentials(error) => Self::credentials(error, realm),
+            Refusal::Client(failure) => Self::client_refused(failure, realm),
+            Refusal::Throttled {
+                rate,
+                retry_after_secs,
+            } => Self::throttled(rate, retry_after_secs),
+            Refusal::OverPlanRate {
+                rate,
+                retry_after_secs,
+            } => Self::over_plan_rate(rate, retry_after_secs),
+            // The value is not echoed: the caller chose it, and it could be anything.
+            Refusal::UnsupportedGrantType => Self::unsupported_grant_type(
+                "this grant_type is not supported; use client_credentials",
+            ),
+            Refusal::Dpop { error, nonce } => Self::dpop(&error, nonce.as_deref()),
+            Refusal::Scope(ScopeRefusal::Malformed) => {
+                Self::invalid_scope("scope must be scope names separated by single spaces")
+            }
+            Refusal::Scope(ScopeRefusal::Missing) => Self::invalid_scope("scope is required"),
+            Refusal::Scope(ScopeRefusal::OutsidePlan { named, unknown }) => {
+                // Scopes some plan grants are named; anything else is only counted, so that
+                // nothing a caller mistyped into the field (a secret) is echoed back.
+                let mut parts = named;
+                match unknown {
+                    0 => {}
+                    1 => parts.push("1 scope no plan grants".to_owned()),
+                    n => parts.push(format!("{n} scopes no plan grants")),
+                }
+                Self::invalid_scope(format!("not in the client's plan: {}", parts.join(", ")))
+            }
+            Refusal::Target(TargetRefusal::NotCovered(Some(resource))) => Self::invalid_target(
+                format!("the client's plan does not cover the resource {resource}"),
+            ),
+            Refusal::Target(TargetRefusal::NotCovered(None)) => {
+                Self::invalid_target("a resource is not an API of the client's plan")
+            }
+            Refusal::Target(TargetRefusal::NoneCovered) => {
+                Self::invalid_target("the client's plan covers none of the resources")
+            }
+            Refusal::Target(TargetRefusal::NoScopeForThem) => {
+                Self::invalid_target("none of the requested scopes is for the requested resources")
+            }
+            Refusal::NoSigningKey => Self::unavailable("no active signing key"),
+        }
+    }
+
     /// 401 `invalid_client` for credentials that were checked and refused. An unknown
     /// client and a wrong secret get the same words.
-    pub(crate) fn client_refused(failure: AuthFailure, realm: &str) -> Self {
+    fn client_refused(failure: AuthFailure, realm: &str) -> Self {
         let description = match failure {
             // Not a refusal: no in-flight slot was free after a wait.
             AuthFailure::Overloaded => return Busy.into(),
@@ -56,7 +107,7 @@ impl OAuthError {
     /// The answer to credentials that could not be read: 401 with a challenge when there
     /// are none or they are not Basic (RFC 6749 5.2), 400 `invalid_request` when they are
     /// malformed or sent twice (RFC 6749 2.3).
-    pub(crate) fn credentials(error: CredentialsError, realm: &str) -> Self {
+    fn credentials(error: CredentialsError, realm: &str) -> Self {
         let invalid = Self::invalid_request;
         match error {
             CredentialsError::Missing => {
@@ -77,7 +128,7 @@ impl OAuthError {
             // RFC 7521 section 4.2.1: an assertion that cannot be used is invalid_client.
             CredentialsError::AssertionType => Self::invalid_client(
                 realm,
-                crate::assertion::AssertionError::UnsupportedType.to_string(),
+                crate::grant::assertion::AssertionError::UnsupportedType.to_string(),
             ),
             CredentialsError::AssertionWithoutClient => Self::invalid_client(
                 realm,
@@ -104,7 +155,7 @@ impl OAuthError {
     }
 
     /// 400 `invalid_scope`: a scope that is malformed, missing or outside the plan.
-    pub(crate) fn invalid_scope(description: impl Into<String>) -> Self {
+    fn invalid_scope(description: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::InvalidScope,
@@ -113,7 +164,7 @@ impl OAuthError {
     }
 
     /// 400 `unsupported_grant_type`.
-    pub(crate) fn unsupported_grant_type(description: impl Into<String>) -> Self {
+    fn unsupported_grant_type(description: impl Into<String>) -> Self {
         Self::new(
             StatusCode::BAD_REQUEST,
             ErrorCode::UnsupportedGrantType,
@@ -123,7 +174,7 @@ impl OAuthError {
 
     /// 429 `rate_limited` for a client over its plan's rate, with `Retry-After` and the
     /// rate limit fields.
-    pub(crate) fn over_plan_rate(rate: RateLimit, retry_after_secs: u64) -> Self {
+    fn over_plan_rate(rate: RateLimit, retry_after_secs: u64) -> Self {
         Self::rate_limited(
             format!(
                 "too many token requests; retry after {retry_after_secs} s and cache tokens \
@@ -135,7 +186,7 @@ impl OAuthError {
     }
 
     /// 429 `rate_limited` for an address over its allowance of failed authentications.
-    pub(crate) fn throttled(rate: RateLimit, retry_after_secs: u64) -> Self {
+    fn throttled(rate: RateLimit, retry_after_secs: u64) -> Self {
         Self::rate_limited(
             "too many failed client authentications from this address",
             rate,
@@ -176,7 +227,7 @@ impl OAuthError {
 
     /// 400 `invalid_dpop_proof` or `use_dpop_nonce` (RFC 9449 sections 5 and 8), the latter
     /// with the nonce to use in `DPoP-Nonce`.
-    pub(crate) fn dpop(error: &tessera_verify::dpop::DpopError, nonce: Option<&str>) -> Self {
+    fn dpop(error: &tessera_verify::dpop::DpopError, nonce: Option<&str>) -> Self {
         let mut e = Self::new(StatusCode::BAD_REQUEST, error.code(), error.to_string());
         if let Some(value) = nonce.and_then(|n| HeaderValue::from_str(n).ok()) {
             let mut headers = HeaderMap::new();

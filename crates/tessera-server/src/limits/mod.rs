@@ -338,7 +338,7 @@ impl InFlight {
 
 /// One request's place under [`InFlight`]'s cap. The request gives it back while it waits
 /// on something that is not its own work (a key fetch that one request started for all,
-/// `crate::assertion`), so that many requests waiting on one slow host cannot take every
+/// `crate::grant::assertion`), so that many requests waiting on one slow host cannot take every
 /// slot from the other clients, and takes one again after.
 #[derive(Debug)]
 pub(crate) struct Slot {

@@ -48,7 +48,7 @@ async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMeta
         introspection_endpoint: Some(format!("{issuer}/connect/introspect")),
         revocation_endpoint: Some(format!("{issuer}/connect/revocation")),
         tls_client_certificate_bound_access_tokens: mtls_on(&state),
-        token_endpoint_auth_signing_alg_values_supported: crate::assertion::ALGORITHMS
+        token_endpoint_auth_signing_alg_values_supported: crate::grant::assertion::ALGORITHMS
             .iter()
             .map(|a| a.as_str().to_owned())
             .collect(),

@@ -15,9 +15,10 @@ use tessera_proto::{AccessTokenClaims, ClientId, ClientSecret};
 use tessera_store::Plan;
 
 use crate::error::{OAuthError, NO_STORE};
+use crate::grant::{Assertion, Credentials};
 use crate::limits::Slot;
 use crate::registry::Registry;
-use crate::routes::{authenticate_client, client_ip, read_form, single, split};
+use crate::routes::{authorization, client_ip, peer_certificate, read_form, single, split};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -123,30 +124,28 @@ impl TokenRequestOfClient {
         let secret = single(&pairs, "client_secret")?.map(ClientSecret::new);
         let assertion = single(&pairs, "client_assertion")?;
         let assertion_type = single(&pairs, "client_assertion_type")?;
-        let registry = state.registry();
-        let authenticated = authenticate_client(
-            state,
-            &registry,
-            &parts.headers,
-            client_ip(state, parts),
-            crate::auth::FromBody {
-                client_id: id.as_ref(),
-                client_secret: secret.as_ref(),
-                assertion: assertion.map(|jwt| crate::auth::Assertion {
-                    kind: assertion_type,
-                    jwt,
-                }),
-            },
-            crate::routes::peer_certificate(state, parts).as_ref(),
-            slot,
-        )
-        .await;
-        let plan = authenticated.plan?;
-        let caller = authenticated.presented_id;
+        let certificate = peer_certificate(state, parts);
+        let credentials = Credentials {
+            authorization: authorization(&parts.headers),
+            client_id: id.as_ref(),
+            client_secret: secret.as_ref(),
+            assertion: assertion.map(|jwt| Assertion {
+                kind: assertion_type,
+                jwt,
+            }),
+            certificate: certificate.as_ref(),
+        };
+        let authentication = state
+            .grantor()
+            .authenticate(credentials, client_ip(state, parts), slot)
+            .await;
+        let client = authentication
+            .outcome
+            .map_err(|refusal| OAuthError::refused(refusal, &state.config().realm))?;
         Ok(Self {
-            registry,
-            caller,
-            plan,
+            registry: state.registry(),
+            caller: authentication.presented_id,
+            plan: client.plan,
             token,
         })
     }

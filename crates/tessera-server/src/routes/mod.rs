@@ -1,8 +1,8 @@
 //! The HTTP routes, one module per endpoint family, merged under one layer stack; and the
-//! pieces the OAuth endpoints share: form bodies and client authentication.
+//! pieces of a request the OAuth endpoints read alike: the body and its form, the caller's
+//! address, its client certificate and `Authorization` header.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Request};
@@ -10,17 +10,13 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Router;
 use tessera_proto::form;
-use tessera_store::Plan;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::assertion::Federated;
-use crate::auth::AuthFailure;
 use crate::error::OAuthError;
-use crate::key_sets::Outbound;
-use crate::limits::{canonical, Busy, Slot};
-use crate::registry::Registry;
-use crate::{audit, auth, secrets, AppState};
+use crate::grant::Authorization;
+use crate::limits::canonical;
+use crate::AppState;
 
 pub(crate) mod admin;
 pub(crate) mod console;
@@ -210,182 +206,14 @@ pub(crate) fn single<'a>(
     Ok(value.filter(|v| !v.is_empty()))
 }
 
-/// Checks presented credentials: a client assertion first, with the client's registered keys
-/// (`private_key_jwt`, `crate::assertion`, which may fetch them) or, for a platform's token
-/// (its `iss` is not the client), with the client's trust policies (workload identity
-/// federation); then what every method shares.
-async fn check(
-    state: &AppState,
-    registry: &Registry,
-    presented: &auth::Presented,
-    now: tessera_store::Timestamp,
-    client_ca: Option<&dyn rustls::server::danger::ClientCertVerifier>,
-    outbound: Outbound<'_>,
-) -> Result<(Arc<Plan>, Option<Federated>), AuthFailure> {
-    let clients = state.live().clients();
-    let mut federated = None;
-    if let Some(assertion) = presented.assertion() {
-        let id = presented.client_id.as_str();
-        let registered = clients.with(id, |client| {
-            (client.auth_method == tessera_store::AuthMethod::PrivateKeyJwt)
-                .then(|| crate::mtls::decode_match(client.secret_hash()))
-                .flatten()
-        });
-        let Some(keys) = registered else {
-            return Err(AuthFailure::Unknown);
-        };
-        let platform =
-            crate::assertion::unverified_claim(assertion, "iss").is_some_and(|iss| iss != id);
-        let policies = if platform {
-            state
-                .assertions()
-                .policies_of(state, &presented.client_id)
-                .await
-        } else {
-            Arc::default()
-        };
-        if !policies.is_empty() {
-            federated = Some(
-                state
-                    .assertions()
-                    .verify_federated(state, &policies, assertion, outbound)
-                    .await
-                    .map_err(AuthFailure::from)?,
-            );
-        } else {
-            match keys {
-                // Another method: said only once the client proved itself, as for a secret.
-                None => return Err(AuthFailure::WrongSecret),
-                Some(keys) => state
-                    .assertions()
-                    .verify(state, id, &keys, assertion, outbound)
-                    .await
-                    .map_err(AuthFailure::from)?,
-            }
-        }
-    }
-    let plan = auth::authenticate(
-        registry,
-        clients,
-        state.secrets(),
-        presented,
-        now,
-        client_ca,
-        federated.is_some(),
-    )?;
-    Ok((plan, federated))
-}
-
-/// The calling client, authenticated (RFC 6749 2.3.1) with brute-force protection per
-/// source address: wrong credentials count against the address, a request without any (a
-/// client waiting for the challenge) does not. Also the id presented, whatever the outcome,
-/// for the audit trail.
-pub(crate) struct Caller {
-    /// The client id presented; empty when none could be read.
-    pub presented_id: String,
-    /// The client's plan, or the answer to give.
-    pub plan: Result<Arc<Plan>, OAuthError>,
-    /// `x5t#S256` of the certificate the client authenticated with (RFC 8705), if it did:
-    /// its tokens are bound to it.
-    pub bound_to: Option<String>,
-    /// The trust policy and external identity, when a platform's token authenticated it.
-    pub federated: Option<Federated>,
-}
-
-///
-/// Checking an assertion may fetch keys (`crate::key_sets`): only while the caller has
-/// failures left for the client, and with the request's in-flight `slot` lent back while
-/// it waits.
-pub(crate) async fn authenticate_client(
-    state: &AppState,
-    registry: &Registry,
-    headers: &HeaderMap,
-    ip: Option<IpAddr>,
-    body: auth::FromBody<'_>,
-    certificate: Option<&crate::mtls::PeerCertificate>,
-    slot: &Slot,
-) -> Caller {
-    let throttle = state.throttle();
-    let realm = &state.config().realm;
-    let presented = match auth::presented(headers, body, certificate) {
-        Ok(presented) => presented,
-        Err(error) => {
-            return Caller {
-                presented_id: String::new(),
-                plan: Err(OAuthError::credentials(error, realm)),
-                bound_to: None,
-                federated: None,
-            }
-        }
-    };
-    // Only a certificate needs the CA: a secret's request takes no lock for it.
-    let client_ca = presented
-        .certificate()
-        .and_then(|_| state.config().client_ca());
-    let client_ca = client_ca.as_deref();
-    let now = state.clock().now();
-    let outbound = Outbound {
-        throttle,
-        source: ip,
-        client: presented.client_id.as_str(),
-        slot,
-    };
-    let mut result = check(state, registry, &presented, now, client_ca, outbound).await;
-    // An id of the generated shape may name a client created a moment ago by the CLI or
-    // another instance: the store is read (one read at a time, bounded, none while the
-    // store does not answer) before it is refused. Client ids are not secret (RFC 6749
-    // section 2.2), so that this answer may take longer than a wrong secret's tells nothing
-    // that must be kept. The request waits without its in-flight slot, and takes one again
-    // only for a client the read found: refusing the rest needs none.
-    let id = presented.client_id.as_str();
-    if matches!(result, Err(AuthFailure::Unknown)) && secrets::is_generated_client_id(id) {
-        match slot
-            .lend_then(state.refresh_for_unknown(id), |found| *found)
-            .await
-        {
-            Ok(true) => {
-                let registry = state.registry();
-                result = check(state, &registry, &presented, now, client_ca, outbound).await;
-            }
-            Ok(false) => {}
-            Err(Busy) => result = Err(AuthFailure::Overloaded),
-        }
-    }
-    // An id that names no client is the caller's to choose (a secret, swapped with the id):
-    // it is logged as a digest only.
-    let presented_id = if matches!(result, Err(AuthFailure::Unknown)) {
-        audit::unregistered(presented.client_id.as_str())
-    } else {
-        presented.client_id.as_str().to_owned()
-    };
-    // Only failures are counted, after the check: correct credentials are never throttled.
-    // A request that found no slot after a wait failed nothing.
-    if let Some(failure) = result
-        .as_ref()
-        .err()
-        .filter(|f| **f != AuthFailure::Overloaded)
-    {
-        let known = (*failure != AuthFailure::Unknown).then_some(presented.client_id.as_str());
-        if let Some(retry) = throttle.failed(ip, known).await {
-            return Caller {
-                presented_id,
-                plan: Err(OAuthError::throttled(throttle.rate(), retry)),
-                bound_to: None,
-                federated: None,
-            };
-        }
-    }
-    let (plan, federated) = match result {
-        Ok((plan, federated)) => (Ok(plan), federated),
-        Err(failure) => (Err(OAuthError::client_refused(failure, realm)), None),
-    };
-    Caller {
-        presented_id,
-        bound_to: plan
-            .is_ok()
-            .then(|| presented.certificate().and_then(|c| c.thumbprint()))
-            .flatten(),
-        plan,
-        federated,
+/// The request's `Authorization` header, for client authentication (`crate::grant`).
+pub(crate) fn authorization(headers: &HeaderMap) -> Authorization<'_> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Authorization::Absent,
+        (Some(_), Some(_)) => Authorization::Repeated,
+        (Some(value), None) => value
+            .to_str()
+            .map_or(Authorization::NotAscii, Authorization::Value),
     }
 }

@@ -23,8 +23,9 @@ use tessera_proto::Algorithm;
 use tessera_store::CertificateMatch;
 use tessera_verify::dpop::{proof_digest, ReplayCache};
 
-use crate::key_sets::{KeySets, Outbound, Source};
-use crate::AppState;
+use super::key_sets::{KeySets, Outbound, Source};
+use crate::clock::Clock;
+use crate::limits::redis::RedisLimiter;
 
 /// `client_assertion_type` of a JWT assertion (RFC 7523 section 2.2).
 pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
@@ -392,6 +393,19 @@ pub(crate) fn has_usable_key(jwks: &str) -> bool {
     !keys_of(jwks).is_empty()
 }
 
+/// What checking one request's assertion works with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checking<'a> {
+    /// The clock the times are checked by.
+    pub(crate) clock: &'a Clock,
+    /// This server's issuer identifier: the `aud` of a client's own assertion.
+    pub(crate) issuer: &'a str,
+    /// Redis, when limits are counted there: a `jti` used at any instance is a replay.
+    pub(crate) redis: Option<&'a RedisLimiter>,
+    /// What fetching keys may do on the request's behalf.
+    pub(crate) outbound: Outbound<'a>,
+}
+
 /// The `private_key_jwt` state of one server.
 #[derive(Debug)]
 pub(crate) struct Assertions {
@@ -415,10 +429,11 @@ impl Assertions {
     /// The trust policies of `client`, read from the store at most every 5 s.
     pub(crate) async fn policies_of(
         &self,
-        state: &AppState,
+        clock: &Clock,
+        store: &dyn tessera_store::Store,
         client: &tessera_proto::ClientId,
     ) -> Arc<Vec<tessera_store::TrustPolicy>> {
-        let now = state.clock().now();
+        let now = clock.now();
         if let Some((at, policies)) = self
             .policies
             .lock()
@@ -429,7 +444,7 @@ impl Assertions {
                 return policies.clone();
             }
         }
-        let read = match state.store().trust_policies_of(client).await {
+        let read = match store.trust_policies_of(client).await {
             Ok(policies) => Arc::new(policies),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read trust policies");
@@ -453,12 +468,11 @@ impl Assertions {
     /// token is), so `jti` is not single-use.
     pub(crate) async fn verify_federated(
         &self,
-        state: &AppState,
+        checking: Checking<'_>,
         policies: &[tessera_store::TrustPolicy],
         token: &str,
-        outbound: Outbound<'_>,
     ) -> Result<Federated, AssertionError> {
-        let now = state.clock().now();
+        let now = checking.clock.now();
         let issuer = unverified_claim(token, "iss").ok_or(AssertionError::Claims)?;
         let candidates: Vec<&tessera_store::TrustPolicy> =
             policies.iter().filter(|p| p.issuer == issuer).collect();
@@ -481,7 +495,7 @@ impl Assertions {
                 Some((_, outcome)) => *outcome,
                 None => {
                     let outcome = self
-                        .signed_by(state, &issuer, jwks_uri, &unverified, outbound)
+                        .signed_by(checking, &issuer, jwks_uri, &unverified)
                         .await;
                     signed.push((jwks_uri, outcome));
                     outcome
@@ -515,18 +529,17 @@ impl Assertions {
     /// issuer's discovery document when there is none.
     async fn signed_by(
         &self,
-        state: &AppState,
+        checking: Checking<'_>,
         issuer: &str,
         jwks_uri: Option<&str>,
         unverified: &tessera_proto::jws::UnverifiedAssertion<'_>,
-        outbound: Outbound<'_>,
     ) -> Result<(), AssertionError> {
         let source = match jwks_uri {
             Some(url) => Source::Jwks(url.to_owned()),
             None => Source::Discovery(issuer.to_owned()),
         };
         let verified = self
-            .verified_at(state, &source, unverified, outbound)
+            .verified_at(checking, &source, unverified)
             .await?
             .ok_or(AssertionError::IssuerKeysUnavailable)?;
         match verified {
@@ -541,12 +554,13 @@ impl Assertions {
     /// when no keys could be had at all.
     async fn verified_at(
         &self,
-        state: &AppState,
+        checking: Checking<'_>,
         source: &Source,
         unverified: &tessera_proto::jws::UnverifiedAssertion<'_>,
-        outbound: Outbound<'_>,
     ) -> Result<Option<Option<bool>>, AssertionError> {
-        let clock = state.clock();
+        let Checking {
+            clock, outbound, ..
+        } = checking;
         let busy = |_| AssertionError::Overloaded;
         let first = self
             .key_sets
@@ -571,13 +585,12 @@ impl Assertions {
     /// Verifies `assertion` as client `client_id`'s, whose keys are `registered`.
     pub(crate) async fn verify(
         &self,
-        state: &AppState,
+        checking: Checking<'_>,
         client_id: &str,
         registered: &CertificateMatch,
         assertion: &str,
-        outbound: Outbound<'_>,
     ) -> Result<(), AssertionError> {
-        let now = state.clock().now();
+        let now = checking.clock.now();
         let unverified =
             parse_assertion(assertion, MAX_ASSERTION_LEN, &ALGORITHMS).map_err(|e| match e {
                 tessera_proto::jws::JwsError::AlgorithmNotAllowed => AssertionError::Algorithm,
@@ -587,7 +600,7 @@ impl Assertions {
         let verified = match registered {
             CertificateMatch::Jwks(jwks) => pick(&keys_of(jwks)),
             CertificateMatch::JwksUri(url) => self
-                .verified_at(state, &Source::Jwks(url.clone()), &unverified, outbound)
+                .verified_at(checking, &Source::Jwks(url.clone()), &unverified)
                 .await?
                 .ok_or(AssertionError::KeysUnavailable)?,
             _ => None,
@@ -602,7 +615,7 @@ impl Assertions {
         if claims.iss != client_id || claims.sub != client_id {
             return Err(AssertionError::Subject);
         }
-        let issuer = state.config().issuer.trim_end_matches('/');
+        let issuer = checking.issuer.trim_end_matches('/');
         let endpoint = format!("{issuer}/connect/token");
         if !claims.aud.is_only(&[issuer, endpoint.as_str()]) {
             return Err(AssertionError::Audience);
@@ -626,7 +639,7 @@ impl Assertions {
             .filter(|j| !j.is_empty() && j.len() <= 256)
             .ok_or(AssertionError::NoJti)?;
         let digest = proof_digest(client_id, &jti);
-        let shared = match state.redis() {
+        let shared = match checking.redis {
             Some(redis) => {
                 let ttl = (exp + LEEWAY_SECS - now).max(1) as u64;
                 redis.first_use(&format!("jti:{digest:032x}"), ttl).await

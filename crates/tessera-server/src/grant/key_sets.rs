@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::assertion::{keys_of, ClientKey};
+use super::assertion::{keys_of, ClientKey};
 use crate::clock::Clock;
 use crate::fetch::{FetchError, Fetcher};
 use crate::limits::{AuthThrottle, Busy, Slot};

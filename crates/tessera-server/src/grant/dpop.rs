@@ -10,8 +10,7 @@ use tessera_verify::dpop::{
     check_proof, proof_digest, DpopError, NonceCheck, ProofRequest, ReplayCache,
 };
 
-use crate::error::OAuthError;
-use crate::AppState;
+use crate::limits::redis::RedisLimiter;
 
 /// How far a proof's `iat` may be from the server's clock, either way (section 11.1).
 pub(crate) const WINDOW_SECS: i64 = 60;
@@ -70,17 +69,17 @@ impl Dpop {
     }
 
     /// Checks the proof of a token request (section 4.3) made by `client_id` to
-    /// `token_endpoint` at `now` and records it, in the client's share of the replay memory;
-    /// the key's thumbprint for `cnf.jkt` (section 6.1), or the answer:
-    /// `invalid_dpop_proof`, or `use_dpop_nonce` with a fresh nonce.
+    /// `token_endpoint` at `now` and records it, in the client's share of the replay memory
+    /// (in `redis` when limits are counted there, so that every instance shares it); the
+    /// key's thumbprint for `cnf.jkt` (section 6.1), or why the proof was refused.
     pub(crate) async fn check(
         &self,
-        state: &AppState,
+        redis: Option<&RedisLimiter>,
         client_id: &str,
         proof: &str,
         token_endpoint: &str,
         now: i64,
-    ) -> Result<String, OAuthError> {
+    ) -> Result<String, DpopError> {
         let is_current = |nonce: &str| self.is_current(nonce, now);
         let request = ProofRequest {
             method: "POST",
@@ -89,10 +88,9 @@ impl Dpop {
             nonce: self.nonces.is_some().then_some(NonceCheck(&is_current)),
             window_secs: WINDOW_SECS,
         };
-        let refuse = |e: DpopError| OAuthError::dpop(&e, self.nonce(now).as_deref());
-        let checked = check_proof(proof, &request, now).map_err(refuse)?;
+        let checked = check_proof(proof, &request, now)?;
         let digest = proof_digest(&checked.jkt, &checked.jti);
-        let shared = match state.redis() {
+        let shared = match redis {
             Some(redis) => {
                 let ttl = (2 * WINDOW_SECS + 1) as u64;
                 redis.first_use(&format!("{digest:032x}"), ttl).await
@@ -101,12 +99,11 @@ impl Dpop {
         };
         match shared {
             Some(true) => Ok(checked.jkt),
-            Some(false) => Err(refuse(DpopError::Replayed)),
+            Some(false) => Err(DpopError::Replayed),
             None => self
                 .replay
                 .first_use_by(client_id, &checked.jkt, &checked.jti, now)
-                .map(|()| checked.jkt)
-                .map_err(refuse),
+                .map(|()| checked.jkt),
         }
     }
 }
