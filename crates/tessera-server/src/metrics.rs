@@ -205,6 +205,12 @@ impl Metrics {
             "Clients in the registry held in memory",
             i64::try_from(counts.clients).unwrap_or(i64::MAX),
         );
+        gauge(
+            "tessera_registry_client_slots",
+            "Clients the registry's maps in memory have room for (about 80 bytes each): at \
+             least the clients held; a map under a quarter full after deletes is shrunk",
+            i64::try_from(counts.client_slots).unwrap_or(i64::MAX),
+        );
         let write_errors: Counter = Counter::default();
         write_errors.inc_by(gauges.store_write_errors);
         registry.register(
@@ -355,6 +361,7 @@ mod tests {
             key_changes: 0,
             reloads: 1,
             clients: 9,
+            client_slots: 14,
         };
         let text = m.render(&Gauges {
             key_age_secs: Some(5),
@@ -393,6 +400,8 @@ mod tests {
             "tessera_rate_limiter_fallback_instances 4",
             "# TYPE tessera_registry_clients gauge",
             "tessera_registry_clients 9",
+            "# TYPE tessera_registry_client_slots gauge",
+            "tessera_registry_client_slots 14",
             "# TYPE tessera_registry_syncs_total counter",
             "tessera_registry_syncs_total{trigger=\"poll\"} 7",
             "tessera_registry_syncs_total{trigger=\"unknown_client\"} 2",

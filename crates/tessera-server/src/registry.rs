@@ -239,13 +239,41 @@ fn shard_of(id: &[u8], seed: u64) -> usize {
     (hash >> 32) as usize % SHARDS
 }
 
-/// One shard of the clients: a map by id.
-type Shard = RwLock<HashMap<ClientKey, ClientEntry>>;
+/// One shard of the clients: a map by id, and the room its table has.
+#[derive(Default)]
+struct Shard {
+    map: HashMap<ClientKey, ClientEntry>,
+    /// How many clients the map's table holds before it grows: what its memory is sized
+    /// by. Kept here because the map's own `capacity()` leaves out the slots that removed
+    /// entries left marked as deleted, and so understates the table after deletes, just
+    /// when it matters. Exact after the map grows or is rebuilt, which clears those marks.
+    room: usize,
+}
+
+impl Shard {
+    /// Notes the table's room after it may have grown.
+    fn grown(&mut self) {
+        self.room = self.room.max(self.map.capacity());
+    }
+
+    /// Gives memory back once the shard holds under a quarter of its room (clients deleted
+    /// en masse, a bulk import undone): the table is rebuilt with room for twice what it
+    /// holds. A map never shrinks by itself, so the memory of a peak would stay until
+    /// restart. The gap between growing (when full) and shrinking (at a quarter) keeps a
+    /// shard whose size hovers from being rebuilt back and forth: each rebuild, O(its
+    /// clients), follows at least as many removals, and holds the lock of this shard only.
+    fn shrink_if_sparse(&mut self) {
+        if self.map.len() < self.room / 4 {
+            self.map.shrink_to(self.map.len() * 2);
+            self.room = self.map.capacity();
+        }
+    }
+}
 
 /// The clients by id, in shards each behind its own lock: readers of one shard never wait
 /// for each other, and a change holds one shard's lock only while it writes one entry.
 pub struct Clients {
-    shards: Box<[Shard]>,
+    shards: Box<[RwLock<Shard>]>,
     /// Mixed into the shard choice, per process.
     seed: u64,
 }
@@ -269,7 +297,7 @@ impl Default for Clients {
 }
 
 impl Clients {
-    fn shard(&self, id: &[u8]) -> &Shard {
+    fn shard(&self, id: &[u8]) -> &RwLock<Shard> {
         &self.shards[shard_of(id, self.seed)]
     }
 
@@ -280,14 +308,14 @@ impl Clients {
             .shard(id.as_bytes())
             .read()
             .unwrap_or_else(|p| p.into_inner());
-        shard.get(id.as_bytes()).map(read)
+        shard.map.get(id.as_bytes()).map(read)
     }
 
     /// How many clients there are.
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).len())
+            .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).map.len())
             .sum()
     }
 
@@ -296,30 +324,43 @@ impl Clients {
         self.len() == 0
     }
 
+    /// How many clients the shards' tables hold before they grow: what their memory is
+    /// sized by (an 80-byte slot each, see the tests), whatever they hold now.
+    pub fn capacity(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).room)
+            .sum()
+    }
+
     fn put(&self, id: ClientKey, entry: ClientEntry) {
-        // One search: the key costs no allocation to make, and an existing one is kept.
-        self.shard(id.as_bytes())
+        let mut shard = self
+            .shard(id.as_bytes())
             .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, entry);
+            .unwrap_or_else(|p| p.into_inner());
+        // One search: the key costs no allocation to make, and an existing one is kept.
+        shard.map.insert(id, entry);
+        shard.grown();
     }
 
     /// Makes room for `more` clients beyond those held, spread over the shards, so that a
     /// first load grows no shard step by step.
     fn reserve(&self, more: usize) {
         for shard in self.shards.iter() {
-            shard
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .reserve(more / SHARDS + 1);
+            let mut shard = shard.write().unwrap_or_else(|p| p.into_inner());
+            shard.map.reserve(more / SHARDS + 1);
+            shard.grown();
         }
     }
 
     fn remove(&self, id: &str) {
-        self.shard(id.as_bytes())
+        let mut shard = self
+            .shard(id.as_bytes())
             .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id.as_bytes());
+            .unwrap_or_else(|p| p.into_inner());
+        if shard.map.remove(id.as_bytes()).is_some() {
+            shard.shrink_if_sparse();
+        }
     }
 
     /// Removes every client not marked `mark`; returns how many.
@@ -328,9 +369,10 @@ impl Clients {
             .iter()
             .map(|shard| {
                 let mut shard = shard.write().unwrap_or_else(|p| p.into_inner());
-                let before = shard.len();
-                shard.retain(|_, entry| entry.mark == mark);
-                before - shard.len()
+                let before = shard.map.len();
+                shard.map.retain(|_, entry| entry.mark == mark);
+                shard.shrink_if_sparse();
+                before - shard.map.len()
             })
             .sum()
     }
@@ -431,6 +473,8 @@ pub struct SyncCounts {
     pub reloads: u64,
     /// Clients held now.
     pub clients: u64,
+    /// Clients the registry's maps have room for ([`Clients::capacity`]): their memory.
+    pub client_slots: u64,
 }
 
 #[derive(Debug, Default)]
@@ -570,6 +614,7 @@ impl Live {
             key_changes: read(&c.key_changes),
             reloads: read(&c.reloads),
             clients: self.clients.len() as u64,
+            client_slots: self.clients.capacity() as u64,
         }
     }
 
@@ -979,5 +1024,49 @@ mod tests {
         let long = "x".repeat(INLINE_ID + 1);
         assert_eq!(ClientKey::new(&long).as_bytes(), long.as_bytes());
         assert!(matches!(ClientKey::new(&long), ClientKey::Boxed(_)));
+    }
+
+    fn entry(mark: u8) -> ClientEntry {
+        ClientEntry {
+            hash: [0; 32],
+            extra: None,
+            plan: PlanSlot(0),
+            auth_method: AuthMethod::ClientSecretBasic,
+            enabled: true,
+            mark,
+        }
+    }
+
+    /// A shard gives memory back after deletes, removed one by one (the change log) or
+    /// swept (a full reload), and only once under a quarter full: a shard near its size is
+    /// not rebuilt at each change.
+    #[test]
+    fn shards_shrink_after_mass_deletes_but_not_at_each_removal() {
+        let clients = Clients::default();
+        let ids: Vec<String> = (0..10_000)
+            .map(|_| crate::secrets::new_client_id().as_str().to_owned())
+            .collect();
+        for id in &ids {
+            clients.put(ClientKey::new(id), entry(1));
+        }
+        let peak = clients.capacity();
+        assert!(peak >= 10_000, "{peak}");
+        // A quarter removed: no shard is under a quarter full, nothing is rebuilt.
+        for id in &ids[..2_500] {
+            clients.remove(id);
+        }
+        assert_eq!(clients.capacity(), peak);
+        for id in &ids[2_500..9_000] {
+            clients.remove(id);
+        }
+        let shrunk = clients.capacity();
+        assert_eq!(clients.len(), 1_000);
+        assert!(
+            shrunk <= 4 * 1_000 + 4 * SHARDS,
+            "{shrunk} slots for 1,000 of {peak}"
+        );
+        // The rest swept by a reload that marked none of them.
+        assert_eq!(clients.sweep(2), 1_000);
+        assert_eq!(clients.capacity(), 0);
     }
 }

@@ -401,6 +401,118 @@ async fn a_full_reload_holds_no_second_copy_of_the_clients() {
     eprintln!("{n} clients: peak before the reloads {before} bytes, grown by {grown}");
 }
 
+/// Issue 24 item 6: memory stayed at the registry's peak after mass deletes, until restart.
+/// Now the maps shrink once under a quarter full, whether the deletes come through the
+/// change log (another instance, the CLI) or a full reload finds them gone.
+#[tokio::test]
+async fn the_registry_gives_memory_back_after_mass_deletes() {
+    use sqlx::Connection;
+    let n = 20_000;
+    let app = spawn_without_poll().await;
+    let hash = app
+        .secrets
+        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
+    let slots = "tessera_registry_client_slots";
+    let (keep, secret) = app.client().await;
+
+    insert_clients(&app, n, &hash).await;
+    app.state.sync().await.unwrap();
+    let peak = registry_counter(&app, slots).await;
+    assert!(peak > n as u64, "{peak} slots for {n} clients");
+    // Deleted in one statement, each row through the change log, and applied row by row.
+    let mut db = sqlx::SqliteConnection::connect(&app.db_url).await.unwrap();
+    sqlx::query("DELETE FROM clients WHERE label = 'bulk'")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(registry_counter(&app, "tessera_registry_clients").await, 1);
+    let after_log = registry_counter(&app, slots).await;
+    assert!(
+        after_log < peak / 100,
+        "{after_log} slots of {peak} after the deletes"
+    );
+    assert_eq!(app.token(&keep, &secret, NEWS).await.status(), 200);
+
+    // Again, deleted behind the change log's back: the full reload sweeps them out.
+    insert_clients(&app, n, &hash).await;
+    app.state.sync().await.unwrap();
+    assert!(registry_counter(&app, slots).await > n as u64);
+    sqlx::query("DROP TRIGGER clients_change_del")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM clients WHERE label = 'bulk'")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    assert_eq!(
+        registry_counter(&app, "tessera_registry_clients").await,
+        n as u64 + 1
+    );
+    app.state
+        .live()
+        .reload(app.store.as_ref(), &app.secrets)
+        .await
+        .unwrap();
+    assert_eq!(registry_counter(&app, "tessera_registry_clients").await, 1);
+    let after_sweep = registry_counter(&app, slots).await;
+    assert!(
+        after_sweep < peak / 100,
+        "{after_sweep} slots of {peak} after the sweep"
+    );
+    assert_eq!(app.token(&keep, &secret, NEWS).await.status(), 200);
+}
+
+/// What the process's memory does when 300,000 clients are deleted: the registry's maps
+/// are freed, and the allocator can give them back. Linux only (`/proc/self/status`); run
+/// alone, since the memory is the process's: `cargo test --test api -- --ignored --exact
+/// registry::memory_falls_after_300_000_clients_are_deleted --nocapture`.
+#[tokio::test]
+#[ignore = "300,000 clients, and the process's memory: run alone (see the comment)"]
+async fn memory_falls_after_300_000_clients_are_deleted() {
+    use sqlx::Connection;
+    let rss = || -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    let n = 300_000;
+    let app = spawn_with(|s| s.config.sync_interval = Duration::from_secs(24 * 3600)).await;
+    let hash = app
+        .secrets
+        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
+    let before = rss();
+    insert_clients(&app, n, &hash).await;
+    app.state.sync().await.unwrap();
+    let live = app.state.live();
+    let (loaded, slots) = (rss(), live.clients().capacity());
+    let mut db = sqlx::SqliteConnection::connect(&app.db_url).await.unwrap();
+    sqlx::query("DELETE FROM clients")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    app.state.sync().await.unwrap();
+    let (deleted, left) = (rss(), live.clients().capacity());
+    eprintln!(
+        "{n} clients: RSS {before} bytes before, {loaded} loaded ({slots} slots), \
+         {deleted} after deleting them all ({left} slots)"
+    );
+    assert_eq!(left, 0);
+    assert!(
+        loaded - deleted > 80 * slots as u64 / 2,
+        "RSS fell by {} bytes; the maps held {} bytes",
+        loaded.saturating_sub(deleted),
+        80 * slots
+    );
+}
+
 #[tokio::test]
 async fn housekeeping_prunes_changes_older_than_the_retention() {
     let app = spawn_without_poll().await;
