@@ -291,7 +291,7 @@ async fn demo(
     console: bool,
 ) -> Result<()> {
     let clock = tessera_server::clock::Clock::system();
-    let ops = tessera_server::admin::Admin::new(store, &clock);
+    let ops = tessera_server::registrar::Registrar::new(store, &clock);
     ops.set_plan("market-data", "market-data-api", None).await?;
     ops.set_plan("news", "news-api", None).await?;
     ops.set_plan("full", "market-data-api news-api oms-api", None)

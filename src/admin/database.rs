@@ -1,5 +1,5 @@
 //! The database backend: the operations run in this process on the store, through
-//! [`tessera_server::admin::Admin`], the same code the server's admin API calls.
+//! [`tessera_server::registrar::Registrar`], the same code the server's admin API calls.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,8 +7,8 @@ use std::sync::Arc;
 use anyhow::Result;
 use tessera_proto::clock::Timestamp;
 use tessera_proto::Algorithm;
-use tessera_server::admin::{Admin, CreatedClients, PlanSettings, TrustPolicyInput};
 use tessera_server::clock::Clock;
+use tessera_server::registrar::{CreatedClients, PlanSettings, Registrar, TrustPolicyInput};
 use tessera_server::secrets::Secrets;
 use tessera_store::{AuthMethod, Store};
 
@@ -44,8 +44,8 @@ impl<'a> Database<'a> {
         })
     }
 
-    fn admin(&self) -> Admin<'_> {
-        Admin::new(self.store.as_ref(), &self.clock)
+    fn registrar(&self) -> Registrar<'_> {
+        Registrar::new(self.store.as_ref(), &self.clock)
     }
 
     /// The master key, loaded by the server's policy; only the commands that make a secret
@@ -112,7 +112,10 @@ fn keys(keys: Vec<tessera_store::SigningKey>, now: Timestamp) -> Vec<Key> {
 
 impl Operations for Database<'_> {
     async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan> {
-        let written = self.admin().set_plan_with(name, scopes, settings).await?;
+        let written = self
+            .registrar()
+            .set_plan_with(name, scopes, settings)
+            .await?;
         let clients = self.clients_per_plan().await?;
         Ok(plan(written, clients.get(name).copied().unwrap_or(0)))
     }
@@ -146,7 +149,7 @@ impl Operations for Database<'_> {
         if let Some(certificate) = new.certificate() {
             for _ in 0..count {
                 let c = self
-                    .admin()
+                    .registrar()
                     .create_certificate_client(
                         &secrets,
                         &new.plan,
@@ -164,7 +167,7 @@ impl Operations for Database<'_> {
             return Ok(());
         }
         let created = self
-            .admin()
+            .registrar()
             .create_clients(
                 &secrets,
                 &new.plan,
@@ -210,12 +213,12 @@ impl Operations for Database<'_> {
     }
 
     async fn show_client(&self, id: &str) -> Result<Client> {
-        Ok(client(self.admin().client(id).await?))
+        Ok(client(self.registrar().client(id).await?))
     }
 
     async fn update_client(&self, id: &str, patch: &ClientPatch) -> Result<Client> {
         let updated = self
-            .admin()
+            .registrar()
             .patch_client(
                 id,
                 patch.name.as_deref(),
@@ -228,7 +231,10 @@ impl Operations for Database<'_> {
 
     async fn rotate_secret(&self, id: &str, grace_secs: i64) -> Result<ClientWithSecret> {
         let secrets = self.secrets().await?;
-        let (c, secret) = self.admin().rotate_secret(&secrets, id, grace_secs).await?;
+        let (c, secret) = self
+            .registrar()
+            .rotate_secret(&secrets, id, grace_secs)
+            .await?;
         Ok(ClientWithSecret {
             client: client(c),
             client_secret: Some(secret),
@@ -236,14 +242,14 @@ impl Operations for Database<'_> {
     }
 
     async fn delete_client(&self, id: &str) -> Result<Client> {
-        let admin = self.admin();
+        let admin = self.registrar();
         let deleted = admin.client(id).await?;
         admin.delete_client(id).await?;
         Ok(client(deleted))
     }
 
     async fn usage(&self, id: &str) -> Result<Vec<UsageDay>> {
-        let c = self.admin().client(id).await?;
+        let c = self.registrar().client(id).await?;
         Ok(self
             .store
             .usage(&c.id)
@@ -258,12 +264,16 @@ impl Operations for Database<'_> {
     }
 
     async fn put_trust_policy(&self, input: &TrustPolicyInput) -> Result<TrustPolicy> {
-        Ok(self.admin().put_trust_policy(input.clone()).await?.into())
+        Ok(self
+            .registrar()
+            .put_trust_policy(input.clone())
+            .await?
+            .into())
     }
 
     async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>> {
         Ok(self
-            .admin()
+            .registrar()
             .trust_policies()
             .await?
             .into_iter()
@@ -272,7 +282,7 @@ impl Operations for Database<'_> {
     }
 
     async fn remove_trust_policy(&self, name: &str) -> Result<()> {
-        if !self.admin().remove_trust_policy(name).await? {
+        if !self.registrar().remove_trust_policy(name).await? {
             anyhow::bail!("no trust policy named {name:?}");
         }
         Ok(())
@@ -285,7 +295,7 @@ impl Operations for Database<'_> {
     async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key> {
         let secrets = self.secrets().await?;
         let added = self
-            .admin()
+            .registrar()
             .rotate_keys(&secrets, alg, activate_in_secs)
             .await?;
         let listed = self.list_keys().await?;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tessera_client::{ClientId, ClientSecret, Environment, ErrorCode, ScopeSet, TokenClient, Url};
 use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::Algorithm;
-use tessera_server::admin::{PlanSettings, TrustPolicyInput};
+use tessera_server::registrar::{PlanSettings, TrustPolicyInput};
 use tokio::sync::OnceCell;
 
 use super::model::{

@@ -17,7 +17,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use tessera_proto::clock::{rfc3339, Clock};
 use tessera_proto::Algorithm;
-use tessera_server::admin::{Change, PlanSettings};
+use tessera_server::registrar::{Change, PlanSettings};
 use tessera_store::{AuthMethod, RateLimit};
 
 use crate::{Access, DataArgs};
@@ -31,7 +31,7 @@ use database::Database;
 use http::Http;
 use model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, TrustPolicy, UsageDay};
 use progress::Progress;
-use tessera_server::admin::TrustPolicyInput;
+use tessera_server::registrar::TrustPolicyInput;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PlanCommand {

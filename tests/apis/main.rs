@@ -16,7 +16,7 @@ struct Issuer {
 
 async fn issuer(alg: tessera_proto::Algorithm) -> Issuer {
     let app = tessera_testkit::spawn_with(|s| s.config.signing_alg = alg).await;
-    let admin = app.admin();
+    let admin = app.registrar();
     admin
         .set_plan("all", "market-data-api news-api oms-api", None)
         .await
@@ -337,12 +337,12 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
         s.config.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
     })
     .await;
-    app.admin()
+    app.registrar()
         .set_plan("all", "market-data-api", None)
         .await
         .unwrap();
     let client = app
-        .admin()
+        .registrar()
         .create_certificate_client(
             &app.secrets,
             "all",

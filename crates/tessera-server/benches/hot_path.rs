@@ -23,10 +23,10 @@ use tessera_proto::{
     form, AccessTokenClaims, Algorithm, BasicCredentials, ClientSecret, ScopeSet, TokenRequest,
     TokenResponse,
 };
-use tessera_server::admin::Admin;
 use tessera_server::clock::Clock;
 use tessera_server::keys::{self, KeyRing, LoadedKey};
 use tessera_server::metrics::Metrics;
+use tessera_server::registrar::Registrar;
 use tessera_server::secrets::{self, Secrets};
 use tessera_server::{AppState, Config};
 use tessera_store::AuthMethod;
@@ -149,7 +149,7 @@ fn handler(c: &mut Criterion) {
         let store = tessera_store::open(&url).await.expect("store");
         let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
         let clock = Clock::system();
-        let admin = Admin::new(store.as_ref(), &clock);
+        let admin = Registrar::new(store.as_ref(), &clock);
         admin
             .set_plan("bench", "market-data-api news-api oms-api", None)
             .await

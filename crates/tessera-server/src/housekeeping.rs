@@ -31,7 +31,7 @@ impl AppState {
         if let Err(error) = self.store().prune_hourly_usage(&two_days_ago).await {
             tracing::debug!(%error, "forgetting old hourly usage failed");
         }
-        let remembered_since = now - crate::admin::IDEMPOTENCY_WINDOW;
+        let remembered_since = now - crate::registrar::IDEMPOTENCY_WINDOW;
         if let Err(error) = self
             .store()
             .prune_idempotent_answers(remembered_since)

@@ -38,11 +38,11 @@
 //!   formatted there from their raw fields.
 //! - [`metrics`], `audit.rs`, [`usage`], `refusals.rs` (each client's last refusals, for
 //!   the console): what operators see; `reuse.rs`: per-plan token reuse.
-//! - [`admin`]: the operations behind the CLI's `plan`, `client` and `keys` commands.
+//! - [`registrar`]: every change to plans, clients, trust policies and keys, whoever asks
+//!   (the admin API, the CLI, `--demo`, the test kit).
 //!
 //! Public are only the modules the binary, the test kit and the benchmark use.
 
-pub mod admin;
 mod audit;
 pub mod clock;
 mod config;
@@ -57,6 +57,7 @@ pub mod logging;
 pub mod metrics;
 mod mtls;
 mod refusals;
+pub mod registrar;
 pub mod registry;
 mod reuse;
 mod routes;

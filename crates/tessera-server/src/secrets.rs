@@ -646,7 +646,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let (db, store) = fresh_store(dir.path()).await;
             let clock: crate::clock::Clock = crate::clock::ManualClock::at(1_000).into();
-            let admin = crate::admin::Admin::new(store.as_ref(), &clock);
+            let admin = crate::registrar::Registrar::new(store.as_ref(), &clock);
             let earlier = secrets();
             if holds == "a signing key" {
                 let alg = tessera_proto::Algorithm::EdDSA;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use tessera_store::Store;
 
-use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::grant::Grantor;
@@ -14,6 +13,7 @@ use crate::keys;
 use crate::limits::redis::RedisLimiter;
 use crate::limits::{self, AuthThrottle, Limiter, LocalLimiter};
 use crate::metrics::Metrics;
+use crate::registrar::Registrar;
 use crate::registry::{Live, LoadError, Registry, Synced, Trigger};
 use crate::reuse::ReuseCache;
 use crate::routes::admin::AdminGuard;
@@ -107,9 +107,9 @@ impl AppState {
         &self.inner.config.clock
     }
 
-    /// The admin operations, on this server's store and clock.
-    pub fn admin(&self) -> Admin<'_> {
-        Admin::new(self.store(), &self.inner.config.clock)
+    /// The registrar: changes to the registry, on this server's store and clock.
+    pub fn registrar(&self) -> Registrar<'_> {
+        Registrar::new(self.store(), &self.inner.config.clock)
     }
 
     /// Whether the registry is older than the staleness bound: the store has not answered

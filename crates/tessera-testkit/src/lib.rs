@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
-use tessera_server::admin::Admin;
 use tessera_server::clock::ManualClock;
+use tessera_server::registrar::Registrar;
 use tessera_server::secrets::Secrets;
 use tessera_server::{AppState, Config};
 use tessera_store::{AuthMethod, Store};
@@ -120,7 +120,7 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
         .expect("the test database");
     let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
     setup.config.clock = setup.clock.clone().into();
-    Admin::new(store.as_ref(), &setup.config.clock)
+    Registrar::new(store.as_ref(), &setup.config.clock)
         .set_plan("pro", SCOPES, setup.pro_ttl)
         .await
         .expect("plan pro");
@@ -156,15 +156,15 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
 }
 
 impl TestApp {
-    /// The admin operations on this server's store and clock.
-    pub fn admin(&self) -> Admin<'_> {
-        self.state.admin()
+    /// The registrar, on this server's store and clock.
+    pub fn registrar(&self) -> Registrar<'_> {
+        self.state.registrar()
     }
 
     /// Registers a client on `plan` and makes the server see it at once.
     pub async fn client_on(&self, plan: &str, method: AuthMethod) -> (ClientId, ClientSecret) {
         let (client, secret) = self
-            .admin()
+            .registrar()
             .create_client(&self.secrets, plan, "test", method)
             .await
             .expect("a new client");
@@ -180,7 +180,7 @@ impl TestApp {
     /// An admin client on plan `admin` (scopes `tessera-admin tessera-admin-read`, created
     /// if missing) and an access token for it with `scope`, for the admin API.
     pub async fn admin_token(&self, scope: &str) -> (ClientId, String) {
-        self.admin()
+        self.registrar()
             .set_plan("admin", "tessera-admin tessera-admin-read", None)
             .await
             .expect("the admin plan");

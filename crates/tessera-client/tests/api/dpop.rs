@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, Method, Uri};
 use serde_json::{Map, Value};
 use tessera_client::{DpopKey, ManualClock, TokenType};
-use tessera_server::admin::PlanSettings;
+use tessera_server::registrar::PlanSettings;
 use tessera_store::DpopPolicy;
 use tessera_testkit::claims_of;
 use tessera_verify::dpop::{check_proof, DpopError, NonceCheck, ProofRequest, ReplayCache};
@@ -55,7 +55,7 @@ async fn set_dpop(server: &TestServer, policy: DpopPolicy) {
     };
     server
         .app
-        .admin()
+        .registrar()
         .set_plan_with("pro", tessera_testkit::SCOPES, &settings)
         .await
         .unwrap();

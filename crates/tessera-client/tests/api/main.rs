@@ -341,7 +341,7 @@ async fn invalid_scope_fails_at_once_naming_the_refused_scopes() {
     // oms-api is offered by another plan, so the server names it when it refuses it.
     server
         .app
-        .admin()
+        .registrar()
         .set_plan("orders", "oms-api", None)
         .await
         .unwrap();
@@ -525,8 +525,8 @@ async fn the_bearer_helper_retries_only_once() {
 async fn the_servers_own_rate_limit_is_waited_out() {
     let server = TestServer::spawn(3600).await;
     // A real per-plan limit: one token request a second.
-    let settings = tessera_server::admin::PlanSettings {
-        token_rate: tessera_server::admin::Change::Set(tessera_store::RateLimit {
+    let settings = tessera_server::registrar::PlanSettings {
+        token_rate: tessera_server::registrar::Change::Set(tessera_store::RateLimit {
             count: 1,
             period_secs: 1,
             burst: 1,
@@ -535,7 +535,7 @@ async fn the_servers_own_rate_limit_is_waited_out() {
     };
     server
         .app
-        .admin()
+        .registrar()
         .set_plan_with("pro", "news-api", &settings)
         .await
         .unwrap();

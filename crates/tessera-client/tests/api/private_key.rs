@@ -16,7 +16,7 @@ use crate::{ClientId, Error, ErrorCode, TestServer};
 async fn register(server: &TestServer, jwks: Value) -> ClientId {
     let app = &server.app;
     let client = app
-        .admin()
+        .registrar()
         .create_certificate_client(
             &app.secrets,
             "pro",

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tessera_verify::AuthRejection;
 
-use crate::admin::AdminError;
+use crate::registrar::RegistrarError;
 
 /// The media type of RFC 9457 section 3.
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
@@ -274,31 +274,31 @@ fn quotable(text: &str) -> String {
         .collect()
 }
 
-impl From<AdminError> for Problem {
-    fn from(error: AdminError) -> Self {
+impl From<RegistrarError> for Problem {
+    fn from(error: RegistrarError) -> Self {
         use tessera_store::StoreError;
         let detail = error.to_string();
         match error {
-            AdminError::BadPlanName(_) => Problem::invalid_field("name", detail),
-            AdminError::BadScopes(_) => Problem::invalid_field("scopes", detail),
-            AdminError::BadTtl => Problem::invalid_field("token_ttl", detail),
-            AdminError::BadRate => Problem::invalid_field("token_rate", detail),
-            AdminError::BadReuse => Problem::invalid_field("reuse_percent", detail),
-            AdminError::UnknownClient(_) => Problem::not_found(detail),
-            AdminError::BadTrustPolicy(field, _) => Problem::invalid_field(field, detail),
-            AdminError::BadCertificate(_) => {
+            RegistrarError::BadPlanName(_) => Problem::invalid_field("name", detail),
+            RegistrarError::BadScopes(_) => Problem::invalid_field("scopes", detail),
+            RegistrarError::BadTtl => Problem::invalid_field("token_ttl", detail),
+            RegistrarError::BadRate => Problem::invalid_field("token_rate", detail),
+            RegistrarError::BadReuse => Problem::invalid_field("reuse_percent", detail),
+            RegistrarError::UnknownClient(_) => Problem::not_found(detail),
+            RegistrarError::BadTrustPolicy(field, _) => Problem::invalid_field(field, detail),
+            RegistrarError::BadCertificate(_) => {
                 Problem::invalid_field("token_endpoint_auth_method", detail)
             }
-            AdminError::BadSubjectDn(_) => {
+            RegistrarError::BadSubjectDn(_) => {
                 Problem::invalid_field("tls_client_auth_subject_dn", detail)
             }
-            AdminError::Store(StoreError::UnknownPlan(plan)) => {
+            RegistrarError::Store(StoreError::UnknownPlan(plan)) => {
                 Problem::invalid_field("plan", format!("no plan named {plan:?}"))
             }
-            AdminError::Store(StoreError::Duplicate(what)) => {
+            RegistrarError::Store(StoreError::Duplicate(what)) => {
                 Problem::conflict(format!("{what} already exists"))
             }
-            AdminError::Store(other) => {
+            RegistrarError::Store(other) => {
                 tracing::debug!(error = %other, "an admin request failed in the store");
                 Problem::store_failed()
             }
@@ -308,7 +308,7 @@ impl From<AdminError> for Problem {
 
 impl From<tessera_store::StoreError> for Problem {
     fn from(error: tessera_store::StoreError) -> Self {
-        AdminError::Store(error).into()
+        RegistrarError::Store(error).into()
     }
 }
 

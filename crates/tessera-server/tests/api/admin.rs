@@ -104,7 +104,7 @@ async fn only_this_servers_admin_tokens_get_in() {
     );
     let (status, body) = problem(answer).await;
     assert_eq!((status, kind(&body)), (403, "forbidden"));
-    assert!(app.admin().client("x").await.is_err());
+    assert!(app.registrar().client("x").await.is_err());
     assert!(!app
         .store
         .plans()
@@ -118,7 +118,7 @@ async fn only_this_servers_admin_tokens_get_in() {
     assert_eq!(claims["aud"], json!([app.state.config().issuer]));
 
     // Taking the right away takes effect at once: a disabled admin client's token is refused.
-    app.admin()
+    app.registrar()
         .update_client(admin_id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
@@ -133,7 +133,7 @@ async fn only_this_servers_admin_tokens_get_in() {
 #[tokio::test]
 async fn a_revoked_admin_token_is_refused() {
     let app = spawn_app().await;
-    app.admin()
+    app.registrar()
         .set_plan("admin", "tessera-admin", None)
         .await
         .unwrap();
@@ -176,7 +176,7 @@ async fn a_revoked_admin_token_is_refused() {
 
     // The plan no longer grants the scope: the token it got before no longer works.
     let (_, other) = app.admin_token("tessera-admin").await;
-    app.admin()
+    app.registrar()
         .set_plan("admin", "news-api", None)
         .await
         .unwrap();
@@ -280,7 +280,7 @@ async fn plans_are_created_replaced_guarded_and_deleted() {
         .unwrap();
     let (status, body) = problem(answer).await;
     assert_eq!((status, kind(&body)), (409, "conflict"));
-    app.admin().delete_client(id.as_str()).await.unwrap();
+    app.registrar().delete_client(id.as_str()).await.unwrap();
     let answer = call(&app, Method::DELETE, "/plans/gold", &admin)
         .header("if-match", "\"stale\"")
         .send()
@@ -997,12 +997,12 @@ async fn last_refusals_and_the_clients_being_rate_limited() {
         period_secs: 60,
         burst: 1,
     };
-    app.admin()
+    app.registrar()
         .set_plan_with(
             "metered",
             "news-api",
-            &tessera_server::admin::PlanSettings {
-                token_rate: tessera_server::admin::Change::Set(rate),
+            &tessera_server::registrar::PlanSettings {
+                token_rate: tessera_server::registrar::Change::Set(rate),
                 ..Default::default()
             },
         )
@@ -1090,7 +1090,7 @@ async fn last_refusals_and_the_clients_being_rate_limited() {
 
 /// An admin client on plan `admin` with a secret.
 async fn admin_client(app: &TestApp) -> (ClientId, ClientSecret) {
-    app.admin()
+    app.registrar()
         .set_plan("admin", "tessera-admin tessera-admin-read", None)
         .await
         .unwrap();
@@ -1241,7 +1241,7 @@ async fn a_certificate_bound_admin_token_needs_its_certificate() {
         setup.config.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
     })
     .await;
-    app.admin()
+    app.registrar()
         .set_plan("admin", "tessera-admin tessera-admin-read", None)
         .await
         .unwrap();
@@ -1261,7 +1261,7 @@ async fn a_certificate_bound_admin_token_needs_its_certificate() {
     let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256",
         "x": b64(&public[1..33]), "y": b64(&public[33..65])}]});
     let client = app
-        .admin()
+        .registrar()
         .create_certificate_client(
             &app.secrets,
             "admin",

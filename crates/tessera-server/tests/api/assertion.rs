@@ -29,7 +29,7 @@ fn jwks(keys: &[(&ProofKey, &str)]) -> Value {
 
 async fn register(app: &TestApp, keys: CertificateMatch) -> ClientId {
     let client = app
-        .admin()
+        .registrar()
         .create_certificate_client(&app.secrets, "pro", "pk", AuthMethod::PrivateKeyJwt, keys)
         .await
         .unwrap();
@@ -481,7 +481,7 @@ async fn a_plain_http_jwks_uri_is_registered_only_for_a_private_or_loopback_addr
         let uri = uri.to_owned();
         let app = &app;
         async move {
-            app.admin()
+            app.registrar()
                 .create_certificate_client(
                     &app.secrets,
                     "pro",

@@ -17,7 +17,7 @@ fn audit_events(log: &str, client_id: &str) -> Vec<serde_json::Value> {
 async fn audit_events_name_who_and_what_but_never_a_secret() {
     let app = spawn_app().await;
     // oms-api is some plan's scope (not the client's): logged by name when refused.
-    app.admin()
+    app.registrar()
         .set_plan("orders", "oms-api", None)
         .await
         .unwrap();

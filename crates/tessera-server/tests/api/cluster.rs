@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tessera_server::admin;
+use tessera_server::registrar;
 use tessera_store::AuthMethod;
 
 use tessera_testkit::*;
@@ -26,7 +26,7 @@ async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
 
     // A client registered through one instance's store (as the CLI would) works at both.
     let (client, secret) = a
-        .admin()
+        .registrar()
         .create_client(&a.secrets, "pro", "shared", AuthMethod::ClientSecretBasic)
         .await
         .unwrap();
@@ -97,7 +97,7 @@ async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
     }
 
     // Disabling the client through the database stops both instances.
-    b.admin()
+    b.registrar()
         .update_client(client.id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
@@ -126,18 +126,18 @@ async fn instances_sharing_redis_share_each_clients_rate_limit() {
     };
     let a = spawn_with(shared).await;
     let b = spawn_with(shared).await;
-    let settings = admin::PlanSettings {
-        token_rate: tessera_server::admin::Change::Set(
+    let settings = registrar::PlanSettings {
+        token_rate: tessera_server::registrar::Change::Set(
             tessera_store::RateLimit::parse("2/min").unwrap(),
         ),
         ..Default::default()
     };
-    a.admin()
+    a.registrar()
         .set_plan_with("metered", "news-api", &settings)
         .await
         .unwrap();
     let (client, secret) = a
-        .admin()
+        .registrar()
         .create_client(
             &a.secrets,
             "metered",

@@ -110,7 +110,7 @@ fn hidden(html: &str, name: &str) -> String {
 
 /// An admin client on a plan with `scopes`.
 async fn admin(app: &TestApp, plan: &str, scopes: &str) -> (ClientId, ClientSecret) {
-    app.admin().set_plan(plan, scopes, None).await.unwrap();
+    app.registrar().set_plan(plan, scopes, None).await.unwrap();
     app.client_on(plan, AuthMethod::ClientSecretBasic).await
 }
 
@@ -362,12 +362,12 @@ async fn refusals_and_the_last_day_are_on_the_pages() {
         period_secs: 60,
         burst: 1,
     };
-    app.admin()
+    app.registrar()
         .set_plan_with(
             "metered",
             "news-api",
-            &tessera_server::admin::PlanSettings {
-                token_rate: tessera_server::admin::Change::Set(rate),
+            &tessera_server::registrar::PlanSettings {
+                token_rate: tessera_server::registrar::Change::Set(rate),
                 ..Default::default()
             },
         )

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_server::admin::PlanSettings;
+use tessera_server::registrar::PlanSettings;
 use tessera_store::DpopPolicy;
 use tessera_testkit::dpop::{claims, ProofKey};
 use tessera_testkit::{basic, claims_of, error_of, spawn_app, spawn_with, TestApp, SCOPES};
@@ -41,7 +41,7 @@ async fn set_dpop(app: &TestApp, policy: DpopPolicy) {
         dpop: Some(policy),
         ..PlanSettings::default()
     };
-    app.admin()
+    app.registrar()
         .set_plan_with("pro", SCOPES, &settings)
         .await
         .unwrap();
@@ -319,7 +319,10 @@ async fn a_proof_replayed_at_another_instance_is_refused_through_redis() {
 async fn resource_narrows_the_audience_and_the_scopes() {
     let app = spawn_app().await;
     let (id, secret) = app.client().await;
-    app.admin().set_plan("oms", "oms-api", None).await.unwrap();
+    app.registrar()
+        .set_plan("oms", "oms-api", None)
+        .await
+        .unwrap();
     app.sync().await;
     let token = |body: &'static str| app.token(&id, &secret, body);
 

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 use tessera_proto::ClientId;
-use tessera_server::admin::TrustPolicyInput;
+use tessera_server::registrar::TrustPolicyInput;
 use tessera_testkit::dpop::ProofKey;
 use tessera_testkit::{claims_of, error_of, spawn_with, TestApp};
 
@@ -117,7 +117,7 @@ async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says(
     let (k8s, github, spiffe) = platforms().await;
     let (client, _) = app.client().await;
     let now = app.clock.now();
-    let admin = app.admin();
+    let admin = app.registrar();
     let policy =
         |name: &str, platform: &Platform, audience: &str, subject: &str| TrustPolicyInput {
             name: name.into(),
@@ -293,7 +293,10 @@ async fn a_trust_policy_must_be_well_formed() {
         max_assertion_ttl: None,
         ..TrustPolicyInput::default()
     };
-    app.admin().put_trust_policy(good.clone()).await.unwrap();
+    app.registrar()
+        .put_trust_policy(good.clone())
+        .await
+        .unwrap();
     let refusals = [
         (
             TrustPolicyInput {
@@ -399,10 +402,14 @@ async fn a_trust_policy_must_be_well_formed() {
         ),
     ];
     for (bad, said) in refusals {
-        let refused = app.admin().put_trust_policy(bad.clone()).await.unwrap_err();
+        let refused = app
+            .registrar()
+            .put_trust_policy(bad.clone())
+            .await
+            .unwrap_err();
         assert!(refused.to_string().contains(said), "{bad:?}: {refused}");
     }
-    assert_eq!(app.admin().trust_policies().await.unwrap().len(), 1);
+    assert_eq!(app.registrar().trust_policies().await.unwrap().len(), 1);
     // Named exceptions: the operator says so.
     for fine in [
         TrustPolicyInput {
@@ -425,7 +432,7 @@ async fn a_trust_policy_must_be_well_formed() {
             ..good.clone()
         },
     ] {
-        app.admin().put_trust_policy(fine).await.unwrap();
+        app.registrar().put_trust_policy(fine).await.unwrap();
     }
 
     // A client whose plan administers Tessera: only with allow_admin.
@@ -439,19 +446,19 @@ async fn a_trust_policy_must_be_well_formed() {
         ..good.clone()
     };
     let refused = app
-        .admin()
+        .registrar()
         .put_trust_policy(on_admin.clone())
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("admin scope"), "{refused}");
-    app.admin()
+    app.registrar()
         .put_trust_policy(TrustPolicyInput {
             allow_admin: true,
             ..on_admin
         })
         .await
         .unwrap();
-    assert_eq!(app.admin().trust_policies().await.unwrap().len(), 5);
+    assert_eq!(app.registrar().trust_policies().await.unwrap().len(), 5);
 }
 
 #[tokio::test]
@@ -459,7 +466,7 @@ async fn a_wildcard_stops_at_a_delimiter() {
     let app = app().await;
     let (k8s, _, _) = platforms().await;
     let (client, _) = app.client().await;
-    app.admin()
+    app.registrar()
         .put_trust_policy(TrustPolicyInput {
             name: "payments".into(),
             client_id: client.to_string(),
@@ -538,7 +545,7 @@ async fn a_policy_with_a_maximum_lifetime_needs_iat() {
     let app = app().await;
     let (k8s, _, _) = platforms().await;
     let (client, _) = app.client().await;
-    app.admin()
+    app.registrar()
         .put_trust_policy(TrustPolicyInput {
             name: "short".into(),
             client_id: client.to_string(),
@@ -600,7 +607,7 @@ async fn policies_sharing_an_issuer_are_each_verified_with_their_own_keys() {
         policy("a-dev", &dev, "spiffe://acme.example/dev/*"),
         policy("b-prod", &prod, "spiffe://acme.example/prod/billing"),
     ] {
-        app.admin().put_trust_policy(input).await.unwrap();
+        app.registrar().put_trust_policy(input).await.unwrap();
     }
     let now = app.clock.now();
     let svid = |keys: &Platform, sub: &str| {

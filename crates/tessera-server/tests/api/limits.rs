@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tessera_server::admin::PlanSettings;
+use tessera_server::registrar::PlanSettings;
 use tessera_store::{AuthMethod, RateLimit};
 
 use tessera_testkit::*;
@@ -11,7 +11,7 @@ use tessera_testkit::*;
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
 pub(crate) async fn plan_with(app: &TestApp, name: &str, settings: PlanSettings) {
-    app.admin()
+    app.registrar()
         .set_plan_with(name, "news-api", &settings)
         .await
         .unwrap();
@@ -19,7 +19,7 @@ pub(crate) async fn plan_with(app: &TestApp, name: &str, settings: PlanSettings)
 
 pub(crate) fn rate(count: u32, period_secs: u32, burst: u32) -> PlanSettings {
     PlanSettings {
-        token_rate: tessera_server::admin::Change::Set(RateLimit {
+        token_rate: tessera_server::registrar::Change::Set(RateLimit {
             count,
             period_secs,
             burst,
@@ -319,7 +319,7 @@ async fn reuse_returns_the_same_token_with_less_time_and_never_a_revoked_one() {
         "reusing",
         PlanSettings {
             token_ttl: Some(60),
-            reuse_percent: tessera_server::admin::Change::Set(50),
+            reuse_percent: tessera_server::registrar::Change::Set(50),
             ..PlanSettings::default()
         },
     )

@@ -188,7 +188,7 @@ async fn unknown_ids_cannot_take_the_slots_during_a_database_outage() {
     .await;
     app.clock.advance(SLOW_POLL);
     let (created, created_secret) = app
-        .admin()
+        .registrar()
         .create_client(
             &app.secrets,
             "pro",

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tessera_proto::Algorithm;
-use tessera_server::admin::{AdminError, Change, PlanSettings};
+use tessera_server::registrar::{Change, PlanSettings, RegistrarError};
 use tessera_store::{AuthMethod, RateLimit, MAX_TOKEN_TTL};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -16,7 +16,7 @@ use tessera_testkit::*;
 const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
 async fn plan(app: &TestApp, name: &str, settings: PlanSettings) {
-    app.admin()
+    app.registrar()
         .set_plan_with(name, "news-api", &settings)
         .await
         .unwrap();
@@ -44,10 +44,13 @@ async fn token_lifetimes_go_up_to_a_day_and_no_further() {
         ..PlanSettings::default()
     };
     let refused = app
-        .admin()
+        .registrar()
         .set_plan_with("longer", "news-api", &longer)
         .await;
-    assert!(matches!(refused, Err(AdminError::BadTtl)), "{refused:?}");
+    assert!(
+        matches!(refused, Err(RegistrarError::BadTtl)),
+        "{refused:?}"
+    );
     let (id, secret) = app.client_on("daily", AuthMethod::ClientSecretBasic).await;
     let body: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
     assert_eq!(body["expires_in"], 86_400);
@@ -129,7 +132,7 @@ async fn rotation_deletes_keys_whose_last_token_has_expired() {
     let app = spawn_app().await;
     let first = app.store.keys().await.unwrap();
     assert_eq!(first.len(), 1);
-    let admin = app.admin();
+    let admin = app.registrar();
     let kids = || async {
         let keys = app.store.keys().await.unwrap();
         keys.into_iter().map(|k| k.kid).collect::<Vec<String>>()

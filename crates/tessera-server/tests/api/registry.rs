@@ -43,7 +43,7 @@ async fn a_new_key_is_published_before_it_signs_and_the_old_one_stays() {
     let app = spawn_app().await;
     let old = signing_kid(&app).await;
     let new = app
-        .admin()
+        .registrar()
         .rotate_keys(&app.secrets, Algorithm::EdDSA, 2)
         .await
         .unwrap()
@@ -86,7 +86,7 @@ async fn a_client_created_elsewhere_gets_a_token_at_once() {
     let app = spawn_without_poll().await;
     // Created in the store as the CLI or another instance would, and not synced.
     let (client, secret) = app
-        .admin()
+        .registrar()
         .create_client(
             &app.secrets,
             "pro",
@@ -185,7 +185,7 @@ async fn a_plan_change_is_one_row_and_reaches_every_client_of_the_plan() {
     for (id, secret) in &clients {
         assert_eq!(app.token(id, secret, oms).await.status(), 400);
     }
-    app.admin()
+    app.registrar()
         .set_plan("pro", "news-api oms-api", None)
         .await
         .unwrap();
@@ -234,7 +234,7 @@ async fn the_full_reload_removes_a_client_the_change_log_missed() {
 async fn an_instance_behind_a_pruned_change_reads_everything_again() {
     let app = spawn_without_poll().await;
     let (id, secret) = app.client().await;
-    app.admin()
+    app.registrar()
         .update_client(id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
@@ -243,7 +243,7 @@ async fn an_instance_behind_a_pruned_change_reads_everything_again() {
     assert!(app.state.sync().await.unwrap().reloaded);
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 401);
     // And goes on from there, one change at a time.
-    app.admin()
+    app.registrar()
         .update_client(id.as_str(), |c| c.enabled = true)
         .await
         .unwrap();
@@ -296,7 +296,7 @@ async fn disabling_one_client_among(n: usize) {
     insert_clients(&app, n, &hash).await;
     let inserted = started.elapsed();
     let (target, secret) = app
-        .admin()
+        .registrar()
         .create_client(
             &app.secrets,
             "pro",
@@ -313,7 +313,7 @@ async fn disabling_one_client_among(n: usize) {
 
     let reloads = app.state.live().counts().reloads;
     // As the CLI disables a client: in the store.
-    app.admin()
+    app.registrar()
         .update_client(target.id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_server::admin::Admin;
+use tessera_server::registrar::Registrar;
 use tessera_store::AuthMethod;
 
 use tessera_testkit::*;
@@ -164,7 +164,7 @@ async fn rsa_signatures_for_gateways() {
 #[tokio::test]
 async fn a_scope_outside_the_plan_is_invalid_scope_and_named() {
     let app = spawn_app().await;
-    app.admin()
+    app.registrar()
         .set_plan("orders", "oms-api", None)
         .await
         .unwrap();
@@ -275,7 +275,7 @@ async fn bad_client_credentials_are_invalid_client_with_a_challenge() {
 async fn a_disabled_client_is_refused_and_can_be_enabled_again() {
     let app = spawn_app().await;
     let (id, secret) = app.client().await;
-    app.admin()
+    app.registrar()
         .update_client(id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
@@ -283,7 +283,7 @@ async fn a_disabled_client_is_refused_and_can_be_enabled_again() {
     let response = app.token(&id, &secret, FORM).await;
     assert_basic_challenge(&response);
     assert_eq!(error_of(response).await.1, "invalid_client");
-    app.admin()
+    app.registrar()
         .update_client(id.as_str(), |c| c.enabled = true)
         .await
         .unwrap();
@@ -517,7 +517,7 @@ async fn a_rotated_secret_keeps_working_until_its_deadline() {
     let app = spawn_app().await;
     let (id, old) = app.client().await;
     let (_, new) = app
-        .admin()
+        .registrar()
         .rotate_secret(&app.secrets, id.as_str(), 4)
         .await
         .unwrap();
@@ -538,7 +538,7 @@ async fn a_rotated_secret_keeps_working_until_its_deadline() {
 
     // Without grace, the old secret stops at once.
     let (_, newer) = app
-        .admin()
+        .registrar()
         .rotate_secret(&app.secrets, id.as_str(), 0)
         .await
         .unwrap();
@@ -552,7 +552,7 @@ async fn a_plan_change_applies_to_the_next_request() {
     let app = spawn_app().await;
     let (id, secret) = app.client().await;
     assert_eq!(app.token(&id, &secret, FORM).await.status(), 200);
-    app.admin()
+    app.registrar()
         .set_plan("pro", "news-api oms-api", Some(120))
         .await
         .unwrap();
@@ -573,11 +573,11 @@ async fn a_plan_change_applies_to_the_next_request() {
     assert_eq!(body["expires_in"], 120);
 
     // Moving the client to another plan.
-    app.admin()
+    app.registrar()
         .set_plan("market", "market-data-api", None)
         .await
         .unwrap();
-    app.admin()
+    app.registrar()
         .update_client(id.as_str(), |c| c.plan = "market".into())
         .await
         .unwrap();
@@ -610,7 +610,7 @@ async fn a_change_by_another_process_is_seen_by_the_background_poll() {
     // A second, independent connection pool to the same file, as the CLI would open.
     let other = tessera_store::open(&app.db_url).await.unwrap();
     let clock = app.clock.clone().into();
-    let (client, secret) = Admin::new(other.as_ref(), &clock)
+    let (client, secret) = Registrar::new(other.as_ref(), &clock)
         .create_client(&app.secrets, "pro", "cli", AuthMethod::ClientSecretBasic)
         .await
         .unwrap();

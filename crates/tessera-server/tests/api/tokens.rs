@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_server::admin::PlanSettings;
+use tessera_server::registrar::PlanSettings;
 use tessera_store::AuthMethod;
 
 use tessera_testkit::*;
@@ -57,7 +57,7 @@ async fn api_client(app: &TestApp) -> (ClientId, ClientSecret) {
         introspect_any: Some(true),
         ..PlanSettings::default()
     };
-    app.admin()
+    app.registrar()
         .set_plan_with("apis", "news-api", &settings)
         .await
         .unwrap();
@@ -152,7 +152,7 @@ async fn introspection_describes_active_tokens_only() {
 #[tokio::test]
 async fn expired_tokens_are_inactive() {
     let app = spawn_app().await;
-    app.admin()
+    app.registrar()
         .set_plan("short", "news-api", Some(1))
         .await
         .unwrap();
@@ -261,7 +261,7 @@ async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
         introspect(&app, &api, &api_secret, &token).await["active"],
         true
     );
-    app.admin()
+    app.registrar()
         .update_client(id.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
@@ -270,7 +270,7 @@ async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
         introspect(&app, &api, &api_secret, &token).await["active"],
         false
     );
-    app.admin()
+    app.registrar()
         .update_client(id.as_str(), |c| c.enabled = true)
         .await
         .unwrap();
@@ -279,7 +279,7 @@ async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
         introspect(&app, &api, &api_secret, &token).await["active"],
         true
     );
-    app.admin().delete_client(id.as_str()).await.unwrap();
+    app.registrar().delete_client(id.as_str()).await.unwrap();
     app.state.sync().await.unwrap();
     assert_eq!(
         introspect(&app, &api, &api_secret, &token).await["active"],

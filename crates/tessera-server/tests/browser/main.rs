@@ -258,7 +258,7 @@ async fn an_operator_onboards_a_client_in_chromium() {
         return;
     };
     let app = spawn_app().await;
-    app.admin()
+    app.registrar()
         .set_plan("admin", "tessera-admin tessera-admin-read", None)
         .await
         .unwrap();

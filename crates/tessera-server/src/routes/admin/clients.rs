@@ -17,9 +17,9 @@ use super::{
     day_range, etag, if_match, in_force, json, number_param, param, parse_json, path, query,
     read_body, read_json, run, UsageView,
 };
-use crate::admin::AdminError;
 use crate::audit;
 use crate::error::problem::Problem;
+use crate::registrar::RegistrarError;
 use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
@@ -340,7 +340,7 @@ fn location(id: &ClientId) -> String {
 }
 
 async fn load(state: &AppState, id: &str) -> Result<Client, Problem> {
-    state.admin().client(id).await.map_err(Problem::from)
+    state.registrar().client(id).await.map_err(Problem::from)
 }
 
 /// The client as it is before a change, read under this instance's write lock (held until
@@ -451,7 +451,7 @@ pub(crate) async fn create_client(
         }
         let (client, secret) = match certificate {
             Some(certificate) => (
-                state.admin().new_certificate_client(
+                state.registrar().new_certificate_client(
                     state.secrets(),
                     &input.plan,
                     &input.name,
@@ -471,7 +471,7 @@ pub(crate) async fn create_client(
             None => {
                 let (client, secret) =
                     state
-                        .admin()
+                        .registrar()
                         .new_client(state.secrets(), &input.plan, &input.name, method);
                 (client, Some(secret))
             }
@@ -491,7 +491,7 @@ pub(crate) async fn create_client(
             .store()
             .insert_clients_once(std::slice::from_ref(&client), remembered.as_ref())
             .await
-            .map_err(AdminError::from)?;
+            .map_err(RegistrarError::from)?;
         if let Some(first) = earlier {
             // A retry that raced the first try here.
             return replay(&state, &first, &fingerprint);
@@ -610,7 +610,7 @@ pub(crate) async fn patch_client(
         }
         let (_one_writer, before) = load_for_write(&state, &headers, &id).await?;
         let client = state
-            .admin()
+            .registrar()
             .patch_client(
                 &id,
                 patch.name.as_deref(),
@@ -666,7 +666,7 @@ pub(crate) async fn delete_client(
     run(async {
         let id = path(id)?;
         let (_one_writer, _) = load_for_write(&state, &headers, &id).await?;
-        state.admin().delete_client(&id).await?;
+        state.registrar().delete_client(&id).await?;
         in_force(&state).await;
         audit::admin_change(&caller.client_id, &format!("client:{id}"), "deleted");
         Ok(StatusCode::NO_CONTENT.into_response())
@@ -703,7 +703,7 @@ pub(crate) async fn rotate_secret(
         }
         let (_one_writer, _) = load_for_write(&state, &headers, &id).await?;
         let (client, secret) = state
-            .admin()
+            .registrar()
             .rotate_secret(state.secrets(), &id, grace)
             .await?;
         in_force(&state).await;

@@ -70,7 +70,7 @@ pub(crate) struct KeyRotation {
 /// The status of each key at `now`: the newest active one signs.
 fn views(keys: &[SigningKey], now: Timestamp) -> Vec<KeyView> {
     let signing = keys.iter().rev().find(|k| k.activates_at <= now);
-    let keep = i64::from(crate::admin::MAX_TOKEN_TTL);
+    let keep = i64::from(crate::registrar::MAX_TOKEN_TTL);
     keys.iter()
         .enumerate()
         .map(|(i, k)| (k, keys.get(i + 1).map(|next| next.activates_at)))
@@ -134,7 +134,7 @@ pub(crate) async fn rotate_keys(
         };
         let _one_writer = state.admin_guard().writes.lock().await;
         let key = state
-            .admin()
+            .registrar()
             .rotate_keys(state.secrets(), alg, activate_in)
             .await?;
         in_force(&state).await;

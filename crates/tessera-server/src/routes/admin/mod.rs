@@ -1,6 +1,6 @@
 //! The admin API under `/admin/v1` (docs/admin-api.md): plans, clients, usage and signing
 //! keys as JSON resources, for a platform team's own tooling. It is one more client of the
-//! same operations as the CLI ([`crate::admin::Admin`]), guarded by Tessera's own tokens
+//! same operations as the CLI ([`crate::registrar::Registrar`]), guarded by Tessera's own tokens
 //! (`auth.rs`), with RFC 9457 problem documents for every refusal.
 //!
 //! - `auth.rs`: the bearer token (RFC 6750), verified with `tessera-verify`.

@@ -13,9 +13,9 @@ use tessera_store::{DpopPolicy, Plan, PlanRemoval, RateLimit};
 
 use super::auth::{Caller, Read, Write};
 use super::{day_range, etag, if_match, in_force, json, path, read_json, run, UsageView};
-use crate::admin::{Change, PlanSettings, DEFAULT_TOKEN_TTL};
 use crate::audit;
 use crate::error::problem::Problem;
+use crate::registrar::{Change, PlanSettings, DEFAULT_TOKEN_TTL};
 use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
@@ -316,7 +316,7 @@ pub(crate) async fn put_plan(
         let before = find(&state, &name).await?;
         if_match(&headers, before.as_ref().map(etag).as_deref())?;
         let plan = state
-            .admin()
+            .registrar()
             .set_plan_with(&name, &input.scopes.join(" "), &settings)
             .await?;
         in_force(&state).await;

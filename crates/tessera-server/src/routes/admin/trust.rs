@@ -16,9 +16,9 @@ use tessera_store::TrustPolicy;
 
 use super::auth::{Caller, Read, Write};
 use super::{json, path, read_json, run};
-use crate::admin::TrustPolicyInput;
 use crate::audit;
 use crate::error::problem::Problem;
+use crate::registrar::TrustPolicyInput;
 use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
@@ -187,7 +187,7 @@ pub(crate) async fn put_policy(
         let _one_writer = state.admin_guard().writes.lock().await;
         let existed = find(&state, &name).await.is_ok();
         let policy = state
-            .admin()
+            .registrar()
             .put_trust_policy(TrustPolicyInput {
                 name: name.clone(),
                 client_id: input.client_id,
@@ -232,7 +232,7 @@ pub(crate) async fn delete_policy(
     run(async {
         let name = path(name)?;
         let _one_writer = state.admin_guard().writes.lock().await;
-        if !state.admin().remove_trust_policy(&name).await? {
+        if !state.registrar().remove_trust_policy(&name).await? {
             return Err(Problem::not_found(format!(
                 "no trust policy named {name:?}"
             )));

@@ -1,5 +1,9 @@
-//! The operations behind the CLI's `plan`, `client` and `keys` commands. Each one validates
-//! everything before it writes, and writes once, so that bad input leaves nothing behind.
+//! The registrar: every change to the registry of plans, clients, trust policies and
+//! signing keys goes through here, whoever asks for it: the admin API (and the console over
+//! it), the CLI's `plan`, `client`, `keys` and `trust` commands on the database, `serve
+//! --demo`, the test kit and the benchmark. Each operation validates everything before it
+//! writes, and writes once, so that bad input leaves nothing behind. The registry in memory
+//! (`registry.rs`) learns of a change from the store's change log.
 
 use tessera_proto::clock::Timestamp;
 use tessera_proto::scope::ScopeError;
@@ -20,10 +24,10 @@ pub use tessera_store::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
 /// included (sealed): a day, as long as the longest retry loop worth supporting.
 pub(crate) const IDEMPOTENCY_WINDOW: Timestamp = 86_400;
 
-/// How many clients [`Admin::create_clients`] hands to the store at a time.
+/// How many clients [`Registrar::create_clients`] hands to the store at a time.
 pub const CREATE_BATCH: usize = 5000;
 
-/// Clients registered together by [`Admin::create_clients`]: one plan, label, method and
+/// Clients registered together by [`Registrar::create_clients`]: one plan, label, method and
 /// creation time, each with its own identifier and its secret, returned this once (only the
 /// keyed hash is stored).
 #[derive(Debug)]
@@ -66,9 +70,9 @@ fn make_client(
     (client, secret)
 }
 
-/// Why an admin operation was refused.
+/// Why the registrar refused an operation.
 #[derive(Debug, Error)]
-pub enum AdminError {
+pub enum RegistrarError {
     /// A plan name that is not 1 to 64 of `a-z A-Z 0-9 _ -`.
     #[error("plan name {0:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'")]
     BadPlanName(String),
@@ -244,28 +248,28 @@ pub struct PlanSettings {
     pub dpop: Option<DpopPolicy>,
 }
 
-/// The admin operations on one store, reading the time from one clock: the CLI's on the
+/// The registry's operations on one store, reading the time from one clock: the CLI's on the
 /// system clock, a server's on its own (so that a test that sets the server's clock sets
 /// the deadlines these operations write too).
 #[derive(Debug, Clone, Copy)]
-pub struct Admin<'a> {
+pub struct Registrar<'a> {
     store: &'a dyn Store,
     clock: &'a Clock,
 }
 
-impl<'a> Admin<'a> {
+impl<'a> Registrar<'a> {
     /// Operations on `store`, dated by `clock`.
     pub fn new(store: &'a dyn Store, clock: &'a Clock) -> Self {
         Self { store, clock }
     }
 
-    /// Creates a plan or changes its scopes and TTL; see [`Admin::set_plan_with`].
+    /// Creates a plan or changes its scopes and TTL; see [`Registrar::set_plan_with`].
     pub async fn set_plan(
         &self,
         name: &str,
         scopes: &str,
         token_ttl: Option<u32>,
-    ) -> Result<Plan, AdminError> {
+    ) -> Result<Plan, RegistrarError> {
         let settings = PlanSettings {
             token_ttl,
             ..PlanSettings::default()
@@ -280,25 +284,25 @@ impl<'a> Admin<'a> {
         name: &str,
         scopes: &str,
         settings: &PlanSettings,
-    ) -> Result<Plan, AdminError> {
+    ) -> Result<Plan, RegistrarError> {
         if !is_plan_name(name) {
-            return Err(AdminError::BadPlanName(name.to_owned()));
+            return Err(RegistrarError::BadPlanName(name.to_owned()));
         }
         let scopes = ScopeSet::parse_names(scopes)?;
         if settings
             .token_ttl
             .is_some_and(|t| !(1..=MAX_TOKEN_TTL).contains(&t))
         {
-            return Err(AdminError::BadTtl);
+            return Err(RegistrarError::BadTtl);
         }
         if let Some(rate) = settings.token_rate.set() {
             if rate.count == 0 || rate.burst == 0 || rate.period_secs == 0 {
-                return Err(AdminError::BadRate);
+                return Err(RegistrarError::BadRate);
             }
         }
         if let Some(p) = settings.reuse_percent.set() {
             if !(1..=99).contains(p) {
-                return Err(AdminError::BadReuse);
+                return Err(RegistrarError::BadReuse);
             }
         }
         let existing = self
@@ -344,7 +348,7 @@ impl<'a> Admin<'a> {
         plan: &str,
         label: &str,
         auth_method: AuthMethod,
-    ) -> Result<(Client, ClientSecret), AdminError> {
+    ) -> Result<(Client, ClientSecret), RegistrarError> {
         let (client, secret) = self.new_client(secrets, plan, label, auth_method);
         self.store.insert_client(&client).await?;
         Ok((client, secret))
@@ -362,7 +366,7 @@ impl<'a> Admin<'a> {
         auth_method: AuthMethod,
         count: usize,
         progress: &(dyn Fn(usize) + Sync),
-    ) -> Result<CreatedClients, AdminError> {
+    ) -> Result<CreatedClients, RegistrarError> {
         let created_at = self.clock.now();
         // Ids in ascending order, so that each statement adds to the right edge of the id
         // indexes instead of to pages all over them: at a million clients, random ids made
@@ -426,7 +430,7 @@ impl<'a> Admin<'a> {
         label: &str,
         auth_method: AuthMethod,
         certificate: CertificateMatch,
-    ) -> Result<Client, AdminError> {
+    ) -> Result<Client, RegistrarError> {
         let client = self.new_certificate_client(secrets, plan, label, auth_method, certificate)?;
         self.store.insert_client(&client).await?;
         Ok(client)
@@ -440,14 +444,14 @@ impl<'a> Admin<'a> {
         label: &str,
         auth_method: AuthMethod,
         certificate: CertificateMatch,
-    ) -> Result<Client, AdminError> {
+    ) -> Result<Client, RegistrarError> {
         let fits = match (&certificate, auth_method) {
             (CertificateMatch::Jwks(jwks), AuthMethod::SelfSignedTlsClientAuth) => {
                 let keys = serde_json::from_str::<serde_json::Value>(jwks)
                     .ok()
                     .and_then(|v| v["keys"].as_array().map(|k| !k.is_empty()));
                 if keys != Some(true) {
-                    return Err(AdminError::BadCertificate(
+                    return Err(RegistrarError::BadCertificate(
                         "jwks must be a JWK Set with at least one key",
                     ));
                 }
@@ -456,7 +460,7 @@ impl<'a> Admin<'a> {
             // RFC 7523 section 2.2: the keys inline, or where the client publishes them.
             (CertificateMatch::Jwks(jwks), AuthMethod::PrivateKeyJwt) => {
                 if !crate::grant::assertion::has_usable_key(jwks) {
-                    return Err(AdminError::BadCertificate(
+                    return Err(RegistrarError::BadCertificate(
                         "jwks must be a JWK Set with at least one public EdDSA, ES256 or RSA key",
                     ));
                 }
@@ -464,7 +468,7 @@ impl<'a> Admin<'a> {
             }
             (CertificateMatch::JwksUri(uri), AuthMethod::PrivateKeyJwt) => {
                 if !is_jwks_uri(uri) {
-                    return Err(AdminError::BadCertificate(
+                    return Err(RegistrarError::BadCertificate(
                         "jwks_uri must be an https URL of at most 2048 characters \
                          (http only to a private or loopback address)",
                     ));
@@ -482,7 +486,7 @@ impl<'a> Admin<'a> {
             _ => false,
         };
         if !fits {
-            return Err(AdminError::BadCertificate(
+            return Err(RegistrarError::BadCertificate(
                 "tls_client_auth needs one of a subject DN, a DNS SAN or a URI SAN; \
                  self_signed_tls_client_auth needs a JWK Set; \
                  private_key_jwt needs a JWK Set or a jwks_uri",
@@ -490,7 +494,7 @@ impl<'a> Admin<'a> {
         }
         // Parsed again at each use: this refuses here what would never match there.
         if let CertificateMatch::SubjectDn(dn) = &certificate {
-            crate::dn::Dn::parse(dn).map_err(|e| AdminError::BadSubjectDn(e.to_string()))?;
+            crate::dn::Dn::parse(dn).map_err(|e| RegistrarError::BadSubjectDn(e.to_string()))?;
         }
         let (mut client, _never_shown) = self.new_client(secrets, plan, label, auth_method);
         client.certificate = Some(certificate);
@@ -501,8 +505,8 @@ impl<'a> Admin<'a> {
     pub async fn put_trust_policy(
         &self,
         input: TrustPolicyInput,
-    ) -> Result<tessera_store::TrustPolicy, AdminError> {
-        let bad = |field, why| Err(AdminError::BadTrustPolicy(field, why));
+    ) -> Result<tessera_store::TrustPolicy, RegistrarError> {
+        let bad = |field, why| Err(RegistrarError::BadTrustPolicy(field, why));
         if !is_plan_name(&input.name) {
             return bad(
                 "name",
@@ -590,18 +594,18 @@ impl<'a> Admin<'a> {
     }
 
     /// Every trust policy, by name.
-    pub async fn trust_policies(&self) -> Result<Vec<tessera_store::TrustPolicy>, AdminError> {
+    pub async fn trust_policies(&self) -> Result<Vec<tessera_store::TrustPolicy>, RegistrarError> {
         Ok(self.store.trust_policies().await?)
     }
 
     /// Removes a trust policy; `false` if there was none of that name.
-    pub async fn remove_trust_policy(&self, name: &str) -> Result<bool, AdminError> {
+    pub async fn remove_trust_policy(&self, name: &str) -> Result<bool, RegistrarError> {
         Ok(self.store.delete_trust_policy(name).await?)
     }
 
     /// Loads a client or says it is unknown.
-    pub async fn client(&self, id: &str) -> Result<Client, AdminError> {
-        let unknown = || AdminError::UnknownClient(id.to_owned());
+    pub async fn client(&self, id: &str) -> Result<Client, RegistrarError> {
+        let unknown = || RegistrarError::UnknownClient(id.to_owned());
         let id = ClientId::parse(id).ok_or_else(unknown)?;
         self.store.client(&id).await?.ok_or_else(unknown)
     }
@@ -611,12 +615,12 @@ impl<'a> Admin<'a> {
         &self,
         id: &str,
         change: impl FnOnce(&mut Client),
-    ) -> Result<Client, AdminError> {
+    ) -> Result<Client, RegistrarError> {
         let mut client = self.client(id).await?;
         change(&mut client);
         client.updated_at = self.clock.now();
         if !self.store.update_client(&client).await? {
-            return Err(AdminError::UnknownClient(id.to_owned()));
+            return Err(RegistrarError::UnknownClient(id.to_owned()));
         }
         Ok(client)
     }
@@ -629,7 +633,7 @@ impl<'a> Admin<'a> {
         name: Option<&str>,
         plan: Option<&str>,
         enabled: Option<bool>,
-    ) -> Result<Client, AdminError> {
+    ) -> Result<Client, RegistrarError> {
         self.update_client(id, |c| {
             if let Some(name) = name {
                 name.clone_into(&mut c.label);
@@ -651,7 +655,7 @@ impl<'a> Admin<'a> {
         secrets: &Secrets,
         id: &str,
         grace_secs: i64,
-    ) -> Result<(Client, ClientSecret), AdminError> {
+    ) -> Result<(Client, ClientSecret), RegistrarError> {
         let secret = secrets::new_client_secret();
         let hash = secrets.hash_secret(&secret);
         let deadline = self.clock.now() + grace_secs.max(0);
@@ -665,12 +669,12 @@ impl<'a> Admin<'a> {
     }
 
     /// Removes a client.
-    pub async fn delete_client(&self, id: &str) -> Result<(), AdminError> {
+    pub async fn delete_client(&self, id: &str) -> Result<(), RegistrarError> {
         let client = self.client(id).await?;
         if self.store.delete_client(&client.id).await? {
             Ok(())
         } else {
-            Err(AdminError::UnknownClient(id.to_owned()))
+            Err(RegistrarError::UnknownClient(id.to_owned()))
         }
     }
 
@@ -681,7 +685,7 @@ impl<'a> Admin<'a> {
         secrets: &Secrets,
         alg: Algorithm,
         activate_in_secs: i64,
-    ) -> Result<SigningKey, AdminError> {
+    ) -> Result<SigningKey, RegistrarError> {
         let now = self.clock.now();
         let key = keys::generate(secrets, alg, now, now + activate_in_secs.max(0));
         self.store.insert_key(&key).await?;
@@ -690,7 +694,7 @@ impl<'a> Admin<'a> {
     }
 
     /// Deletes keys whose last token has expired: superseded for longer than MAX_TOKEN_TTL.
-    async fn prune_keys(&self, now: i64) -> Result<(), AdminError> {
+    async fn prune_keys(&self, now: i64) -> Result<(), RegistrarError> {
         // No plan may issue tokens living longer than MAX_TOKEN_TTL (set_plan refuses it), and
         // the JWKS publishes a superseded key for exactly that long.
         let keep_for = i64::from(MAX_TOKEN_TTL);
