@@ -1,7 +1,7 @@
 //! Why a token, a configuration or a key fetch was refused. Nothing here knows HTTP: the
 //! mapping to RFC 6750 responses lives in [`crate::rejection`].
 
-use tessera_proto::jws::JwsError;
+pub use tessera_proto::jws::JwsError;
 use thiserror::Error;
 
 /// Why an access token was refused.
@@ -12,40 +12,14 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum VerifyError {
-    /// The token is longer than the configured bound; refused before any decoding.
-    #[error("the token is longer than {limit} bytes")]
-    TooLarge {
-        /// The configured bound.
-        limit: usize,
-    },
-    /// Five dot-separated parts: an encrypted JWE (RFC 7516 section 7.1), which Tessera never
-    /// issues (RFC 9068 section 4 allows only what the server is known to send).
-    #[error("encrypted tokens are not accepted")]
-    Encrypted,
-    /// Not three base64url parts without padding (RFC 7515 section 7.1).
-    #[error("the token is not a compact JWS")]
-    Malformed,
-    /// The JOSE header is not a JSON object of the expected member types (RFC 7515 section 4),
-    /// or repeats a member.
-    #[error("the token header is malformed")]
-    MalformedHeader,
-    /// `alg` is not in the allow-list: `none`, `HS256` and anything else (RFC 8725 sections
-    /// 3.1 and 3.2, RFC 9068 section 4).
-    #[error("the token algorithm is not accepted")]
-    AlgorithmNotAllowed,
-    /// `typ` is absent or not `at+jwt` (RFC 9068 section 4, RFC 8725 section 3.11).
-    #[error("the token type is not at+jwt")]
-    WrongType,
-    /// The header names a key by URL or embeds one (`jku`, `x5u`, `jwk`, `x5c`,
-    /// RFC 7515 sections 4.1.2 to 4.1.6). Keys come only from the issuer's JWKS.
-    #[error("the token header refers to a key this server does not trust")]
-    UntrustedKeyReference,
-    /// The header has `crit` (RFC 7515 section 4.1.11); no extension is understood here.
-    #[error("the token header has critical extensions")]
-    CriticalHeader,
-    /// `kid` is missing, longer than 128 bytes or not printable ASCII.
-    #[error("the token key identifier is missing or malformed")]
-    BadKeyId,
+    /// The compact form or the JOSE header failed the shared JWS parser, before any crypto
+    /// (RFC 7515 section 7.1, RFC 8725 sections 3.1 and 3.11, RFC 9068 section 4): too
+    /// long, encrypted, malformed, a key referenced by URL or embedded, `crit`, an `alg`
+    /// outside the allow-list, a `typ` other than `at+jwt`, or a bad `kid`. One variant
+    /// wrapping [`JwsError`] rather than a copy of its variants here, so that the parser's
+    /// reasons and the verifier's cannot drift apart; the messages are the parser's.
+    #[error(transparent)]
+    Jws(#[from] JwsError),
     /// No key with this `kid`, even after refreshing the key set when allowed.
     #[error("the token was signed with an unknown key")]
     UnknownKey,
@@ -82,23 +56,6 @@ pub enum VerifyError {
     /// `nbf` is still ahead, leeway included (RFC 7519 section 4.1.5).
     #[error("the token is not valid yet")]
     NotYetValid,
-}
-
-impl VerifyError {
-    /// The refusal of the shared JWS parser, as this crate has always named it.
-    pub(crate) fn from_jws(e: JwsError) -> Self {
-        match e {
-            JwsError::TooLarge { limit } => Self::TooLarge { limit },
-            JwsError::Encrypted => Self::Encrypted,
-            JwsError::Malformed => Self::Malformed,
-            JwsError::MalformedHeader => Self::MalformedHeader,
-            JwsError::UntrustedKeyReference => Self::UntrustedKeyReference,
-            JwsError::CriticalHeader => Self::CriticalHeader,
-            JwsError::AlgorithmNotAllowed => Self::AlgorithmNotAllowed,
-            JwsError::WrongType => Self::WrongType,
-            JwsError::BadKeyId => Self::BadKeyId,
-        }
-    }
 }
 
 /// Why a [`VerifierBuilder`](crate::VerifierBuilder) could not build.

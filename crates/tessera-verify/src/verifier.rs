@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use tessera_proto::{jws, AccessTokenClaims, Algorithm, Clock, JwkSet};
 
-use crate::dpop::ReplayCache;
 use crate::error::{ConfigError, KeySourceError, VerifyError};
 use crate::jwks::{self, KeyCache, KeySet, Remote, Transport};
 use crate::rejection::Challenge;
+use crate::replay::ReplayCache;
 use crate::token_cache::{Entry, TokenCache, TokenCacheStats};
 use crate::validate::{self, Expected};
 
@@ -424,8 +424,7 @@ impl Verifier {
                 return Ok(entry.claims.clone());
             }
         }
-        let jws = jws::parse(token, inner.max_token_size, &inner.algorithms)
-            .map_err(VerifyError::from_jws)?;
+        let jws = jws::parse(token, inner.max_token_size, &inner.algorithms)?;
         let mut keys = inner.cache.current();
         if keys.get(&jws.kid).is_none() {
             keys = inner.cache.after_unknown_kid().await;

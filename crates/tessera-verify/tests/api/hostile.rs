@@ -4,6 +4,7 @@ use aws_lc_rs::hmac;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Value};
+use tessera_proto::jws::JwsError;
 use tessera_verify::VerifyError;
 
 use crate::helpers::{b64, claims, now, static_verifier, TestKey, ISSUER};
@@ -73,7 +74,7 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
         case(
             &format!("alg {none}"),
             unsigned(&header, &good),
-            VerifyError::AlgorithmNotAllowed,
+            VerifyError::Jws(JwsError::AlgorithmNotAllowed),
         );
     }
     for key in [ed, es] {
@@ -81,19 +82,19 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
         case(
             &format!("HS256 keyed with the {} public key", key.alg),
             hs256(&header, &good, &key.public_bytes()),
-            VerifyError::AlgorithmNotAllowed,
+            VerifyError::Jws(JwsError::AlgorithmNotAllowed),
         );
         let jwk_json = serde_json::to_vec(&key.jwk).unwrap();
         case(
             &format!("HS256 keyed with the {} JWK", key.alg),
             hs256(&header, &good, &jwk_json),
-            VerifyError::AlgorithmNotAllowed,
+            VerifyError::Jws(JwsError::AlgorithmNotAllowed),
         );
     }
     case(
         "alg in lower case",
         ed.sign_with(&header_with(ed, json!({"alg": "eddsa"})), &good),
-        VerifyError::AlgorithmNotAllowed,
+        VerifyError::Jws(JwsError::AlgorithmNotAllowed),
     );
     case(
         "another key under the trusted kid",
@@ -112,12 +113,12 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
             &header_with(ed, json!({"kid": "k".repeat(10 * 1024)})),
             &good,
         ),
-        VerifyError::TooLarge { limit: 8192 },
+        VerifyError::Jws(JwsError::TooLarge { limit: 8192 }),
     );
     case(
         "1 KiB kid",
         ed.sign_with(&header_with(ed, json!({"kid": "k".repeat(1024)})), &good),
-        VerifyError::BadKeyId,
+        VerifyError::Jws(JwsError::BadKeyId),
     );
     case(
         "kid with a path",
@@ -127,12 +128,12 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
     case(
         "kid with SQL",
         ed.sign_with(&header_with(ed, json!({"kid": "' OR 1=1 --"})), &good),
-        VerifyError::BadKeyId,
+        VerifyError::Jws(JwsError::BadKeyId),
     );
     case(
         "kid not a string",
         ed.sign_with(&header_with(ed, json!({"kid": 7})), &good),
-        VerifyError::MalformedHeader,
+        VerifyError::Jws(JwsError::MalformedHeader),
     );
     for (member, value) in [
         ("jku", json!("https://evil.example/jwks.json")),
@@ -143,7 +144,7 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
         case(
             &format!("{member} header, signed by the right key"),
             ed.sign_with(&header_with(ed, json!({ member: value })), &good),
-            VerifyError::UntrustedKeyReference,
+            VerifyError::Jws(JwsError::UntrustedKeyReference),
         );
     }
     case(
@@ -155,22 +156,22 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
             ),
             &good,
         ),
-        VerifyError::UntrustedKeyReference,
+        VerifyError::Jws(JwsError::UntrustedKeyReference),
     );
     case(
         "crit header",
         ed.sign_with(&header_with(ed, json!({"crit": ["exp"]})), &good),
-        VerifyError::CriticalHeader,
+        VerifyError::Jws(JwsError::CriticalHeader),
     );
     case(
         "typ JWT",
         ed.sign_with(&header_with(ed, json!({"typ": "JWT"})), &good),
-        VerifyError::WrongType,
+        VerifyError::Jws(JwsError::WrongType),
     );
     case(
         "no typ",
         ed.sign_with(&json!({"alg": "EdDSA", "kid": ed.kid()}), &good),
-        VerifyError::WrongType,
+        VerifyError::Jws(JwsError::WrongType),
     );
     case(
         "expired",
@@ -231,7 +232,7 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
     case(
         "padded signature",
         format!("{valid}="),
-        VerifyError::Malformed,
+        VerifyError::Jws(JwsError::Malformed),
     );
     case(
         "five-part JWE",
@@ -243,13 +244,17 @@ pub(crate) fn cases(keys: &Keys) -> Vec<(String, String, VerifyError)> {
             b64([3u8; 64]),
             b64([4u8; 16])
         ),
-        VerifyError::Encrypted,
+        VerifyError::Jws(JwsError::Encrypted),
     );
-    case("empty", String::new(), VerifyError::Malformed);
+    case(
+        "empty",
+        String::new(),
+        VerifyError::Jws(JwsError::Malformed),
+    );
     case(
         "64 KiB token",
         ed.sign(&claims_with(json!({"pad": "x".repeat(64 * 1024)}))),
-        VerifyError::TooLarge { limit: 8192 },
+        VerifyError::Jws(JwsError::TooLarge { limit: 8192 }),
     );
     cases
 }
@@ -306,7 +311,7 @@ async fn an_algorithm_left_out_of_the_allow_list_is_refused() {
         .unwrap();
     assert_eq!(
         verifier.verify(&keys.ed.sign(&claims(ISSUER))).await,
-        Err(VerifyError::AlgorithmNotAllowed)
+        Err(VerifyError::Jws(JwsError::AlgorithmNotAllowed))
     );
     assert!(verifier
         .verify(&keys.es.sign(&claims(ISSUER)))
