@@ -1,14 +1,9 @@
 //! DPoP proof checks (RFC 9449 section 4.3), shared by the resource-server extractors and
-//! Tessera's token endpoint, and the bounded memory of proofs already seen (section 11.1).
+//! Tessera's token endpoint.
 //!
 //! [`check_proof`] runs the section 4.3 checks but the replay one, which needs state: the
-//! caller records the proof in a [`ReplayCache`] (or a shared store) only once it passed, so
-//! that invalid proofs cannot fill the cache.
-
-use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
-use std::sync::Mutex;
+//! caller records the proof in a [`ReplayCache`](crate::replay::ReplayCache) (or a shared
+//! store) only once it passed, so that invalid proofs cannot fill the cache (section 11.1).
 
 use aws_lc_rs::digest;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -17,6 +12,8 @@ use tessera_proto::dpop::{parse_proof, ProofClaims, ProofError, PublicKey};
 use tessera_proto::jws::decode_claims;
 use tessera_proto::ErrorCode;
 use thiserror::Error;
+
+use crate::replay::ReplayError;
 
 /// The proof algorithms accepted: the `algs` of a `DPoP` challenge (RFC 9449 section 7.1).
 pub const ALGS: &str = "EdDSA ES256 RS256 PS256";
@@ -111,6 +108,16 @@ pub enum DpopError {
     KeyMismatch,
 }
 
+/// A proof that the replay memory refused: seen before, or no room to remember it.
+impl From<ReplayError> for DpopError {
+    fn from(error: ReplayError) -> Self {
+        match error {
+            ReplayError::Replayed => Self::Replayed,
+            ReplayError::Busy => Self::Busy,
+        }
+    }
+}
+
 impl DpopError {
     /// The error code of the answer: `use_dpop_nonce` for [`DpopError::Nonce`] at the token
     /// endpoint (section 8), `invalid_dpop_proof` otherwise (sections 5 and 7.1).
@@ -150,7 +157,7 @@ pub fn thumbprint(key: &PublicKey) -> String {
 }
 
 /// Checks a proof against the request it came with (RFC 9449 section 4.3, all steps but the
-/// replay check, which is [`ReplayCache::first_use`]'s). `now` is the verifier's clock, in
+/// replay check, which is [`ReplayCache::first_use`](crate::replay::ReplayCache::first_use)'s). `now` is the verifier's clock, in
 /// seconds since the epoch.
 pub fn check_proof(
     proof: &str,
@@ -197,196 +204,9 @@ pub fn check_proof(
     })
 }
 
-/// The proofs seen lately, by key and `jti`, in bounded memory (RFC 9449 section 11.1).
-///
-/// Two generations of 128-bit digests: a proof is a replay if either holds it. The current
-/// generation becomes the previous one every `remember` seconds, so an entry is remembered
-/// for `remember` to `2 * remember` seconds. For DPoP proofs `remember` is twice the `iat`
-/// window ([`ReplayCache::new`]), as long as a proof with an `iat` at the window's far edge
-/// stays acceptable. At most `capacity` entries per generation (a `HashSet<u128>`: at most about
-/// 35 bytes each): past that, new ones are refused ([`DpopError::Busy`]) rather than
-/// forgotten, so replay protection never lapses. Size `capacity` for the sustained rate
-/// times `remember`.
-///
-/// Each entry is charged to a holder: the key at an API, the client at the token endpoint
-/// ([`ReplayCache::first_use_by`]). One holder may fill at most its share of a generation
-/// (a sixteenth of the capacity unless [`ReplayCache::with_share`] says otherwise), so a
-/// holder that sends proofs as fast as it can is refused alone, and the others go on.
-#[derive(Debug)]
-pub struct ReplayCache {
-    span_secs: i64,
-    capacity: usize,
-    share: usize,
-    /// Keys the per-holder counts; seeded per process, so holders cannot aim at one slot.
-    hasher: RandomState,
-    generations: Mutex<Generations>,
-}
-
-#[derive(Debug, Default)]
-struct Generations {
-    started: i64,
-    current: HashSet<u128>,
-    previous: HashSet<u128>,
-    /// Entries of the current generation per holder (by the holder's hash).
-    held: HashMap<u64, usize>,
-}
-
-impl ReplayCache {
-    /// A cache for proofs accepted within `window_secs` of the clock, holding at most
-    /// `capacity` proofs per generation.
-    pub fn new(window_secs: i64, capacity: usize) -> Self {
-        Self::remembering(2 * window_secs, capacity)
-    }
-
-    /// A cache that remembers each entry for at least `remember_secs`, holding at most
-    /// `capacity` entries per generation.
-    pub fn remembering(remember_secs: i64, capacity: usize) -> Self {
-        Self {
-            span_secs: remember_secs.max(1),
-            capacity,
-            share: (capacity / 16).max(1),
-            hasher: RandomState::new(),
-            generations: Mutex::new(Generations::default()),
-        }
-    }
-
-    /// At most `share` entries per holder and generation.
-    pub fn with_share(mut self, share: usize) -> Self {
-        self.share = share.max(1);
-        self
-    }
-
-    /// Records the proof `jti` of the key `jkt` at `now`, charged to the key: `Ok` the first
-    /// time, `Replayed` after, `Busy` when the generation or the key's share of it is full.
-    pub fn first_use(&self, jkt: &str, jti: &str, now: i64) -> Result<(), DpopError> {
-        self.first_use_by(jkt, jkt, jti, now)
-    }
-
-    /// Records `jti` of `key` at `now`, charged to `holder` (the client that sent it, say):
-    /// `Ok` the first time, `Replayed` after, `Busy` when the generation or the holder's
-    /// share of it is full.
-    pub fn first_use_by(
-        &self,
-        holder: &str,
-        key: &str,
-        jti: &str,
-        now: i64,
-    ) -> Result<(), DpopError> {
-        let digest = proof_digest(key, jti);
-        let holder = self.hasher.hash_one(holder);
-        let mut g = self.generations.lock().unwrap_or_else(|p| p.into_inner());
-        if now >= g.started + 2 * self.span_secs {
-            g.previous.clear();
-            g.current.clear();
-            g.held.clear();
-            g.started = now;
-        } else if now >= g.started + self.span_secs {
-            g.previous = std::mem::take(&mut g.current);
-            g.held.clear();
-            g.started = now;
-        }
-        if g.previous.contains(&digest) || g.current.contains(&digest) {
-            return Err(DpopError::Replayed);
-        }
-        let held = g.held.get(&holder).copied().unwrap_or(0);
-        if g.current.len() >= self.capacity || held >= self.share {
-            return Err(DpopError::Busy);
-        }
-        g.current.insert(digest);
-        g.held.insert(holder, held + 1);
-        Ok(())
-    }
-}
-
-/// The first 128 bits of SHA-256 over the key thumbprint and the `jti`: two proofs of
-/// different keys may share a `jti`.
-pub fn proof_digest(jkt: &str, jti: &str) -> u128 {
-    let mut context = digest::Context::new(&digest::SHA256);
-    context.update(jkt.as_bytes());
-    context.update(&[0]);
-    context.update(jti.as_bytes());
-    let digest = context.finish();
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&digest.as_ref()[..16]);
-    u128::from_be_bytes(first)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_proof_is_remembered_for_two_windows_and_then_forgotten() {
-        let cache = ReplayCache::new(60, 10).with_share(10);
-        assert_eq!(cache.first_use("k", "a", 1_000), Ok(()));
-        assert_eq!(cache.first_use("k", "a", 1_000), Err(DpopError::Replayed));
-        // Another key may use the same jti.
-        assert_eq!(cache.first_use("other", "a", 1_000), Ok(()));
-        // After one rotation the proof is in the previous generation: still a replay.
-        assert_eq!(cache.first_use("k", "b", 1_120), Ok(()));
-        assert_eq!(cache.first_use("k", "a", 1_239), Err(DpopError::Replayed));
-        // Two rotations later it is gone; by then its iat is far outside the window.
-        assert_eq!(cache.first_use("k", "c", 1_240), Ok(()));
-        assert_eq!(cache.first_use("k", "a", 1_240), Ok(()));
-        // A long quiet spell clears both.
-        assert_eq!(cache.first_use("k", "b", 9_999), Ok(()));
-        // A gap of one to two spans turns the generation over rather than clearing it.
-        let cache = ReplayCache::new(60, 10).with_share(10);
-        assert_eq!(cache.first_use("k", "a", 0), Ok(()));
-        assert_eq!(cache.first_use("k", "a", 200), Err(DpopError::Replayed));
-    }
-
-    #[test]
-    fn an_assertion_cache_remembers_for_as_long_as_asked() {
-        let cache = ReplayCache::remembering(420, 10).with_share(10);
-        assert_eq!(cache.first_use("client", "a", 0), Ok(()));
-        assert_eq!(
-            cache.first_use("client", "a", 419),
-            Err(DpopError::Replayed)
-        );
-        assert_eq!(cache.first_use("client", "b", 420), Ok(()));
-        assert_eq!(
-            cache.first_use("client", "a", 839),
-            Err(DpopError::Replayed)
-        );
-        assert_eq!(cache.first_use("client", "a", 840), Ok(()));
-    }
-
-    #[test]
-    fn one_holder_fills_only_its_own_share() {
-        let cache = ReplayCache::new(60, 4).with_share(2);
-        assert_eq!(cache.first_use_by("greedy", "k", "1", 0), Ok(()));
-        assert_eq!(cache.first_use_by("greedy", "k2", "2", 0), Ok(()));
-        // Its share is full, whichever key it uses; others go on.
-        assert_eq!(
-            cache.first_use_by("greedy", "k3", "3", 0),
-            Err(DpopError::Busy)
-        );
-        assert_eq!(cache.first_use_by("other", "k", "3", 0), Ok(()));
-        // A replay is still a replay, whoever sends it.
-        assert_eq!(
-            cache.first_use_by("other", "k", "1", 0),
-            Err(DpopError::Replayed)
-        );
-        // The next generation gives the share back.
-        assert_eq!(cache.first_use_by("greedy", "k3", "3", 120), Ok(()));
-        // The default share is a sixteenth of the capacity.
-        let cache = ReplayCache::new(60, 32);
-        assert_eq!(cache.first_use("k", "1", 0), Ok(()));
-        assert_eq!(cache.first_use("k", "2", 0), Ok(()));
-        assert_eq!(cache.first_use("k", "3", 0), Err(DpopError::Busy));
-        assert_eq!(cache.first_use("j", "3", 0), Ok(()));
-    }
-
-    #[test]
-    fn a_full_generation_refuses_rather_than_forgets() {
-        let cache = ReplayCache::new(60, 2).with_share(2);
-        assert_eq!(cache.first_use("k", "1", 0), Ok(()));
-        assert_eq!(cache.first_use("k", "2", 0), Ok(()));
-        assert_eq!(cache.first_use("k", "3", 0), Err(DpopError::Busy));
-        assert_eq!(cache.first_use("k", "1", 0), Err(DpopError::Replayed));
-        assert_eq!(cache.first_use("k", "3", 120), Ok(()));
-    }
 
     #[test]
     fn only_the_nonce_error_asks_for_a_nonce() {

@@ -27,8 +27,10 @@
 //! - [`extract`]: the axum extractors [`VerifiedToken`], [`Scoped`] and [`UserToken`].
 //! - [`binding`]: [`ClientCertificate`], for tokens bound to a client certificate
 //!   (RFC 8705 section 3).
-//! - [`dpop`]: DPoP proof checks (RFC 9449 section 4.3) and the bounded replay cache,
-//!   used by [`request`] for DPoP-bound tokens and by Tessera's token endpoint.
+//! - [`dpop`]: DPoP proof checks (RFC 9449 section 4.3), used by [`request`] for DPoP-bound
+//!   tokens and by Tessera's token endpoint.
+//! - [`replay`]: the bounded memory of single-use values seen lately: DPoP proofs here and at
+//!   the token endpoint, client assertions there.
 //! - [`resource`]: protected resource metadata (RFC 9728), served by the API and named in
 //!   its challenges.
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
@@ -82,6 +84,7 @@ pub mod extract;
 pub mod fuzzing;
 mod jwks;
 pub mod rejection;
+pub mod replay;
 pub mod request;
 pub mod resource;
 mod token_cache;

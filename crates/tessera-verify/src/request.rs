@@ -238,7 +238,9 @@ fn check_dpop(
     if checked.jkt != jkt {
         return Err(DpopError::KeyMismatch);
     }
-    verifier.replay().first_use(&checked.jkt, &checked.jti, now)
+    Ok(verifier
+        .replay()
+        .first_use(&checked.jkt, &checked.jti, now)?)
 }
 
 /// `b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`

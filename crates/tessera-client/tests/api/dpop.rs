@@ -14,7 +14,8 @@ use tessera_client::{DpopKey, ManualClock, TokenType};
 use tessera_server::registrar::PlanSettings;
 use tessera_store::DpopPolicy;
 use tessera_testkit::claims_of;
-use tessera_verify::dpop::{check_proof, DpopError, NonceCheck, ProofRequest, ReplayCache};
+use tessera_verify::dpop::{check_proof, DpopError, NonceCheck, ProofRequest};
+use tessera_verify::replay::ReplayCache;
 
 use crate::{
     header, Error, ErrorCode, HeaderMap, IntoResponse, Router, StatusCode, TcpListener, TestServer,

@@ -21,9 +21,10 @@ use tessera_proto::dpop::PublicKey;
 use tessera_proto::jws::{decode_claims, parse_assertion};
 use tessera_proto::Algorithm;
 use tessera_store::CertificateMatch;
-use tessera_verify::dpop::{proof_digest, ReplayCache};
+use tessera_verify::replay::{ReplayCache, ReplayError};
 
 use super::key_sets::{KeySets, Outbound, Source};
+use super::replay::Replay;
 use crate::clock::Clock;
 use crate::limits::redis::RedisLimiter;
 
@@ -409,7 +410,8 @@ pub(crate) struct Checking<'a> {
 /// The `private_key_jwt` state of one server.
 #[derive(Debug)]
 pub(crate) struct Assertions {
-    replay: ReplayCache,
+    /// The `jti`s of assertions seen.
+    replay: Replay,
     /// Keys registered by URL.
     key_sets: KeySets,
     /// Trust policies by client, with when they were read.
@@ -420,7 +422,10 @@ impl Assertions {
     /// Fetches from private and loopback addresses only when `allow_private`.
     pub(crate) fn new(allow_private: bool) -> Self {
         Self {
-            replay: ReplayCache::remembering(MAX_LIFETIME_SECS + 2 * LEEWAY_SECS, REPLAY_CAPACITY),
+            replay: Replay::new(
+                "jti:",
+                ReplayCache::remembering(MAX_LIFETIME_SECS + 2 * LEEWAY_SECS, REPLAY_CAPACITY),
+            ),
             key_sets: KeySets::new(allow_private),
             policies: Mutex::new(HashMap::new()),
         }
@@ -638,25 +643,15 @@ impl Assertions {
             .jti
             .filter(|j| !j.is_empty() && j.len() <= 256)
             .ok_or(AssertionError::NoJti)?;
-        let digest = proof_digest(client_id, &jti);
-        let shared = match checking.redis {
-            Some(redis) => {
-                let ttl = (exp + LEEWAY_SECS - now).max(1) as u64;
-                redis.first_use(&format!("jti:{digest:032x}"), ttl).await
-            }
-            None => None,
-        };
-        match shared {
-            Some(true) => Ok(()),
-            Some(false) => Err(AssertionError::Replayed),
-            None => self
-                .replay
-                .first_use(client_id, &jti, now)
-                .map_err(|e| match e {
-                    tessera_verify::dpop::DpopError::Busy => AssertionError::Busy,
-                    _ => AssertionError::Replayed,
-                }),
-        }
+        // Remembered until the assertion expires; charged to the client.
+        let ttl = (exp + LEEWAY_SECS - now).max(1) as u64;
+        self.replay
+            .first_use(checking.redis, client_id, client_id, &jti, now, ttl)
+            .await
+            .map_err(|e| match e {
+                ReplayError::Busy => AssertionError::Busy,
+                ReplayError::Replayed => AssertionError::Replayed,
+            })
     }
 }
 

@@ -6,10 +6,10 @@
 use aws_lc_rs::{constant_time, hmac};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use tessera_verify::dpop::{
-    check_proof, proof_digest, DpopError, NonceCheck, ProofRequest, ReplayCache,
-};
+use tessera_verify::dpop::{check_proof, DpopError, NonceCheck, ProofRequest};
+use tessera_verify::replay::ReplayCache;
 
+use super::replay::Replay;
 use crate::limits::redis::RedisLimiter;
 
 /// How far a proof's `iat` may be from the server's clock, either way (section 11.1).
@@ -25,7 +25,8 @@ const REPLAY_CAPACITY: usize = 1_000_000;
 
 /// The DPoP state of one server.
 pub(crate) struct Dpop {
-    replay: ReplayCache,
+    /// The proofs seen.
+    replay: Replay,
     /// With `--dpop-nonce`: the key nonces are authenticated with.
     nonces: Option<hmac::Key>,
 }
@@ -42,7 +43,7 @@ impl Dpop {
     /// DPoP state; nonces are required of every proof when `nonce_key` is given.
     pub(crate) fn new(nonce_key: Option<hmac::Key>) -> Self {
         Self {
-            replay: ReplayCache::new(WINDOW_SECS, REPLAY_CAPACITY),
+            replay: Replay::new("", ReplayCache::new(WINDOW_SECS, REPLAY_CAPACITY)),
             nonces: nonce_key,
         }
     }
@@ -89,22 +90,12 @@ impl Dpop {
             window_secs: WINDOW_SECS,
         };
         let checked = check_proof(proof, &request, now)?;
-        let digest = proof_digest(&checked.jkt, &checked.jti);
-        let shared = match redis {
-            Some(redis) => {
-                let ttl = (2 * WINDOW_SECS + 1) as u64;
-                redis.first_use(&format!("{digest:032x}"), ttl).await
-            }
-            None => None,
-        };
-        match shared {
-            Some(true) => Ok(checked.jkt),
-            Some(false) => Err(DpopError::Replayed),
-            None => self
-                .replay
-                .first_use_by(client_id, &checked.jkt, &checked.jti, now)
-                .map(|()| checked.jkt),
-        }
+        // Remembered as long as a proof with an `iat` at the window's far edge stays good.
+        let ttl = (2 * WINDOW_SECS + 1) as u64;
+        self.replay
+            .first_use(redis, client_id, &checked.jkt, &checked.jti, now, ttl)
+            .await?;
+        Ok(checked.jkt)
     }
 }
 

@@ -15,7 +15,8 @@
 //!   brute-force protection per source address; the store read for a client id not known yet.
 //! - `assertion.rs`: `private_key_jwt` and federated platform tokens; `key_sets.rs` the keys
 //!   they are checked with when registered by URL.
-//! - `dpop.rs`: DPoP proofs at the token endpoint, their replay memory and nonces.
+//! - `dpop.rs`: DPoP proofs at the token endpoint and nonces; `replay.rs` the memory of
+//!   proofs and assertions seen, shared through Redis when limits are counted there.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -38,6 +39,7 @@ pub(crate) mod assertion;
 pub(crate) mod client_auth;
 pub(crate) mod dpop;
 pub(crate) mod key_sets;
+mod replay;
 
 pub(crate) use assertion::Federated;
 pub(crate) use client_auth::{
