@@ -1678,7 +1678,10 @@ fn an_unreachable_database_is_reported_with_its_cause_at_once() {
             "postgres://postgres@127.0.0.1:1/test",
         ],
     );
-    assert!(err.contains("Connection refused"), "{err}");
+    assert!(
+        err.contains("PostgreSQL at 127.0.0.1:1 refused the connection"),
+        "{err}"
+    );
     assert!(!err.contains("pool timed out"), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(4),

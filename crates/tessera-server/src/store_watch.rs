@@ -1,7 +1,9 @@
 //! The store as the server uses it: every call goes to the real store, and its outcome is
 //! watched, so that a store that refuses writes (a full disk, a read-only file system, a
 //! database that does not answer) is seen in `/readyz`, in `/metrics` and in the log, once
-//! per episode rather than once per request.
+//! per episode rather than once per request. A failure is explained by the store first
+//! ([`Store::explain`]), so that what is logged and returned names its cause (a refused
+//! connection, a server that does not answer) rather than the pool's timeout.
 //!
 //! A write counts as failed when the store fails it (not when it refuses the caller's
 //! input: a duplicate, an unknown plan), and as proof that writes work again only when it
@@ -114,7 +116,11 @@ impl Episodes {
 fn is_fault(error: &StoreError) -> bool {
     matches!(
         error,
-        StoreError::Backend(_) | StoreError::Migrate(_) | StoreError::File { .. }
+        StoreError::Backend(_)
+            | StoreError::Migrate(_)
+            | StoreError::File { .. }
+            | StoreError::Connection { .. }
+            | StoreError::NoAnswer { .. }
     )
 }
 
@@ -131,8 +137,23 @@ impl WatchedStore {
         &self.health
     }
 
+    /// A store error that is a fault, explained by the store ([`Store::explain`]): a pool
+    /// that timed out becomes the cause it probed (refused, no answer...).
+    async fn explained<T>(&self, outcome: Result<T>) -> Result<T> {
+        match outcome {
+            Err(error) if is_fault(&error) => Err(self.inner.explain(error).await),
+            outcome => outcome,
+        }
+    }
+
     /// Records a write named `what`; `wrote` says whether its success surely wrote.
-    fn write<T>(&self, what: &'static str, outcome: Result<T>, wrote: fn(&T) -> bool) -> Result<T> {
+    async fn write<T>(
+        &self,
+        what: &'static str,
+        outcome: Result<T>,
+        wrote: fn(&T) -> bool,
+    ) -> Result<T> {
+        let outcome = self.explained(outcome).await;
         match &outcome {
             Ok(value) if wrote(value) => {
                 if let Some(episode) = self.health.writes.succeeded() {
@@ -162,7 +183,8 @@ impl WatchedStore {
     }
 
     /// Records a read named `what`.
-    fn read<T>(&self, what: &'static str, outcome: Result<T>) -> Result<T> {
+    async fn read<T>(&self, what: &'static str, outcome: Result<T>) -> Result<T> {
+        let outcome = self.explained(outcome).await;
         match &outcome {
             Ok(_) => {
                 if let Some(episode) = self.health.reads.succeeded() {
@@ -201,24 +223,27 @@ fn if_true(changed: &bool) -> bool {
 #[async_trait]
 impl Store for WatchedStore {
     async fn revision(&self) -> Result<i64> {
-        self.read("revision", self.inner.revision().await)
+        self.read("revision", self.inner.revision().await).await
     }
 
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
         self.write("plan", self.inner.put_plan(plan).await, always)
+            .await
     }
 
     async fn plans(&self) -> Result<Vec<Plan>> {
-        self.read("plans", self.inner.plans().await)
+        self.read("plans", self.inner.plans().await).await
     }
 
     async fn delete_plan(&self, name: &str) -> Result<PlanRemoval> {
         let outcome = self.inner.delete_plan(name).await;
         self.write("plan removal", outcome, |r| *r == PlanRemoval::Removed)
+            .await
     }
 
     async fn clients_per_plan(&self) -> Result<Vec<(String, u64)>> {
         self.read("clients per plan", self.inner.clients_per_plan().await)
+            .await
     }
 
     async fn insert_client_batches(
@@ -226,15 +251,15 @@ impl Store for WatchedStore {
         batches: &mut (dyn Iterator<Item = Vec<Client>> + Send),
     ) -> Result<()> {
         let outcome = self.inner.insert_client_batches(batches).await;
-        self.write("clients", outcome, always)
+        self.write("clients", outcome, always).await
     }
 
     async fn clients(&self) -> Result<Vec<Client>> {
-        self.read("clients", self.inner.clients().await)
+        self.read("clients", self.inner.clients().await).await
     }
 
     async fn client(&self, id: &ClientId) -> Result<Option<Client>> {
-        self.read("client", self.inner.client(id).await)
+        self.read("client", self.inner.client(id).await).await
     }
 
     async fn clients_page(
@@ -244,7 +269,7 @@ impl Store for WatchedStore {
         limit: u32,
     ) -> Result<Vec<Client>> {
         let outcome = self.inner.clients_page(plan, after, limit).await;
-        self.read("clients", outcome)
+        self.read("clients", outcome).await
     }
 
     async fn insert_clients_once(
@@ -254,21 +279,23 @@ impl Store for WatchedStore {
     ) -> Result<Option<IdempotentAnswer>> {
         let outcome = self.inner.insert_clients_once(clients, answer).await;
         // An earlier answer returned: nothing was written.
-        self.write("clients", outcome, Option::is_none)
+        self.write("clients", outcome, Option::is_none).await
     }
 
     async fn idempotent_answer(&self, owner: &str, key: &str) -> Result<Option<IdempotentAnswer>> {
         let outcome = self.inner.idempotent_answer(owner, key).await;
-        self.read("idempotent answer", outcome)
+        self.read("idempotent answer", outcome).await
     }
 
     async fn prune_idempotent_answers(&self, before: Timestamp) -> Result<()> {
         let outcome = self.inner.prune_idempotent_answers(before).await;
         self.write("idempotent answers pruned", outcome, never)
+            .await
     }
 
     async fn update_client(&self, client: &Client) -> Result<bool> {
         self.write("client", self.inner.update_client(client).await, if_true)
+            .await
     }
 
     async fn delete_client(&self, id: &ClientId) -> Result<bool> {
@@ -277,32 +304,36 @@ impl Store for WatchedStore {
             self.inner.delete_client(id).await,
             if_true,
         )
+        .await
     }
 
     async fn put_trust_policy(&self, policy: &TrustPolicy) -> Result<()> {
         let outcome = self.inner.put_trust_policy(policy).await;
-        self.write("trust policy", outcome, always)
+        self.write("trust policy", outcome, always).await
     }
 
     async fn trust_policies(&self) -> Result<Vec<TrustPolicy>> {
         self.read("trust policies", self.inner.trust_policies().await)
+            .await
     }
 
     async fn trust_policies_of(&self, client: &ClientId) -> Result<Vec<TrustPolicy>> {
         self.read("trust policies", self.inner.trust_policies_of(client).await)
+            .await
     }
 
     async fn delete_trust_policy(&self, name: &str) -> Result<bool> {
         let outcome = self.inner.delete_trust_policy(name).await;
-        self.write("trust policy removal", outcome, if_true)
+        self.write("trust policy removal", outcome, if_true).await
     }
 
     async fn insert_key(&self, key: &SigningKey) -> Result<()> {
         self.write("signing key", self.inner.insert_key(key).await, always)
+            .await
     }
 
     async fn keys(&self) -> Result<Vec<SigningKey>> {
-        self.read("signing keys", self.inner.keys().await)
+        self.read("signing keys", self.inner.keys().await).await
     }
 
     async fn delete_key(&self, kid: &str) -> Result<bool> {
@@ -311,77 +342,86 @@ impl Store for WatchedStore {
             self.inner.delete_key(kid).await,
             if_true,
         )
+        .await
     }
 
     async fn latest_change(&self) -> Result<i64> {
         self.read("latest change", self.inner.latest_change().await)
+            .await
     }
 
     async fn changes_since(&self, after: i64, limit: u32) -> Result<Option<Changes>> {
         self.read("changes", self.inner.changes_since(after, limit).await)
+            .await
     }
 
     async fn prune_changes(&self, through: i64) -> Result<()> {
         let outcome = self.inner.prune_changes(through).await;
-        self.write("changes pruned", outcome, never)
+        self.write("changes pruned", outcome, never).await
     }
 
     async fn revoke(&self, revoked: &Revoked) -> Result<()> {
         // A token revoked before is not written again.
         self.write("revocation", self.inner.revoke(revoked).await, never)
+            .await
     }
 
     async fn revoked_since(&self, after: i64, now: Timestamp) -> Result<Vec<(i64, Revoked)>> {
         self.read("revocations", self.inner.revoked_since(after, now).await)
+            .await
     }
 
     async fn prune_revoked(&self, now: Timestamp) -> Result<()> {
         let outcome = self.inner.prune_revoked(now).await;
-        self.write("revocations pruned", outcome, never)
+        self.write("revocations pruned", outcome, never).await
     }
 
     async fn is_empty(&self) -> Result<bool> {
-        self.read("emptiness", self.inner.is_empty().await)
+        self.read("emptiness", self.inner.is_empty().await).await
     }
 
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
         let outcome = self.inner.check_value(name, proposed).await;
-        self.write("check value", outcome, never)
+        self.write("check value", outcome, never).await
     }
 
     async fn replace_value(&self, name: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
         let outcome = self.inner.replace_value(name, value).await;
-        self.write("note", outcome, always)
+        self.write("note", outcome, always).await
     }
 
     async fn checkpoint(&self) -> Result<bool> {
         self.write("checkpoint", self.inner.checkpoint().await, never)
+            .await
     }
 
     async fn add_usage(&self, usage: &[Usage]) -> Result<()> {
         let wrote = if usage.is_empty() { never } else { always };
         self.write("usage", self.inner.add_usage(usage).await, wrote)
+            .await
     }
 
     async fn add_hourly_usage(&self, hour: &str, issued: u64, refused: u64) -> Result<()> {
         let outcome = self.inner.add_hourly_usage(hour, issued, refused).await;
-        self.write("hourly usage", outcome, always)
+        self.write("hourly usage", outcome, always).await
     }
 
     async fn hourly_usage(&self, from: &str) -> Result<Vec<(String, u64, u64)>> {
         self.read("hourly usage", self.inner.hourly_usage(from).await)
+            .await
     }
 
     async fn prune_hourly_usage(&self, before: &str) -> Result<()> {
         let outcome = self.inner.prune_hourly_usage(before).await;
-        self.write("hourly usage pruned", outcome, never)
+        self.write("hourly usage pruned", outcome, never).await
     }
 
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
-        self.read("usage", self.inner.usage(client_id).await)
+        self.read("usage", self.inner.usage(client_id).await).await
     }
 
     async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>> {
         self.read("plan usage", self.inner.plan_usage(plan).await)
+            .await
     }
 }

@@ -63,6 +63,16 @@ pub enum StoreError {
         /// How long it had.
         within: std::time::Duration,
     },
+    /// PostgreSQL could not be reached or used; `cause` says why, `server` where (host and
+    /// port, or the socket's path: never a password). What a pool that timed out, or a
+    /// connection that failed, becomes once explained ([`Store::explain`]).
+    #[error("PostgreSQL at {server} {cause}")]
+    Connection {
+        /// `host:port`, or the socket's path.
+        server: String,
+        /// Why.
+        cause: ConnectionFault,
+    },
     /// The SQLite file to open without creating it does not exist ([`open_existing`]).
     #[error("no database file at {}", .0.display())]
     Missing(std::path::PathBuf),
@@ -73,6 +83,40 @@ pub enum StoreError {
         path: std::path::PathBuf,
         /// What failed.
         source: std::io::Error,
+    },
+}
+
+/// Why PostgreSQL could not be reached or used ([`StoreError::Connection`]). Each reads
+/// after "PostgreSQL at HOST:PORT".
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConnectionFault {
+    /// Nothing listens at the address: the server is down, or the port is wrong.
+    #[error("refused the connection: nothing listens there")]
+    Refused,
+    /// The host name does not resolve to an address.
+    #[error("cannot be found: the host name does not resolve ({0})")]
+    NameResolution(String),
+    /// The TLS handshake failed (a server without TLS, a certificate not trusted).
+    #[error("failed the TLS handshake ({0})")]
+    Tls(String),
+    /// The server refused the login: a wrong password, an unknown role, no such database,
+    /// no `pg_hba.conf` entry. The server's own words.
+    #[error("refused the login ({0})")]
+    Authentication(String),
+    /// The connection failed or was dropped (reset, no route to the host).
+    #[error("failed on the connection ({0})")]
+    Broken(String),
+    /// The server answers, but every connection of the pool stayed in use for `within`:
+    /// queries or locks that hold them, not an outage.
+    #[error(
+        "answers, but all {connections} connections of the pool stayed in use for {} s",
+        .within.as_secs()
+    )]
+    PoolBusy {
+        /// The pool's size.
+        connections: u32,
+        /// How long a caller waited for one.
+        within: std::time::Duration,
     },
 }
 
@@ -578,6 +622,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>>;
     /// The usage of the clients now on `plan`, summed per day (`client_id` left empty).
     async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>>;
+
+    /// `error`, from a call to this store, with its cause named where the driver's own
+    /// error does not: a pool that timed out waiting for a connection is probed (is the
+    /// name resolved, does the address take a TCP connection, does the server log in and
+    /// answer, within a second each) and becomes [`StoreError::Connection`] or
+    /// [`StoreError::NoAnswer`]; a connection that failed (refused, TLS, login, reset)
+    /// becomes [`StoreError::Connection`] with the server's address. Anything else comes
+    /// back as it is, as it does from a backend without a network (SQLite).
+    async fn explain(&self, error: StoreError) -> StoreError {
+        error
+    }
 }
 
 /// Opens the store a URL names, creating and migrating it when needed.

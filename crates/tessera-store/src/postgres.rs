@@ -6,10 +6,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::Postgres;
+use sqlx::{Pool, Postgres};
 
 use crate::sql::{Dialect, SqlStore};
-use crate::{Result, StoreError};
+use crate::{ConnectionFault, Result, StoreError};
 
 /// A [`Store`](crate::Store) in a PostgreSQL database.
 pub type PostgresStore = SqlStore<Postgres>;
@@ -18,11 +18,19 @@ pub type PostgresStore = SqlStore<Postgres>;
 /// when the store opens, and the pool to hand out a connection after.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
+/// How long each step of the probe that explains a pool's timeout may take: resolving the
+/// name, opening a TCP connection, logging in and answering `SELECT 1`.
+const PROBE_STEP: Duration = Duration::from_secs(1);
+
+/// The pool's size.
+const CONNECTIONS: u32 = 8;
+
 impl PostgresStore {
     /// Connects to `url` (`postgres://…`) and applies the embedded migrations. A database
     /// that cannot be reached fails at once with the real cause (connection refused, no
     /// such database, authentication), not after the pool's timeout; one that does not
-    /// answer fails after 5 s, saying so ([`StoreError::NoAnswer`]), never hangs.
+    /// answer fails after 5 s, saying so ([`StoreError::NoAnswer`]), never hangs. Failures
+    /// name the server and the cause ([`StoreError::Connection`]).
     pub async fn open(url: &str) -> Result<Self> {
         let options = PgConnectOptions::from_str(url)?;
         // One connection first: the pool would retry until its timeout and report only that.
@@ -33,11 +41,12 @@ impl PostgresStore {
             sqlx::Connection::close(connection).await
         };
         match tokio::time::timeout(ANSWER_WITHIN, first).await {
-            Ok(outcome) => outcome?,
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(failed(&options, error).await),
             Err(_) => return Err(silent(&options).await),
         }
         let pool = PgPoolOptions::new()
-            .max_connections(8)
+            .max_connections(CONNECTIONS)
             .acquire_timeout(ANSWER_WITHIN);
         Self::connect(pool, options, sqlx::migrate!("migrations/postgres")).await
     }
@@ -47,27 +56,138 @@ impl PostgresStore {
 /// TCP connection at all (tried once more, for a second), so that the message names the
 /// cause. Only on that failure: a healthy start opens no connection that logs in nothing.
 async fn silent(options: &PgConnectOptions) -> StoreError {
-    let (server, accepted) = match options.get_socket() {
-        Some(socket) => (socket.display().to_string(), true),
+    let accepted = match options.get_socket() {
+        Some(_) => true,
         None => {
-            let (host, port) = (options.get_host(), options.get_port());
-            let probe = tokio::net::TcpStream::connect((host, port));
-            let accepted = matches!(
-                tokio::time::timeout(Duration::from_secs(1), probe).await,
-                Ok(Ok(_))
-            );
-            let server = if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            };
-            (server, accepted)
+            let probe = tokio::net::TcpStream::connect((options.get_host(), options.get_port()));
+            matches!(tokio::time::timeout(PROBE_STEP, probe).await, Ok(Ok(_)))
         }
     };
     StoreError::NoAnswer {
-        server,
+        server: server(options),
         accepted,
         within: ANSWER_WITHIN,
+    }
+}
+
+/// Where the server is, for messages: `host:port` (`[v6]:port`), or the socket's path.
+/// Never the user or the password.
+fn server(options: &PgConnectOptions) -> String {
+    if let Some(socket) = options.get_socket() {
+        return socket.display().to_string();
+    }
+    let (host, port) = (options.get_host(), options.get_port());
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `error`, from connecting to the server at `options` or from a connection to it, with
+/// its cause and the server named where it is one of the connection's: refused, TLS, the
+/// login; a connection that failed otherwise is probed ([`reach`]), so that a server gone
+/// away reads as refused or silent rather than as a reset. Other errors (a query's) are
+/// returned as they are.
+async fn failed(options: &PgConnectOptions, error: sqlx::Error) -> StoreError {
+    let cause = match &error {
+        sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            ConnectionFault::Refused
+        }
+        sqlx::Error::Io(e) => {
+            return reach(options)
+                .await
+                .unwrap_or_else(|| StoreError::Connection {
+                    server: server(options),
+                    cause: ConnectionFault::Broken(e.to_string()),
+                })
+        }
+        sqlx::Error::Tls(e) => ConnectionFault::Tls(e.to_string()),
+        // Class 28, invalid authorization; 3D000, no such database (PostgreSQL Appendix A).
+        sqlx::Error::Database(e)
+            if e.code()
+                .is_some_and(|code| code.starts_with("28") || code == "3D000") =>
+        {
+            ConnectionFault::Authentication(e.message().to_owned())
+        }
+        _ => return StoreError::Backend(error),
+    };
+    StoreError::Connection {
+        server: server(options),
+        cause,
+    }
+}
+
+/// Whether the server at `options` can be reached, a step at a time, each bounded by
+/// [`PROBE_STEP`]: its name resolves, and its address takes a TCP connection. `None` when
+/// it does (or for a socket path); otherwise why not: the name, refused, no answer.
+async fn reach(options: &PgConnectOptions) -> Option<StoreError> {
+    if options.get_socket().is_some() {
+        return None;
+    }
+    let fault = |cause| {
+        Some(StoreError::Connection {
+            server: server(options),
+            cause,
+        })
+    };
+    let (host, port) = (options.get_host(), options.get_port());
+    if host.parse::<std::net::IpAddr>().is_err() {
+        let lookup = tokio::net::lookup_host((host, port));
+        let unresolved = match tokio::time::timeout(PROBE_STEP, lookup).await {
+            Ok(Ok(mut addresses)) => addresses.next().is_none().then(|| "no address".into()),
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!(
+                "no answer from the resolver within {} s",
+                PROBE_STEP.as_secs()
+            )),
+        };
+        if let Some(why) = unresolved {
+            return fault(ConnectionFault::NameResolution(why));
+        }
+    }
+    let tcp = tokio::net::TcpStream::connect((host, port));
+    match tokio::time::timeout(PROBE_STEP, tcp).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            fault(ConnectionFault::Refused)
+        }
+        Ok(Err(e)) => fault(ConnectionFault::Broken(e.to_string())),
+        Err(_) => Some(StoreError::NoAnswer {
+            server: server(options),
+            accepted: false,
+            within: ANSWER_WITHIN,
+        }),
+    }
+}
+
+/// Why the pool at `options` timed out handing out a connection: [`reach`], then a new
+/// connection that must log in and answer `SELECT 1` within [`PROBE_STEP`] (TLS, the
+/// login, no answer). When all of it works, the pool's connections were all in use.
+async fn probe(options: &PgConnectOptions) -> StoreError {
+    if let Some(unreachable) = reach(options).await {
+        return unreachable;
+    }
+    let login = async {
+        let mut connection =
+            <sqlx::PgConnection as sqlx::Connection>::connect_with(options).await?;
+        sqlx::query("SELECT 1").execute(&mut connection).await?;
+        sqlx::Connection::close(connection).await
+    };
+    match tokio::time::timeout(PROBE_STEP, login).await {
+        Ok(Ok(())) => StoreError::Connection {
+            server: server(options),
+            cause: ConnectionFault::PoolBusy {
+                connections: CONNECTIONS,
+                within: ANSWER_WITHIN,
+            },
+        },
+        Ok(Err(error)) => failed(options, error).await,
+        Err(_) => StoreError::NoAnswer {
+            server: server(options),
+            accepted: true,
+            within: ANSWER_WITHIN,
+        },
     }
 }
 
@@ -85,5 +205,71 @@ impl Dialect for Postgres {
     const PACKED_CLIENTS: Option<&'static str> = None;
     fn bulk_param(n: usize) -> String {
         format!("${n}")
+    }
+    async fn explain(pool: &Pool<Self>, error: StoreError) -> StoreError {
+        let StoreError::Backend(error) = error else {
+            return error;
+        };
+        let options = pool.connect_options();
+        match error {
+            sqlx::Error::PoolTimedOut => probe(&options).await,
+            other => failed(&options, other).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What opening says when PostgreSQL cannot be used: the cause and the server, never the
+    /// URL's password. Against the shared test server, which
+    /// trusts every login it has a role for and speaks no TLS with this build.
+    #[tokio::test]
+    async fn a_connection_that_fails_names_its_cause_and_the_server() {
+        let base = crate::testing::postgres_base_url();
+        let at = |user_host: &str, query: &str| {
+            base.replacen("postgres@127.0.0.1:5432", user_host, 1) + query
+        };
+        assert_ne!(
+            at("x", ""),
+            base,
+            "the test server is postgres@127.0.0.1:5432"
+        );
+        let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed = refused.local_addr().unwrap();
+        drop(refused);
+        let cases = [
+            (
+                at(&format!("postgres:Sesame-42@{closed}"), ""),
+                format!("PostgreSQL at {closed} refused the connection: nothing listens there"),
+            ),
+            (
+                at("postgres:Sesame-42@no-such-host.invalid:5432", ""),
+                "PostgreSQL at no-such-host.invalid:5432 cannot be found: the host name does \
+                 not resolve ("
+                    .to_owned(),
+            ),
+            (
+                at("postgres:Sesame-42@127.0.0.1:5432", "?sslmode=require"),
+                "PostgreSQL at 127.0.0.1:5432 failed the TLS handshake (".to_owned(),
+            ),
+            (
+                at("no_such_role:Sesame-42@127.0.0.1:5432", ""),
+                "PostgreSQL at 127.0.0.1:5432 refused the login (role \"no_such_role\" does \
+                 not exist)"
+                    .to_owned(),
+            ),
+        ];
+        for (url, expected) in cases {
+            let error = PostgresStore::open(&url).await.unwrap_err();
+            let message = error.to_string();
+            assert!(
+                matches!(error, StoreError::Connection { .. }),
+                "{url}: {error:?}"
+            );
+            assert!(message.starts_with(&expected), "{url}: {message}");
+            assert!(!message.contains("Sesame-42"), "{message}");
+        }
     }
 }

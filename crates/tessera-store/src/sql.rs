@@ -46,6 +46,15 @@ pub(crate) trait Dialect: Database {
     const PACKED_CLIENTS: Option<&'static str>;
     /// Parameter `n` (from 1) of a statement with thousands of them, bound in order.
     fn bulk_param(n: usize) -> String;
+    /// [`Store::explain`] for a store on `pool`: a database reached over a network names
+    /// what failed; by default the error is returned as it is.
+    fn explain(
+        pool: &Pool<Self>,
+        error: StoreError,
+    ) -> impl std::future::Future<Output = StoreError> + Send {
+        let _ = pool;
+        std::future::ready(error)
+    }
 }
 
 /// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
@@ -225,6 +234,10 @@ where
     for<'q> Option<&'q [u8]>: Encode<'q, DB> + Type<DB>,
     for<'q> Option<String>: Decode<'q, DB> + Type<DB>,
 {
+    async fn explain(&self, error: StoreError) -> StoreError {
+        DB::explain(&self.pool, error).await
+    }
+
     async fn revision(&self) -> Result<i64> {
         let row = sqlx::query("SELECT value FROM revision WHERE id = 1")
             .fetch_one(&self.pool)

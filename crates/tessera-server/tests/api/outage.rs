@@ -204,3 +204,97 @@ async fn unknown_ids_cannot_take_the_slots_during_a_database_outage() {
     assert_eq!(syncs(), 2);
     drop(schema);
 }
+
+/// A server on the shared PostgreSQL through a proxy, with a password in its URL (the test
+/// server trusts every login, so the password is never asked for: it must never be shown
+/// either), polling only when the test asks, so that no query is under way when the proxy
+/// changes.
+async fn behind_a_proxy(
+    schema: &tessera_store::testing::ScratchSchema,
+) -> (TestApp, CuttableProxy) {
+    let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    let proxy = CuttableProxy::to(real).await;
+    let url = schema.url.replace(
+        "postgres@127.0.0.1:5432",
+        &format!("postgres:{PASSWORD}@{}", proxy.addr),
+    );
+    assert_ne!(
+        url, schema.url,
+        "the test database is postgres@127.0.0.1:5432"
+    );
+    let app = spawn_with(|s| {
+        s.database_url = Some(url);
+        s.config.sync_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    (app, proxy)
+}
+
+const PASSWORD: &str = "Sesame-42";
+
+/// The lines logged about the server at `server`.
+fn logged_about(app: &TestApp, server: &str) -> Vec<String> {
+    app.log()
+        .lines()
+        .filter(|l| l.contains(server))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 24 item 6: an outage was logged 5 s in as "pool timed out" whatever its cause.
+/// Now the pool's timeout is probed: a port where nothing listens is named as refused, with
+/// the address and without the password.
+#[tokio::test]
+async fn a_database_that_refuses_connections_is_logged_as_refusing() {
+    let schema = tessera_store::testing::scratch_postgres().await;
+    let (app, proxy) = behind_a_proxy(&schema).await;
+    let server = proxy.addr.to_string();
+    // The proxy gone: its connections closed, its port refusing.
+    drop(proxy);
+    let error = app.state.sync().await.unwrap_err().to_string();
+    let cause = format!("PostgreSQL at {server} refused the connection: nothing listens there");
+    assert_eq!(error, cause);
+    let lines = logged_about(&app, &server);
+    let outage = lines
+        .iter()
+        .find(|l| l.contains("the store does not answer"))
+        .unwrap_or_else(|| panic!("no outage logged in {lines:#?}"));
+    assert!(outage.contains(&cause), "{outage}");
+    for line in &lines {
+        assert!(!line.contains("pool timed out"), "{line}");
+        assert!(!line.contains(PASSWORD), "{line}");
+    }
+    drop(schema);
+}
+
+/// The same with a server that takes connections and never answers (a hung host, a
+/// partition): named as silent, with the address, once the pool has waited its 5 s.
+#[tokio::test]
+async fn a_database_that_accepts_and_never_answers_is_logged_as_silent() {
+    let schema = tessera_store::testing::scratch_postgres().await;
+    let (app, proxy) = behind_a_proxy(&schema).await;
+    let server = proxy.addr.to_string();
+    proxy.hang();
+    let error = app.state.sync().await.unwrap_err().to_string();
+    let cause =
+        format!("PostgreSQL at {server} accepted the connection but did not answer within 5 s");
+    assert_eq!(error, cause);
+    let lines = logged_about(&app, &server);
+    let outage = lines
+        .iter()
+        .find(|l| l.contains("the store does not answer"))
+        .unwrap_or_else(|| panic!("no outage logged in {lines:#?}"));
+    assert!(outage.contains(&cause), "{outage}");
+    for line in &lines {
+        assert!(!line.contains("pool timed out"), "{line}");
+        assert!(!line.contains(PASSWORD), "{line}");
+    }
+    proxy.restore();
+    until("the store answers again", || async {
+        app.state.sync().await.is_ok()
+    })
+    .await;
+    drop(schema);
+}
