@@ -1,13 +1,13 @@
 //! `tessera`: the one binary. It parses the command line and calls into the crates:
-//! `serve` runs the server, `plan`, `client` and `keys` administer the registry (in the
-//! database, or with `--admin-url` through a server's admin API), `backup` copies it (also
-//! while a server runs on the same database), `token` gets a token as a client, and
-//! `completions` prints shell completions.
+//! `serve` runs the server, `config check` shows the settings it would run with, `plan`,
+//! `client` and `keys` administer the registry (in the database, or with `--admin-url`
+//! through a server's admin API), `backup` copies it (also while a server runs on the same
+//! database), `token` gets a token as a client, and `completions` prints shell completions.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tessera_proto::Algorithm;
 use tessera_server::secrets::{load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets};
 
@@ -38,10 +38,12 @@ struct Cli {
     command: Command,
 }
 
-/// Where the registry lives and how its secrets are keyed; shared by every command.
-#[derive(Debug, clap::Args)]
+/// Where the registry lives and how its secrets are keyed; shared by every command, and
+/// settings of `serve` (keys of its `--config` file) too.
+#[derive(Debug, clap::Args, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 struct DataArgs {
-    /// Database URL: sqlite://PATH (or a file path).
+    /// Database URL: sqlite://PATH (or a file path), or postgres://USER:PASSWORD@HOST/DB.
     #[arg(
         long,
         global = true,
@@ -50,13 +52,24 @@ struct DataArgs {
     )]
     database: String,
     /// File holding the master key (base64url, 32 bytes). Default: the SQLite file's path
-    /// with `.key` appended, generated on first use. TESSERA_MASTER_KEY overrides both.
+    /// with `.key` appended, generated on first use. --master-key overrides both.
     #[arg(long, global = true, env = "TESSERA_MASTER_KEY_FILE")]
     master_key_file: Option<PathBuf>,
+    /// The master key itself (base64url, 32 bytes). Prefer TESSERA_MASTER_KEY or
+    /// --master-key-file: a flag's value is visible to other users in the process list.
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_MASTER_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    master_key: Option<String>,
     /// Start a new, empty SQLite database although the default master key file beside it
     /// exists. Without it, `serve` and the commands that write refuse a missing or empty
     /// database beside a key file, which says that a database was there and was moved or lost.
     #[arg(long, global = true)]
+    #[serde(skip)]
     init: bool,
 }
 
@@ -64,6 +77,9 @@ struct DataArgs {
 enum Command {
     /// Run the token service.
     Serve(serve::ServeArgs),
+    /// Check the settings of `serve`.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Manage plans: the scopes a client may request and its token lifetime.
     #[command(subcommand)]
     Plan(admin::PlanCommand),
@@ -90,6 +106,15 @@ enum Command {
     },
 }
 
+/// `config`: the settings of `serve`.
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Print the settings `serve` would run with these flags, this environment and this
+    /// --config file, each with where it came from (default, file, env or flag), secrets
+    /// redacted; fail, naming the key, on a setting that is wrong.
+    Check(serve::ServeArgs),
+}
+
 /// `keys`: the server's signing keys (admin commands), and a client's own key (local).
 #[derive(Debug, Subcommand)]
 enum KeysCommand {
@@ -114,7 +139,12 @@ enum Access {
 /// is an error rather than a panic inside the generator.
 fn completions(shell: clap_complete::Shell) -> Result<()> {
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut script);
+    clap_complete::generate(
+        shell,
+        &mut Cli::command_with_defaults(),
+        "tessera",
+        &mut script,
+    );
     std::io::Write::write_all(&mut std::io::stdout(), &script)?;
     Ok(())
 }
@@ -124,12 +154,33 @@ fn parse_alg(s: &str) -> Result<Algorithm, String> {
     s.parse()
 }
 
+impl Cli {
+    /// The command tree, with `serve`'s defaults in its help ([`serve::with_defaults`]).
+    fn command_with_defaults() -> clap::Command {
+        serve::with_defaults(Self::command())
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command_with_defaults().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     let admin_url = cli.admin_url.as_deref();
     let outcome = match cli.command {
-        Command::Serve(args) => serve::run(&cli.data, args).await,
+        Command::Serve(args) => {
+            let matches = matches.subcommand_matches("serve").expect("serve");
+            serve::run(&cli.data, &args, matches).await
+        }
+        Command::Config(ConfigCommand::Check(args)) => {
+            let matches = matches
+                .subcommand_matches("config")
+                .and_then(|m| m.subcommand_matches("check"))
+                .expect("config check");
+            serve::check(&cli.data, &args, matches)
+        }
         Command::Plan(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Plan(cmd)).await,
         Command::Client(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Client(cmd)).await,
         Command::Keys(KeysCommand::Signing(cmd)) => {
@@ -211,11 +262,11 @@ impl DataArgs {
         ))
     }
 
-    /// Where the master key comes from: `TESSERA_MASTER_KEY`, `--master-key-file`, or the
-    /// default file beside an SQLite database.
+    /// Where the master key comes from: `--master-key` (`TESSERA_MASTER_KEY`),
+    /// `--master-key-file`, or the default file beside an SQLite database.
     fn master_key_choice(&self) -> MasterKeyChoice {
-        if let Ok(value) = std::env::var("TESSERA_MASTER_KEY") {
-            MasterKeyChoice::Value(tessera_proto::ClientSecret::new(value))
+        if let Some(value) = &self.master_key {
+            MasterKeyChoice::Value(tessera_proto::ClientSecret::new(value.clone()))
         } else if let Some(path) = &self.master_key_file {
             MasterKeyChoice::File(path.clone())
         } else {

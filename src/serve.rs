@@ -1,70 +1,60 @@
-//! `tessera serve`.
+//! `tessera serve` and `tessera config check`: the flags, the environment and the
+//! configuration file layered into one [`Config`], then the library's serve lifecycle
+//! ([`tessera_server::Server`]) and the banner.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Command, CommandFactory};
+use serde::Serialize;
 use tessera_proto::Algorithm;
 use tessera_server::secrets::MasterKeyOrigin;
-use tessera_server::{AppState, Config};
+use tessera_server::{Config, Listeners, Rate, Seconds, Server};
 use tessera_store::AuthMethod;
 
 use crate::DataArgs;
 
-#[derive(Debug, clap::Args)]
+/// Every setting of `serve`. Each is also a key of the `--config` file, named as the long
+/// flag, and has a `TESSERA_*` variable; flags win over the environment, the environment
+/// over the file, the file over the defaults. The defaults shown are
+/// [`Config::default`]'s, set by [`with_defaults`].
+#[derive(Debug, clap::Args, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub(crate) struct ServeArgs {
+    /// A TOML file of settings, keyed by these flags' long names (`max-staleness = 300`).
+    /// Flags and TESSERA_* variables override what it says.
+    #[arg(long, env = "TESSERA_CONFIG", value_name = "PATH")]
+    #[serde(skip)]
+    config: Option<PathBuf>,
     /// Address to listen on.
-    #[arg(long, env = "TESSERA_LISTEN", default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
+    #[arg(long, env = "TESSERA_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Issuer identifier (the `iss` of tokens). Default: http://ADDRESS, with the --listen address.
     #[arg(long, env = "TESSERA_ISSUER")]
     issuer: Option<String>,
-    /// Algorithm of the signing keys this server generates: EdDSA (default), ES256, RS256 or PS256 (RSA for API gateways that accept only RSA).
-    #[arg(long, env = "TESSERA_SIGNING_ALG", default_value = "EdDSA", value_parser = crate::parse_alg)]
-    signing_alg: Algorithm,
+    /// Algorithm of the signing keys this server generates: EdDSA, ES256, RS256 or PS256 (RSA for API gateways that accept only RSA).
+    #[arg(long, env = "TESSERA_SIGNING_ALG", value_parser = crate::parse_alg)]
+    signing_alg: Option<Algorithm>,
     /// Create demo plans for market-data-api, news-api and oms-api and a demo client, and
     /// print a ready curl command.
     #[arg(long)]
     demo: bool,
-    /// Redis for rate limits shared by every instance (redis://host:port); by default each
-    /// instance counts in its own memory.
-    #[arg(long, env = "TESSERA_REDIS_URL")]
-    redis_url: Option<String>,
-    /// The least number of instances sharing the Redis rate limits: while Redis fails, each
-    /// counts 1/N of every rate in its own memory, N being the instances last counted
-    /// through Redis (they count each other) or this, where it is larger. By default the
-    /// count alone.
-    #[arg(long, env = "TESSERA_EXPECTED_INSTANCES")]
-    expected_instances: Option<std::num::NonZeroU32>,
-    /// Proxies (IP addresses) whose X-Forwarded-For is believed for rate limits and audit
-    /// events; repeat or separate with commas.
-    #[arg(
-        long = "trusted-proxy",
-        env = "TESSERA_TRUSTED_PROXIES",
-        value_delimiter = ','
-    )]
-    trusted_proxies: Vec<std::net::IpAddr>,
+    /// With --demo: serve HTTPS with a self-signed certificate for localhost, generated
+    /// beside the database, and print the curl --cacert line.
+    #[arg(long)]
+    tls: bool,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "TESSERA_LOG_JSON")]
     log_json: bool,
-    /// Connections one source address may hold at once (default 1000). Behind a load
-    /// balancer every caller has its address: raise this to 10000 there.
-    #[arg(long, env = "TESSERA_MAX_CONNECTIONS_PER_ADDRESS")]
-    max_connections_per_address: Option<usize>,
-    /// Serve /metrics on this address only (e.g. 127.0.0.1:9100), not on --listen.
-    #[arg(long, env = "TESSERA_METRICS_LISTEN")]
-    metrics_listen: Option<SocketAddr>,
-    /// How long tokens are issued from the last good registry while the database does not
-    /// answer, in seconds (default 300); past it the token endpoint answers 503.
-    #[arg(long, env = "TESSERA_MAX_STALENESS")]
-    max_staleness: Option<u64>,
     /// PEM certificate chain: serve HTTPS (HTTP/2 and HTTP/1.1) with --tls-key. Reloaded on
     /// SIGHUP and when the file changes.
-    #[arg(long, env = "TESSERA_TLS_CERT", requires = "tls_key")]
+    #[arg(long, env = "TESSERA_TLS_CERT")]
     tls_cert: Option<PathBuf>,
     /// PEM private key of --tls-cert.
-    #[arg(long, env = "TESSERA_TLS_KEY", requires = "tls_cert")]
+    #[arg(long, env = "TESSERA_TLS_KEY")]
     tls_key: Option<PathBuf>,
     /// PEM: the CA(s) whose certificates `tls_client_auth` clients present (RFC 8705); with
     /// TLS the handshake asks for (never requires) a client certificate.
@@ -73,18 +63,26 @@ pub(crate) struct ServeArgs {
     /// Behind a TLS-terminating proxy: the header in which it passes the client
     /// certificate on (URL-escaped PEM, as nginx's $ssl_client_escaped_cert), believed only
     /// from --trusted-proxy addresses.
-    #[arg(long, env = "TESSERA_CLIENT_CERT_HEADER", requires = "trusted_proxies")]
+    #[arg(long, env = "TESSERA_CLIENT_CERT_HEADER")]
     client_cert_header: Option<String>,
-    /// With --demo: serve HTTPS with a self-signed certificate for localhost, generated
-    /// beside the database, and print the curl --cacert line.
-    #[arg(long, requires = "demo", conflicts_with = "tls_cert")]
-    tls: bool,
     /// With TLS: also answer plain HTTP here, for health checks only (/healthz, /readyz),
     /// e.g. for a load balancer.
     #[arg(long, env = "TESSERA_LISTEN_HTTP")]
     listen_http: Option<SocketAddr>,
+    /// Serve /metrics on this address only (e.g. 127.0.0.1:9100), not on --listen.
+    #[arg(long, env = "TESSERA_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Proxies (IP addresses) whose X-Forwarded-For is believed for rate limits and audit
+    /// events; repeat or separate with commas.
+    #[arg(
+        long = "trusted-proxy",
+        env = "TESSERA_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    #[serde(rename = "trusted-proxy")]
+    trusted_proxies: Vec<IpAddr>,
     /// Do not serve the operator console at /console/.
-    #[arg(long)]
+    #[arg(long, env = "TESSERA_NO_CONSOLE")]
     no_console: bool,
     /// Require a server nonce in every DPoP proof at the token endpoint (RFC 9449 section 8):
     /// a proof without the current one gets `use_dpop_nonce` and a `DPoP-Nonce` header.
@@ -97,147 +95,302 @@ pub(crate) struct ServeArgs {
     /// Tessera probe its own network.
     #[arg(long, env = "TESSERA_ALLOW_PRIVATE_JWKS_URI")]
     allow_private_jwks_uri: bool,
+    /// How long tokens are issued from the last good registry while the database does not
+    /// answer, in seconds; past it the token endpoint answers 503.
+    #[arg(long, env = "TESSERA_MAX_STALENESS", value_name = "SECONDS")]
+    max_staleness: Option<Seconds>,
+    /// How often the database is read for changes made elsewhere (the CLI, other
+    /// instances), in seconds: a change is in force within this time.
+    #[arg(long, env = "TESSERA_SYNC_INTERVAL", value_name = "SECONDS")]
+    sync_interval: Option<Seconds>,
+    /// How often the whole registry is read again, in seconds, as a safety net under the
+    /// change log.
+    #[arg(long, env = "TESSERA_FULL_RELOAD_INTERVAL", value_name = "SECONDS")]
+    full_reload_interval: Option<Seconds>,
+    /// How often usage counts are written and rate limiter state is pruned, in seconds.
+    #[arg(long, env = "TESSERA_HOUSEKEEPING_INTERVAL", value_name = "SECONDS")]
+    housekeeping_interval: Option<Seconds>,
+    /// How long a request may take, body upload included, in seconds (then 408).
+    #[arg(long, env = "TESSERA_REQUEST_TIMEOUT", value_name = "SECONDS")]
+    request_timeout: Option<Seconds>,
+    /// How long a client may take for its TLS handshake and request head, in seconds.
+    #[arg(long, env = "TESSERA_HEADER_TIMEOUT", value_name = "SECONDS")]
+    header_timeout: Option<Seconds>,
+    /// How long a connection may stay open with no request in flight, in seconds.
+    #[arg(long, env = "TESSERA_IDLE_TIMEOUT", value_name = "SECONDS")]
+    idle_timeout: Option<Seconds>,
+    /// How long a connection is kept alive, in seconds; then its next answer closes it
+    /// (HTTP/1.1) or it is sent GOAWAY (HTTP/2), so that load spreads to new instances.
+    #[arg(long, env = "TESSERA_MAX_CONNECTION_AGE", value_name = "SECONDS")]
+    max_connection_age: Option<Seconds>,
+    /// Requests one connection may carry before it is closed or sent GOAWAY.
+    #[arg(
+        long,
+        env = "TESSERA_MAX_REQUESTS_PER_CONNECTION",
+        value_name = "COUNT"
+    )]
+    max_requests_per_connection: Option<usize>,
+    /// Connections open at once; past it the server stops accepting until one closes.
+    #[arg(long, env = "TESSERA_MAX_CONNECTIONS", value_name = "COUNT")]
+    max_connections: Option<usize>,
+    /// Connections one source address may hold at once. Behind a load balancer every
+    /// caller has its address: raise this to --max-connections there.
+    #[arg(
+        long,
+        env = "TESSERA_MAX_CONNECTIONS_PER_ADDRESS",
+        value_name = "COUNT"
+    )]
+    max_connections_per_address: Option<usize>,
+    /// OAuth requests worked on at once before new ones get 503.
+    #[arg(long, env = "TESSERA_MAX_IN_FLIGHT", value_name = "COUNT")]
+    max_in_flight: Option<usize>,
+    /// The largest request body accepted, in bytes (then 413).
+    #[arg(long, env = "TESSERA_BODY_LIMIT", value_name = "BYTES")]
+    body_limit: Option<usize>,
+    /// The realm of WWW-Authenticate challenges.
+    #[arg(long, env = "TESSERA_REALM")]
+    realm: Option<String>,
+    /// Failed client authentications allowed per source address and client, as
+    /// COUNT/UNIT (s, min, hour, day); past it 429.
+    #[arg(
+        long,
+        env = "TESSERA_AUTH_FAILURES_PER_SOURCE_AND_CLIENT",
+        value_name = "RATE"
+    )]
+    auth_failures_per_source_and_client: Option<Rate>,
+    /// Failed client authentications allowed per client from every source, as COUNT/UNIT.
+    #[arg(long, env = "TESSERA_AUTH_FAILURES_PER_CLIENT", value_name = "RATE")]
+    auth_failures_per_client: Option<Rate>,
+    /// Failed client authentications allowed per source address, whatever client it
+    /// names, as COUNT/UNIT.
+    #[arg(long, env = "TESSERA_AUTH_FAILURES_PER_SOURCE", value_name = "RATE")]
+    auth_failures_per_source: Option<Rate>,
+    /// Failure counters kept in memory at most; past it failures get 429 uncounted.
+    #[arg(long, env = "TESSERA_AUTH_FAILURES_MAX_TRACKED", value_name = "COUNT")]
+    auth_failures_max_tracked: Option<usize>,
+    /// Redis for rate limits shared by every instance (redis://host:port); by default each
+    /// instance counts in its own memory.
+    #[arg(long, env = "TESSERA_REDIS_URL")]
+    redis_url: Option<String>,
+    /// The prefix of this deployment's keys in Redis.
+    #[arg(long, env = "TESSERA_REDIS_PREFIX")]
+    redis_prefix: Option<String>,
+    /// How long one call to Redis may take, in seconds; past it the instance counts in its
+    /// own memory until Redis answers again.
+    #[arg(long, env = "TESSERA_REDIS_TIMEOUT", value_name = "SECONDS")]
+    redis_timeout: Option<Seconds>,
+    /// The least number of instances sharing the Redis rate limits: while Redis fails, each
+    /// counts 1/N of every rate in its own memory, N being the instances last counted
+    /// through Redis (they count each other) or this, where it is larger. By default the
+    /// count alone.
+    #[arg(long, env = "TESSERA_EXPECTED_INSTANCES", value_name = "N")]
+    expected_instances: Option<NonZeroU32>,
 }
 
-pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
-    // Held until the server stops, so that buffered log lines are written out.
-    let _log_guard = init_logging(args.log_json);
-    let store = data.store(crate::Access::Write).await?;
-    let (secrets, origin) = data.secrets(store.as_ref()).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let local = listener.local_addr()?;
-    let tls_files = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(tessera_server::tls::TlsFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca: args.client_ca.clone(),
-        }),
-        _ if args.tls => Some(demo_certificate(&data.sqlite_path())?),
-        _ => None,
+/// The command tree with the defaults of `serve`'s settings shown in its help (and in
+/// `config check`'s), taken from [`Config::default`] so that they cannot drift.
+pub(crate) fn with_defaults(command: Command) -> Command {
+    let defaults = defaults();
+    let set = |sub: Command| {
+        let ids: Vec<(String, String)> = sub
+            .get_arguments()
+            .filter_map(|arg| {
+                let key = arg.get_long()?;
+                let value = defaults.get(key)?;
+                // Switches default to off, as clap shows them; lists to empty.
+                let shown = !value.is_bool() && !value.is_array();
+                shown.then(|| (arg.get_id().to_string(), plain(value)))
+            })
+            .collect();
+        ids.into_iter().fold(sub, |sub, (id, value)| {
+            sub.mut_arg(id, |arg| arg.default_value(value))
+        })
     };
-    let tls = match tls_files {
-        Some(files) => Some(Arc::new(
-            tessera_server::tls::Tls::load(files).context("cannot serve TLS")?,
-        )),
-        None => None,
-    };
-    if args.client_ca.is_some() && tls.is_none() && args.client_cert_header.is_none() {
-        anyhow::bail!(
-            "--client-ca needs TLS here (--tls-cert, --tls-key) or a proxy that passes the \
-             certificate on (--client-cert-header with --trusted-proxy)"
-        );
+    command
+        .mut_subcommand("serve", set)
+        .mut_subcommand("config", |config| config.mut_subcommand("check", set))
+}
+
+/// [`Config::default`] as a table of keys and values.
+fn defaults() -> toml::Table {
+    toml::Table::try_from(Config::default()).expect("the settings serialize")
+}
+
+/// A value as a flag takes it: a string without its quotes.
+fn plain(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
-    if args.listen_http.is_some() && tls.is_none() {
-        anyhow::bail!(
-            "--listen-http is for health checks beside HTTPS: give --tls-cert and --tls-key"
-        );
-    }
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let issuer = match args.issuer {
-        Some(issuer) => issuer,
-        // Clients and APIs must be able to reach the issuer; 0.0.0.0 is not an address.
-        None if local.ip().is_unspecified() => anyhow::bail!(
-            "listening on {local}: give the address clients use with --issuer (TESSERA_ISSUER)"
-        ),
-        None => format!("{scheme}://{local}"),
-    };
-    let mut config = Config::new(issuer.clone());
-    config.signing_alg = args.signing_alg;
-    config.redis_url = args.redis_url.clone();
-    config.expected_instances = args.expected_instances;
-    config.trusted_proxies = args.trusted_proxies.clone();
-    config.console = !args.no_console;
-    config.dpop_nonce = args.dpop_nonce;
-    config.allow_private_jwks_uri = args.allow_private_jwks_uri;
-    if let Some(cap) = args.max_connections_per_address {
-        config.max_connections_per_address = cap;
-    }
-    if let Some(secs) = args.max_staleness {
-        config.max_staleness = std::time::Duration::from_secs(secs);
-    }
-    let metrics_listener = match args.metrics_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} for metrics"))?,
-        ),
-        None => None,
-    };
-    config.metrics_on_main_listener = metrics_listener.is_none();
-    config.tls = tls.clone();
-    if let Some(name) = &args.client_cert_header {
-        config.client_cert_header = Some(
-            name.parse()
-                .with_context(|| format!("--client-cert-header {name:?} is no header name"))?,
-        );
-        if tls.is_none() {
-            if let Some(path) = &args.client_ca {
-                config.client_ca =
-                    Some(tessera_server::tls::client_ca(path).context("cannot read --client-ca")?);
-            }
+}
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    Default,
+    File,
+    /// The variable's name.
+    Env(String),
+    Flag,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Default => f.write_str("default"),
+            Self::File => f.write_str("file"),
+            Self::Env(name) => write!(f, "env {name}"),
+            Self::Flag => f.write_str("flag"),
         }
     }
-    let health_listener = match args.listen_http {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} for health checks"))?,
-        ),
-        None => None,
-    };
-    let state = AppState::prepare(config, store.clone(), secrets.clone()).await?;
-    // Tokens carry the issuer and APIs check it: a server on this database that started
-    // with another one (say the default of another --listen port) issues tokens they refuse.
-    let previous = store
-        .replace_value("last_issuer", issuer.as_bytes())
-        .await?;
-    if let Some(previous) = previous.filter(|p| p != issuer.as_bytes()) {
-        tracing::warn!(
-            previous = %String::from_utf8_lossy(&previous),
-            %issuer,
-            "this database was last served under another issuer: this server's tokens carry \
-             another iss, which APIs that expect the previous one refuse; give every server \
-             on a database the same --issuer"
-        );
-    }
+}
 
-    println!("tessera listening on {scheme}://{local}");
+/// The settings of `serve`: the defaults, under the `--config` file, under the
+/// environment, under the flags; checked. With each key's source, in `--help` order.
+pub(crate) fn configuration(
+    data: &DataArgs,
+    args: &ServeArgs,
+    matches: &ArgMatches,
+) -> Result<(Config, Vec<(String, Source)>)> {
+    let file = match &args.config {
+        Some(path) => read_file(path)?,
+        None => toml::Table::new(),
+    };
+    let mut given = toml::Table::try_from(args).context("the flags")?;
+    given.extend(toml::Table::try_from(data).context("the flags")?);
+    let mut sources = Vec::new();
+    let mut layer = toml::Table::new();
+    for (key, id, env) in settings(matches) {
+        let source = match matches.value_source(&id) {
+            Some(ValueSource::CommandLine) => Some(Source::Flag),
+            Some(ValueSource::EnvVariable) => Some(Source::Env(env.unwrap_or_default())),
+            _ => None,
+        };
+        let source = match (source, given.remove(&key)) {
+            (Some(source), Some(value)) => {
+                layer.insert(key.clone(), value);
+                source
+            }
+            _ if file.contains_key(&key) => Source::File,
+            _ => Source::Default,
+        };
+        sources.push((key, source));
+    }
+    let config = Config::layered([&file, &layer])?;
+    config.check()?;
+    Ok((config, sources))
+}
+
+/// Each setting's key (the long flag), clap id and variable: the global database and
+/// master key flags, then `serve`'s own, in `--help` order.
+fn settings(matches: &ArgMatches) -> Vec<(String, String, Option<String>)> {
+    // Unbuilt: each command holds its own arguments, in declaration order.
+    let command = crate::Cli::command();
+    let serve = command.find_subcommand("serve").expect("the serve command");
+    let global = ["database", "master_key_file", "master_key"];
+    let data = command
+        .get_arguments()
+        .filter(|arg| global.contains(&arg.get_id().as_str()));
+    data.chain(serve.get_arguments())
+        .filter(|arg| arg.get_id() != "config")
+        .filter(|arg| matches.try_get_raw(arg.get_id().as_str()).is_ok())
+        .filter_map(|arg| {
+            let key = arg.get_long()?.to_owned();
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            Some((key, arg.get_id().to_string(), env))
+        })
+        .collect()
+}
+
+/// The settings in the file at `path`, checked key by key; an error names the file, the
+/// line and the key.
+fn read_file(path: &Path) -> Result<toml::Table> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+    let (_, table) = Config::from_toml(&text)
+        .with_context(|| format!("configuration file {}", path.display()))?;
+    Ok(table)
+}
+
+/// `tessera config check`: the effective settings of `serve` with these flags and this
+/// environment, each with where it came from, secrets redacted; an error names the key.
+pub(crate) fn check(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches) -> Result<()> {
+    let (config, sources) = configuration(data, args, matches)?;
+    config.check_issuer()?;
+    let shown = toml::Table::try_from(&config).context("the settings")?;
+    let mut out = String::new();
+    match &args.config {
+        Some(path) => out.push_str(&format!(
+            "# tessera serve: the effective configuration, with {}\n",
+            path.display()
+        )),
+        None => out.push_str("# tessera serve: the effective configuration, with no file\n"),
+    }
+    let width = sources.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (key, source) in &sources {
+        let line = match shown.get(key) {
+            Some(value) => format!("{key} = {value}"),
+            None => format!("# {key} is not set"),
+        };
+        out.push_str(&format!("{line:<w$}  # {source}\n", w = width + 24));
+    }
+    std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes())?;
+    Ok(())
+}
+
+pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches) -> Result<()> {
+    let (mut config, _) = configuration(data, args, matches)?;
+    // Held until the server stops, so that buffered log lines are written out.
+    let _log_guard = init_logging(config.log_json);
+    let data = DataArgs {
+        database: config.database.clone(),
+        master_key_file: config.master_key_file.clone(),
+        master_key: config.master_key.as_ref().map(|k| k.expose().to_owned()),
+        init: data.init,
+    };
+    let store = data.store(crate::Access::Write).await?;
+    let (secrets, origin) = data.secrets(store.as_ref()).await?;
+    // --demo --tls: a certificate of our own, handed to the server as the files it serves.
+    let demo_tls = config.tls;
+    if demo_tls {
+        let files = demo_certificate(&data.sqlite_path())?;
+        config.tls = false;
+        config.tls_cert = Some(files.cert);
+        config.tls_key = Some(files.key);
+    }
+    let listeners = Listeners::bind(&config).await?;
+    let (demo, console, redis, expected) = (
+        config.demo,
+        config.console(),
+        config.redis_url.clone(),
+        config.expected_instances,
+    );
+    let clock = tessera_server::clock::Clock::system();
+    let server = Server::start(config, listeners, clock, store.clone(), secrets.clone()).await?;
+    let tls = server.tls().cloned();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let issuer = server.state().issuer().to_owned();
+
+    println!("tessera listening on {scheme}://{}", server.addr());
     println!("  issuer:   {issuer}");
     if let Some(tls) = &tls {
         println!(
             "  TLS:      {} (reloaded on SIGHUP and when it changes)",
             tls.files().cert.display()
         );
-        tokio::spawn(tls.clone().watch(std::time::Duration::from_secs(2)));
-        tokio::spawn(reload_on_hangup(tls.clone()));
     }
-    if let Some(listener) = health_listener {
-        println!("  health:   http://{}/readyz", listener.local_addr()?);
-        let state = state.clone();
-        tokio::spawn(async move {
-            if let Err(error) = tessera_server::run_health(listener, state).await {
-                tracing::error!(%error, "the health listener failed");
-            }
-        });
+    if let Some(addr) = server.health_addr() {
+        println!("  health:   http://{addr}/readyz");
     }
-    if let Some(listener) = metrics_listener {
-        println!("  metrics:  http://{}/metrics", listener.local_addr()?);
-        let state = state.clone();
-        tokio::spawn(async move {
-            if let Err(error) = tessera_server::run_metrics(listener, state).await {
-                tracing::error!(%error, "the metrics listener failed");
-            }
-        });
+    if let Some(addr) = server.metrics_addr() {
+        println!("  metrics:  http://{addr}/metrics");
     }
-    if !args.no_console {
+    if console {
         println!("  console:  {}/console/", issuer.trim_end_matches('/'));
     }
     println!("  database: {}", tessera_server::redact_url(&data.database));
-    if let Some(redis) = &args.redis_url {
-        let floor = args
-            .expected_instances
+    if let Some(redis) = &redis {
+        let floor = expected
             .map(|n| format!(", at least {n}"))
             .unwrap_or_default();
         println!(
@@ -253,31 +406,22 @@ pub(crate) async fn run(data: &DataArgs, args: ServeArgs) -> Result<()> {
             path.display()
         ),
     }
-    if args.demo {
+    if demo {
         let cacert = tls
             .as_ref()
-            .filter(|_| args.tls)
+            .filter(|_| demo_tls)
             .map(|t| t.files().cert.clone());
-        demo(
+        self::demo(
             store.as_ref(),
             &secrets,
             &issuer,
             cacert.as_deref(),
-            !args.no_console,
+            console,
         )
         .await?;
-        state.sync().await?;
+        server.state().sync().await?;
     }
-    tessera_server::run(listener, state, tessera_server::shutdown_signal()).await?;
-    // After a clean stop the database file alone holds every change: a copy of it is whole.
-    match store.checkpoint().await {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!(
-            "the write-ahead log could not be emptied while other processes read the database; \
-             it stays durable and is moved into the file later"
-        ),
-        Err(error) => tracing::warn!(%error, "checkpoint at shutdown failed"),
-    }
+    server.run(tessera_server::shutdown_signal()).await?;
     Ok(())
 }
 
@@ -383,24 +527,6 @@ fn demo_certificate(database: &Option<PathBuf>) -> Result<tessera_server::tls::T
     Ok(files)
 }
 
-/// Reloads the certificate on each SIGHUP.
-async fn reload_on_hangup(tls: Arc<tessera_server::tls::Tls>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            if let Err(error) = tls.reload() {
-                tracing::error!(%error, "SIGHUP: the TLS files cannot be used; keeping the previous certificate");
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    drop(tls);
-}
-
 /// Logs to stderr through a background writer, so that the token path never waits on a
 /// write system call, nor formats its audit line (see `tessera_server::logging`). Lossless:
 /// when the queue is full, logging waits rather than drop an audit event.
@@ -414,4 +540,57 @@ fn init_logging(json: bool) -> tessera_server::logging::Guard {
         }
     };
     logging::init(format, "info,sqlx=warn", std::io::stderr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The file's keys are the flags' long names: every flag of `serve` (and the global
+    /// database and master key flags) is a key of [`Config`], and every key a flag.
+    #[test]
+    fn every_setting_is_a_flag_and_a_key() {
+        crate::Cli::command_with_defaults().debug_assert();
+        let command = crate::Cli::command();
+        let serve = command.find_subcommand("serve").unwrap();
+        let mut flags: Vec<String> = serve
+            .get_arguments()
+            .filter_map(|arg| arg.get_long().map(str::to_owned))
+            .filter(|long| long != "config")
+            .chain(["database", "master-key-file", "master-key"].map(String::from))
+            .collect();
+        flags.sort();
+        let every = Config {
+            issuer: Some("https://x".into()),
+            master_key_file: Some("k".into()),
+            master_key: Some(tessera_proto::ClientSecret::new("k")),
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            client_ca: Some("ca".into()),
+            client_cert_header: Some(reqwest::header::HeaderName::from_static("x-cert")),
+            listen_http: Some(SocketAddr::from(([127, 0, 0, 1], 1))),
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 2))),
+            redis_url: Some("redis://x".into()),
+            expected_instances: Some(NonZeroU32::MIN),
+            ..Config::default()
+        };
+        let mut keys: Vec<String> = toml::Table::try_from(every)
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        assert_eq!(flags, keys);
+        // And each has a variable, TESSERA_ and its name, but the modes of --demo.
+        for arg in serve.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let wanted = format!("TESSERA_{}", long.to_uppercase().replace('-', "_"));
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            match long {
+                "demo" | "tls" => assert_eq!(env, None),
+                "trusted-proxy" => assert_eq!(env.as_deref(), Some("TESSERA_TRUSTED_PROXIES")),
+                _ => assert_eq!(env, Some(wanted), "{long}"),
+            }
+        }
+    }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 mod bulk;
 mod client_keys;
+mod config;
 mod data;
 mod operator;
 mod remote;

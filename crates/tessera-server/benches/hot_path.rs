@@ -28,7 +28,7 @@ use tessera_server::keys::{self, KeyRing, LoadedKey};
 use tessera_server::metrics::Metrics;
 use tessera_server::registrar::Registrar;
 use tessera_server::secrets::{self, Secrets};
-use tessera_server::{AppState, Config};
+use tessera_server::{AppState, Config, Runtime};
 use tessera_store::AuthMethod;
 use tower::ServiceExt;
 
@@ -158,7 +158,7 @@ fn handler(c: &mut Criterion) {
             .create_client(&secrets, "bench", "bench", AuthMethod::ClientSecretBasic)
             .await
             .expect("client");
-        let state = AppState::prepare(Config::new(ISSUER), store, secrets)
+        let state = AppState::prepare(Config::default(), Runtime::new(ISSUER), store, secrets)
             .await
             .expect("state");
         let credentials = BasicCredentials {

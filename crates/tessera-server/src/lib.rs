@@ -8,8 +8,12 @@
 //!   until a shutdown future resolves, so tests bind port 0 (`serve.rs`: the accept loop,
 //!   connection caps and keep-alive bounds; `signal.rs`: SIGINT and SIGTERM).
 //! - [`tls`]: HTTPS on that listener, certificates reloaded when their files change.
-//! - [`Config`] (`config.rs`): the settings; [`AppState`] (`state.rs`): what every request
-//!   shares and how a server is prepared; `housekeeping.rs`: usage written, limiter state
+//! - [`Server`] (`lifecycle.rs`): the serve lifecycle of the binary and the test kit alike
+//!   (listeners, TLS watched and reloaded on SIGHUP, the issuer check, the side listeners,
+//!   the checkpoint on stop).
+//! - [`Config`] (`config.rs`): the settings, plain data read from a file, the environment
+//!   and flags; [`Runtime`]: the issuer, clock and TLS handles beside them; [`AppState`]
+//!   (`state.rs`): what every request shares and how a server is prepared; `housekeeping.rs`: usage written, limiter state
 //!   and expired rows pruned, every interval and on stop.
 //! - [`clock`]: where every decision by time reads it, settable in tests.
 //! - `routes/`: one module per endpoint family; `routes/admin/` the admin API,
@@ -52,6 +56,7 @@ mod fetch;
 mod grant;
 mod housekeeping;
 pub mod keys;
+mod lifecycle;
 mod limits;
 pub mod logging;
 pub mod metrics;
@@ -69,7 +74,8 @@ mod store_watch;
 pub mod tls;
 pub mod usage;
 
-pub use config::{redact_url, Config};
+pub use config::{redact_url, Config, ConfigError, Rate, Runtime, Seconds};
+pub use lifecycle::{Listeners, Server, StartError};
 pub use limits::FailureRates;
 pub use serve::{app, run, run_health, run_metrics, run_router};
 pub use signal::shutdown_signal;

@@ -21,7 +21,7 @@ pub fn app(state: AppState) -> axum::Router {
 
 /// Serves `/metrics` alone on `listener` (`--metrics-listen`: a separate, e.g. loopback,
 /// address, so that the public one does not expose it; set
-/// [`Config::metrics_on_main_listener`] to `false` then). Runs until the task is dropped:
+/// [`Config::metrics_listen`] then, so that the main listener does not serve it). Runs until the task is dropped:
 /// scrapes need no draining.
 pub async fn run_metrics(listener: TcpListener, state: AppState) -> std::io::Result<()> {
     axum::serve(listener, crate::routes::metrics_only(state)).await
@@ -56,7 +56,7 @@ pub async fn run_router(
     let sync = tokio::spawn(async move { sync_state.sync_forever().await });
     let (stop_housekeeping, stopped) = tokio::sync::oneshot::channel::<()>();
     let housekeeping = tokio::spawn(crate::housekeeping::every_interval(state.clone(), stopped));
-    let served = serve(listener, router, state.config(), shutdown).await;
+    let served = serve(listener, router, &state, shutdown).await;
     sync.abort();
     let _ = stop_housekeeping.send(());
     if let Err(error) = housekeeping.await {
@@ -67,7 +67,7 @@ pub async fn run_router(
 }
 
 /// Accepts connections until `shutdown`, then lets each connection finish its in-flight
-/// requests: HTTP/1.1 in plain text, or with [`Config::tls`] HTTPS with HTTP/2 or HTTP/1.1
+/// requests: HTTP/1.1 in plain text, or with TLS ([`crate::Runtime::tls`]) HTTPS with HTTP/2 or HTTP/1.1
 /// as ALPN agrees. A client gets `header_timeout` to finish its TLS handshake and to send
 /// its request head (a slowloris defence; the body is bounded by the request timeout
 /// layer), and every request sees its peer as `ConnectInfo<SocketAddr>`. Every connection,
@@ -75,13 +75,14 @@ pub async fn run_router(
 async fn serve(
     listener: TcpListener,
     router: axum::Router,
-    config: &Config,
+    state: &AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use hyper::server::conn::{http1, http2};
     use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-    if config.metrics_on_main_listener {
+    let config = state.config();
+    if config.metrics_on_main_listener() {
         // Allowed, as a convenience for trying Tessera; said once, at start, so that no
         // deployment exposes its metrics without knowing.
         tracing::warn!(
@@ -135,8 +136,8 @@ async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let (h1, h2, router) = (h1.clone(), h2.clone(), router.clone());
-        let (tls, handshake_timeout) = (config.tls.clone(), config.header_timeout);
-        let lifetime = Lifetime::new(config);
+        let (tls, handshake_timeout) = (state.tls().cloned(), config.header_timeout);
+        let lifetime = Lifetime::new(config, state.clock());
         let ending = Ending {
             idle: config.idle_timeout,
             grace: config.request_timeout,
@@ -268,12 +269,12 @@ struct Lifetime {
 }
 
 impl Lifetime {
-    fn new(config: &Config) -> Arc<Self> {
+    fn new(config: &Config, clock: &crate::clock::Clock) -> Arc<Self> {
         Arc::new(Self {
             max_requests: config.max_requests_per_connection,
             max_age: config.max_connection_age,
-            opened: config.clock.elapsed(),
-            clock: config.clock.clone(),
+            opened: clock.elapsed(),
+            clock: clock.clone(),
             started: tokio::time::Instant::now(),
             last_active: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -531,10 +532,9 @@ mod tests {
 
     fn lifetime(configure: impl FnOnce(&mut Config)) -> (Arc<Lifetime>, ManualClock) {
         let clock = ManualClock::at(1_000);
-        let mut config = Config::new("http://x");
-        config.clock = clock.clone().into();
+        let mut config = Config::default();
         configure(&mut config);
-        (Lifetime::new(&config), clock)
+        (Lifetime::new(&config, &clock.clone().into()), clock)
     }
 
     /// Whether `spent` resolves at once (polled until nothing more is ready).

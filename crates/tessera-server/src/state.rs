@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tessera_store::Store;
 
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, Runtime};
 use crate::grant::Grantor;
 use crate::keys;
 use crate::limits::redis::RedisLimiter;
@@ -30,6 +30,8 @@ pub struct AppState {
 #[derive(Debug)]
 struct Inner {
     config: Config,
+    /// The issuer, clock, TLS state and client CA, beside the plain settings.
+    runtime: Runtime,
     secrets: Arc<Secrets>,
     /// The store, its failures watched; shared with a read for an unknown client id.
     store: Arc<WatchedStore>,
@@ -54,15 +56,16 @@ impl AppState {
     /// (generating one on first start) and loads the registry.
     pub async fn prepare(
         config: Config,
+        runtime: Runtime,
         store: Arc<dyn Store>,
         secrets: Arc<Secrets>,
     ) -> Result<Self, LoadError> {
-        let clock = config.clock.clone();
+        let clock = runtime.clock.clone();
         keys::bootstrap(store.as_ref(), &secrets, config.signing_alg, clock.now()).await?;
         let max_in_flight = config.max_in_flight;
         let redis = match &config.redis_url {
             Some(url) => Some(Arc::new(
-                RedisLimiter::connect(url, &config)
+                RedisLimiter::connect(url, &config, clock.clone())
                     .await
                     .map_err(|e| LoadError::Limiter(e.to_string()))?,
             )),
@@ -79,10 +82,11 @@ impl AppState {
         Ok(Self {
             inner: Arc::new(Inner {
                 assertions,
-                throttle: AuthThrottle::new(limiter.clone(), config.auth_failures),
+                throttle: AuthThrottle::new(limiter.clone(), config.auth_failures()),
                 limiter,
                 redis,
                 config,
+                runtime,
                 secrets,
                 store: Arc::new(WatchedStore::new(store, clock)),
                 live: Arc::new(live),
@@ -102,14 +106,29 @@ impl AppState {
         &self.inner.config
     }
 
+    /// The issuer identifier in force: `iss` of every token and base of the metadata URLs.
+    pub fn issuer(&self) -> &str {
+        &self.inner.runtime.issuer
+    }
+
     /// The clock every decision by time reads.
     pub fn clock(&self) -> &Clock {
-        &self.inner.config.clock
+        &self.inner.runtime.clock
+    }
+
+    /// HTTPS on the listener, when served.
+    pub(crate) fn tls(&self) -> Option<&Arc<crate::tls::Tls>> {
+        self.inner.runtime.tls.as_ref()
+    }
+
+    /// The verifier of `tls_client_auth` chains in force ([`Runtime::client_ca`]).
+    pub(crate) fn client_ca(&self) -> Option<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+        self.inner.runtime.client_ca()
     }
 
     /// The registrar: changes to the registry, on this server's store and clock.
     pub fn registrar(&self) -> Registrar<'_> {
-        Registrar::new(self.store(), &self.inner.config.clock)
+        Registrar::new(self.store(), &self.inner.runtime.clock)
     }
 
     /// Whether the registry is older than the staleness bound: the store has not answered
@@ -139,6 +158,7 @@ impl AppState {
         let inner = &*self.inner;
         Grantor {
             config: &inner.config,
+            runtime: &inner.runtime,
             live: &inner.live,
             store: &inner.store,
             secrets: &inner.secrets,

@@ -1,4 +1,4 @@
-//! Starts a real Tessera for tests: the production serve path (`tessera_server::run_router`)
+//! Starts a real Tessera for tests: the production serve lifecycle (`tessera_server::Server`)
 //! on port 0, a fresh SQLite file per server (or a database the test names), a clock the
 //! test moves, and the log captured. Every test binary of the workspace starts its servers
 //! here.
@@ -24,7 +24,7 @@ use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tessera_server::clock::ManualClock;
 use tessera_server::registrar::Registrar;
 use tessera_server::secrets::Secrets;
-use tessera_server::{AppState, Config};
+use tessera_server::{AppState, Config, Listeners, Server};
 use tessera_store::{AuthMethod, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -34,11 +34,10 @@ pub const SCOPES: &str = "market-data-api news-api";
 
 /// What a test may change before the server starts.
 pub struct Setup {
-    /// The server's settings; an issuer left empty becomes `http://127.0.0.1:PORT`.
+    /// The server's settings, as `tessera serve` takes them. `listen` is `127.0.0.1:0`;
+    /// `[::]:0` makes a dual-stack listener, whose IPv4 peers appear as `::ffff:a.b.c.d`.
+    /// An issuer left unset becomes `http://127.0.0.1:PORT`.
     pub config: Config,
-    /// Where to listen: `127.0.0.1:0` by default; `[::]:0` for a dual-stack listener,
-    /// whose IPv4 peers appear as `::ffff:a.b.c.d`.
-    pub listen: SocketAddr,
     /// The database; `None` is a fresh SQLite file in a temporary folder.
     pub database_url: Option<String>,
     /// The clock the server reads; by default one standing at the current time.
@@ -77,6 +76,10 @@ pub struct TestApp {
     pub http: reqwest::Client,
     /// Its database URL.
     pub db_url: String,
+    /// Where its health listener listens, with `config.listen_http`.
+    pub health_addr: Option<SocketAddr>,
+    /// Where its metrics listener listens, with `config.metrics_listen`.
+    pub metrics_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _dir: tempfile::TempDir,
@@ -87,59 +90,64 @@ pub async fn spawn_app() -> TestApp {
     spawn_with(|_| {}).await
 }
 
-/// A server with plan `pro` granting [`SCOPES`], after `configure` has changed the setup.
+/// A server with plan `pro` granting [`SCOPES`], after `configure` has changed the setup,
+/// started and run by the production lifecycle ([`tessera_server::Server`]).
 pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
     capture_log();
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let mut config = Config::new(String::new());
-    config.sync_interval = Duration::from_millis(100);
+    let config = Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        sync_interval: Duration::from_millis(100),
+        ..Config::default()
+    };
     let mut setup = Setup {
         config,
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         database_url: None,
         clock: ManualClock::starting_now(),
         pro_ttl: None,
         wrap: None,
     };
     configure(&mut setup);
-    let listener = tokio::net::TcpListener::bind(setup.listen)
+    let listeners = Listeners::bind(&setup.config)
         .await
         .expect("a port to listen on");
-    let port = listener.local_addr().expect("a bound address").port();
+    let port = listeners.main.local_addr().expect("a bound address").port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let base = format!("http://{addr}");
-    if setup.config.issuer.is_empty() {
-        setup.config.issuer.clone_from(&base);
-    }
+    setup.config.issuer.get_or_insert_with(|| base.clone());
     let db_url = setup
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("tessera.db").display()));
+    setup.config.database.clone_from(&db_url);
     let store = tessera_store::open(&db_url)
         .await
         .expect("the test database");
     let secrets = Arc::new(Secrets::from_bytes(&[7; 32]));
-    setup.config.clock = setup.clock.clone().into();
-    Registrar::new(store.as_ref(), &setup.config.clock)
+    let clock: tessera_server::clock::Clock = setup.clock.clone().into();
+    Registrar::new(store.as_ref(), &clock)
         .set_plan("pro", SCOPES, setup.pro_ttl)
         .await
         .expect("plan pro");
-    let state = AppState::prepare(setup.config, store.clone(), secrets.clone())
-        .await
-        .expect("a prepared server");
-    let mut router = tessera_server::app(state.clone());
-    if let Some(wrap) = setup.wrap {
-        router = wrap(router);
-    }
+    let server = Server::start(
+        setup.config,
+        listeners,
+        clock,
+        store.clone(),
+        secrets.clone(),
+    )
+    .await
+    .expect("a started server");
+    let (state, health_addr, metrics_addr) = (
+        server.state().clone(),
+        server.health_addr(),
+        server.metrics_addr(),
+    );
+    let wrap = setup.wrap.unwrap_or_else(|| Box::new(|router| router));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(tessera_server::run_router(
-        listener,
-        state.clone(),
-        router,
-        async {
-            let _ = rx.await;
-        },
-    ));
+    let server = tokio::spawn(server.run_with(wrap, async {
+        let _ = rx.await;
+    }));
     TestApp {
         addr,
         base,
@@ -149,6 +157,8 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
         clock: setup.clock,
         http: reqwest::Client::new(),
         db_url,
+        health_addr,
+        metrics_addr,
         shutdown: Some(tx),
         server: Some(server),
         _dir: dir,

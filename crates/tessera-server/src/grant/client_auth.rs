@@ -359,9 +359,9 @@ impl Grantor<'_> {
         // Only a certificate needs the CA: a secret's request takes no lock for it.
         let client_ca = presented
             .certificate()
-            .and_then(|_| self.config.client_ca());
+            .and_then(|_| self.runtime.client_ca());
         let client_ca = client_ca.as_deref();
-        let now = self.config.clock.now();
+        let now = self.runtime.clock.now();
         let outbound = Outbound {
             throttle,
             source,
@@ -458,8 +458,8 @@ impl Grantor<'_> {
                 return Err(AuthFailure::Unknown);
             };
             let checking = assertion::Checking {
-                clock: &self.config.clock,
-                issuer: &self.config.issuer,
+                clock: &self.runtime.clock,
+                issuer: &self.runtime.issuer,
                 redis: self.redis,
                 outbound,
             };
@@ -467,7 +467,7 @@ impl Grantor<'_> {
             let policies = if platform {
                 self.assertions
                     .policies_of(
-                        &self.config.clock,
+                        &self.runtime.clock,
                         self.store.as_ref(),
                         &presented.client_id,
                     )

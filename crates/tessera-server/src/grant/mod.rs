@@ -33,7 +33,7 @@ use crate::registry::{Live, Registry};
 use crate::reuse::{Kept, ReuseCache};
 use crate::secrets::{self, Secrets};
 use crate::store_watch::WatchedStore;
-use crate::Config;
+use crate::{Config, Runtime};
 
 pub(crate) mod assertion;
 pub(crate) mod client_auth;
@@ -50,8 +50,10 @@ pub(crate) use client_auth::{
 /// What the grant works with, borrowed from the server's state for one request.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Grantor<'a> {
-    /// The settings: the issuer, the clock, the client CA in force, the sync interval.
+    /// The settings: the sync interval, the realm, trusted proxies.
     pub(crate) config: &'a Config,
+    /// The issuer, the clock, the client CA in force.
+    pub(crate) runtime: &'a Runtime,
     /// Clients, plans and keys, kept fresh from the store; revocations.
     pub(crate) live: &'a Arc<Live>,
     /// The store, for a client's trust policies and the read for an unknown client id.
@@ -314,7 +316,7 @@ impl Grantor<'_> {
         if let GrantType::Other(_) = &request.grant_type {
             return Err(Refusal::UnsupportedGrantType);
         }
-        let now = self.config.clock.now();
+        let now = self.runtime.clock.now();
         let jkt = self.dpop_key(client_id, plan, grant, now).await?;
         let registry = self.live.get();
         let scopes = self.scopes(request, plan, &registry)?;
@@ -339,7 +341,7 @@ impl Grantor<'_> {
                     },
                     jti: kept.jti,
                     reused: true,
-                    dpop_nonce: self.dpop.nonce(self.config.clock.now()),
+                    dpop_nonce: self.dpop.nonce(self.runtime.clock.now()),
                 });
             }
         }
@@ -347,7 +349,7 @@ impl Grantor<'_> {
             .keys
             .signing_key(now)
             .ok_or(Refusal::NoSigningKey)?;
-        let issuer = self.config.issuer.as_str();
+        let issuer = self.runtime.issuer.as_str();
         let expires_in = u64::from(plan.token_ttl);
         let iat = now.max(0) as u64;
         let jti = secrets::random_token(16);
@@ -394,7 +396,7 @@ impl Grantor<'_> {
             },
             jti,
             reused: false,
-            dpop_nonce: self.dpop.nonce(self.config.clock.now()),
+            dpop_nonce: self.dpop.nonce(self.runtime.clock.now()),
         })
     }
 
@@ -420,7 +422,7 @@ impl Grantor<'_> {
             (_, Ok(None)) => return Ok(None),
             (_, Ok(Some(proof))) => proof,
         };
-        let issuer = self.config.issuer.trim_end_matches('/');
+        let issuer = self.runtime.issuer.trim_end_matches('/');
         let endpoint = format!("{issuer}/connect/token");
         let htu = tessera_proto::dpop::htu(&endpoint).unwrap_or(endpoint);
         self.dpop
@@ -444,7 +446,7 @@ impl Grantor<'_> {
         let targets = resources(
             &request.resource,
             &plan.scopes,
-            &self.config.issuer,
+            &self.runtime.issuer,
             registry,
         )?;
         let scopes = match (request.scope.as_deref(), &targets) {

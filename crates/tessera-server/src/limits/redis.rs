@@ -174,8 +174,12 @@ impl RedisLimiter {
     /// Connects to `url` (`redis://host:port/db`), loads the script and counts the fleet
     /// with a first heartbeat, 2 s at most for each, or fails with a message naming the URL
     /// without its password. Takes from `config` the prefix of the keys, the bound on each
-    /// call, the expected number of instances and the clock of the fallback.
-    pub(crate) async fn connect(url: &str, config: &Config) -> Result<Self, ConnectError> {
+    /// call and the expected number of instances; `clock` is the fallback's.
+    pub(crate) async fn connect(
+        url: &str,
+        config: &Config,
+        clock: Clock,
+    ) -> Result<Self, ConnectError> {
         let redacted = redact_url(url);
         let client = redis::Client::open(url).map_err(|e| ConnectError {
             url: redacted.clone(),
@@ -189,11 +193,11 @@ impl RedisLimiter {
             instance: crate::secrets::random_token(12),
             expected: config.expected_instances,
             fleet: AtomicU32::new(0),
-            clock: config.clock.clone(),
+            clock: clock.clone(),
             timeout: config.redis_timeout,
             url: redacted,
             state: RwLock::new(State::Down {
-                since: config.clock.elapsed(),
+                since: clock.elapsed(),
             }),
             generations: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -217,7 +221,7 @@ impl RedisLimiter {
         tokio::spawn(probe(Arc::downgrade(&redis)));
         Ok(Self {
             redis,
-            fallback: LocalLimiter::new(config.clock.clone()),
+            fallback: LocalLimiter::new(clock),
         })
     }
 

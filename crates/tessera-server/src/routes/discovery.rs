@@ -37,7 +37,7 @@ async fn jwks(State(state): State<AppState>) -> impl IntoResponse {
 
 /// RFC 8414 section 3.2: the metadata document.
 async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMetadata> {
-    let issuer = state.config().issuer.trim_end_matches('/').to_owned();
+    let issuer = state.issuer().trim_end_matches('/').to_owned();
     Json(AuthorizationServerMetadata {
         token_endpoint: format!("{issuer}/connect/token"),
         jwks_uri: format!("{issuer}/.well-known/jwks.json"),
@@ -56,14 +56,14 @@ async fn metadata(State(state): State<AppState>) -> Json<AuthorizationServerMeta
             .iter()
             .map(|a| a.as_str().to_owned())
             .collect(),
-        issuer: state.config().issuer.clone(),
+        issuer: state.issuer().to_owned(),
     })
 }
 
 /// Whether clients can authenticate with certificates (`serve --client-ca`, on the TLS
 /// handshake or through a trusted proxy's header).
 fn mtls_on(state: &AppState) -> bool {
-    state.config().client_ca().is_some()
+    state.client_ca().is_some()
 }
 
 /// The client authentication methods (RFC 8414 section 2), with those of RFC 8705 when

@@ -161,7 +161,7 @@ pub(crate) fn active_claims(
 ) -> Option<AccessTokenClaims> {
     let claims = registry.keys.verify(token)?;
     let now = state.clock().now().max(0) as u64;
-    let valid = claims.iss == state.config().issuer
+    let valid = claims.iss == state.issuer()
         && claims.exp > now
         && claims.nbf.is_none_or(|nbf| nbf <= now)
         && !state.live().is_revoked(&claims.jti)

@@ -40,12 +40,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(health::router())
         .merge(openapi::router())
         .nest("/admin/v1", admin::router())
-        .merge(if config.console {
+        .merge(if config.console() {
             console::router(&state)
         } else {
             Router::new()
         })
-        .merge(if config.metrics_on_main_listener {
+        .merge(if config.metrics_on_main_listener() {
             metrics::router()
         } else {
             Router::new()

@@ -115,7 +115,7 @@ async fn only_this_servers_admin_tokens_get_in() {
 
     // The admin scope's audience is the issuer itself.
     let claims = claims_of(&admin);
-    assert_eq!(claims["aud"], json!([app.state.config().issuer]));
+    assert_eq!(claims["aud"], json!([app.state.issuer()]));
 
     // Taking the right away takes effect at once: a disabled admin client's token is refused.
     app.registrar()

@@ -43,7 +43,7 @@ fn good_claims(app: &TestApp, id: &ClientId) -> Value {
     let mut jti = [0u8; 12];
     aws_lc_rs::rand::fill(&mut jti).unwrap();
     json!({
-        "iss": id.as_str(), "sub": id.as_str(), "aud": app.state.config().issuer,
+        "iss": id.as_str(), "sub": id.as_str(), "aud": app.state.issuer(),
         "iat": now, "exp": now + 60, "jti": format!("{jti:?}"),
     })
 }
@@ -85,8 +85,8 @@ async fn every_assertion_rule_is_enforced() {
             period_secs: 60,
             burst: 1000,
         };
-        s.config.auth_failures.per_source_and_client = many;
-        s.config.auth_failures.per_client = many;
+        s.config.auth_failures_per_source_and_client = many;
+        s.config.auth_failures_per_client = many;
     })
     .await;
     let key = ProofKey::ed25519();
@@ -444,7 +444,7 @@ async fn an_assertion_replayed_at_another_instance_is_refused_through_redis() {
     let prefix = format!("tessera-test-jti-{}:", std::process::id());
     let setup = |prefix: String, db: Option<String>| {
         move |s: &mut tessera_testkit::Setup| {
-            s.config.issuer = "http://tessera.test".to_owned();
+            s.config.issuer = Some("http://tessera.test".to_owned());
             s.config.redis_url = Some("redis://127.0.0.1:6379".to_owned());
             s.config.redis_prefix = prefix;
             s.database_url = db;
@@ -575,9 +575,9 @@ fn many_failures(s: &mut tessera_testkit::Setup) {
         period_secs: 60,
         burst: 10_000,
     };
-    s.config.auth_failures.per_source_and_client = many;
-    s.config.auth_failures.per_client = many;
-    s.config.auth_failures.per_source = many;
+    s.config.auth_failures_per_source_and_client = many;
+    s.config.auth_failures_per_client = many;
+    s.config.auth_failures_per_source = many;
 }
 
 /// An assertion naming client `id`, signed by a key nobody registered.
@@ -690,7 +690,7 @@ async fn a_caller_out_of_failures_for_a_client_causes_no_fetch() {
         s.config.allow_private_jwks_uri = true;
         many_failures(s);
         // Two failures per hour per address and client.
-        s.config.auth_failures.per_source_and_client = tessera_store::RateLimit {
+        s.config.auth_failures_per_source_and_client = tessera_store::RateLimit {
             count: 2,
             period_secs: 3600,
             burst: 2,

@@ -102,7 +102,7 @@ async fn on_a_dual_stack_listener_ipv4_peers_are_ipv4_addresses() {
     // Behind `--listen [::]:PORT`, a peer at 127.0.0.1 arrives as ::ffff:127.0.0.1; the
     // trusted proxy is named 127.0.0.1 and must still match, and the audit says 127.0.0.1.
     let app = spawn_with(|s| {
-        s.listen = "[::]:0".parse().unwrap();
+        s.config.listen = "[::]:0".parse().unwrap();
         s.config.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
     })
     .await;

@@ -15,12 +15,12 @@ async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
     let issuer = "https://auth.cluster.test";
     let a = spawn_with(|s| {
         s.database_url = Some(schema.url.clone());
-        s.config.issuer = issuer.into();
+        s.config.issuer = Some(issuer.into());
     })
     .await;
     let b = spawn_with(|s| {
         s.database_url = Some(schema.url.clone());
-        s.config.issuer = issuer.into();
+        s.config.issuer = Some(issuer.into());
     })
     .await;
 
@@ -120,7 +120,7 @@ async fn instances_sharing_redis_share_each_clients_rate_limit() {
     );
     let shared = |s: &mut Setup| {
         s.database_url = Some(schema.url.clone());
-        s.config.issuer = "https://auth.cluster.test".into();
+        s.config.issuer = Some("https://auth.cluster.test".into());
         s.config.redis_url = Some(redis.clone());
         s.config.redis_prefix = prefix.clone();
     };

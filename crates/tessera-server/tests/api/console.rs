@@ -183,7 +183,7 @@ async fn session_cookies_are_http_only_strict_bounded_and_secure_under_https() {
     assert_eq!(overview.status(), StatusCode::OK);
     assert!(overview.text().await.unwrap().contains(id.as_str()));
 
-    let app = spawn_with(|s| s.config.issuer = "https://tessera.example".into()).await;
+    let app = spawn_with(|s| s.config.issuer = Some("https://tessera.example".into())).await;
     let (id, secret) = admin(&app, "admin", "tessera-admin").await;
     let mut visitor = Visitor::new(&app);
     let form = visitor.get("/console/sign-in").await;
@@ -294,7 +294,7 @@ async fn a_read_only_admin_sees_no_write_buttons_and_a_forged_write_is_refused()
 #[tokio::test]
 async fn failed_sign_ins_are_throttled_as_token_requests_are() {
     let app = spawn_with(|s| {
-        s.config.auth_failures.per_source_and_client = RateLimit {
+        s.config.auth_failures_per_source_and_client = RateLimit {
             count: 2,
             period_secs: 60,
             burst: 2,
@@ -339,7 +339,7 @@ async fn failed_sign_ins_are_throttled_as_token_requests_are() {
 
 #[tokio::test]
 async fn no_console_serves_nothing_under_console() {
-    let app = spawn_with(|s| s.config.console = false).await;
+    let app = spawn_with(|s| s.config.no_console = true).await;
     let mut visitor = Visitor::new(&app);
     assert_eq!(
         visitor.get("/console/").await.status(),

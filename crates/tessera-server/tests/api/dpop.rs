@@ -280,7 +280,7 @@ async fn a_proof_replayed_at_another_instance_is_refused_through_redis() {
     let prefix = format!("tessera-test-dpop-{}:", std::process::id());
     let setup = |issuer: &'static str, prefix: String, db: Option<String>| {
         move |s: &mut tessera_testkit::Setup| {
-            s.config.issuer = issuer.to_owned();
+            s.config.issuer = Some(issuer.to_owned());
             s.config.redis_url = Some("redis://127.0.0.1:6379".to_owned());
             s.config.redis_prefix = prefix;
             s.database_url = db;

@@ -75,8 +75,8 @@ async fn app() -> TestApp {
             period_secs: 60,
             burst: 1000,
         };
-        s.config.auth_failures.per_source_and_client = many;
-        s.config.auth_failures.per_client = many;
+        s.config.auth_failures_per_source_and_client = many;
+        s.config.auth_failures_per_client = many;
     })
     .await
 }

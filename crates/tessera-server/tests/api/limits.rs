@@ -75,7 +75,7 @@ pub(crate) fn per_minute(count: u32) -> RateLimit {
 
 #[tokio::test]
 async fn failures_are_throttled_per_client_and_address_and_never_the_right_secret() {
-    let app = spawn_with(|s| s.config.auth_failures.per_source_and_client = per_minute(3)).await;
+    let app = spawn_with(|s| s.config.auth_failures_per_source_and_client = per_minute(3)).await;
     let (id, secret) = app.client().await;
     let (other, other_secret) = app.client().await;
     // A neighbour behind the same address (a NAT, a load balancer without --trusted-proxy).
@@ -136,7 +136,7 @@ async fn failures_are_throttled_per_client_and_address_and_never_the_right_secre
 
 #[tokio::test]
 async fn a_flood_of_unknown_ids_meets_the_coarse_cap_of_its_address() {
-    let app = spawn_with(|s| s.config.auth_failures.per_source = per_minute(5)).await;
+    let app = spawn_with(|s| s.config.auth_failures_per_source = per_minute(5)).await;
     let (id, secret) = app.client().await;
     let mut statuses = Vec::new();
     for i in 0..7 {
@@ -169,7 +169,7 @@ async fn ratelimit_says_when_the_allowance_is_whole_again() {
 
 #[tokio::test]
 async fn each_address_is_throttled_for_its_retry_after_and_no_longer() {
-    let app = spawn_with(|s| s.config.auth_failures.per_source_and_client = per_minute(1)).await;
+    let app = spawn_with(|s| s.config.auth_failures_per_source_and_client = per_minute(1)).await;
     let (id, _) = app.client().await;
     let wrong = tessera_proto::ClientSecret::new("guess");
     let from = |last: u8| {
@@ -249,7 +249,7 @@ async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
 async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
     let app = spawn_with(|s| {
         s.config.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
-        s.config.auth_failures.per_source_and_client = per_minute(2);
+        s.config.auth_failures_per_source_and_client = per_minute(2);
     })
     .await;
     let (id, secret) = app.client().await;
@@ -290,7 +290,7 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_throttled() {
 async fn an_untrusted_peer_cannot_escape_the_throttle_with_x_forwarded_for() {
     // The loopback peer is no trusted proxy here: its X-Forwarded-For is the caller's to
     // write, so a new address in each request must not buy a new allowance.
-    let app = spawn_with(|s| s.config.auth_failures.per_source_and_client = per_minute(2)).await;
+    let app = spawn_with(|s| s.config.auth_failures_per_source_and_client = per_minute(2)).await;
     let (id, _) = app.client().await;
     let wrong = tessera_proto::ClientSecret::new("guess");
     let mut statuses = Vec::new();

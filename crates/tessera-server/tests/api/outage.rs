@@ -137,7 +137,7 @@ async fn unknown_ids_cannot_take_the_slots_during_a_database_outage() {
         s.config.sync_interval = SLOW_POLL;
         s.config.max_in_flight = CAP;
         // Every request comes from 127.0.0.1: its failures are not what is tested.
-        s.config.auth_failures.per_source = crate::limits::per_minute(1_000_000);
+        s.config.auth_failures_per_source = crate::limits::per_minute(1_000_000);
     })
     .await;
     let (id, secret) = app.client().await;

@@ -245,7 +245,7 @@ async fn refusals_count_against_the_rate_and_carry_its_fields() {
 #[tokio::test]
 async fn throttled_addresses_are_counted_in_the_metrics() {
     let app = spawn_with(|s| {
-        s.config.auth_failures.per_source_and_client = RateLimit {
+        s.config.auth_failures_per_source_and_client = RateLimit {
             count: 1,
             period_secs: 60,
             burst: 1,
@@ -437,7 +437,7 @@ async fn metrics_on_the_main_listener_are_warned_of_at_start() {
     assert!(public.log().contains("--metrics-listen"));
     assert!(!public.metrics().await.is_empty());
 
-    let private = spawn_with(|s| s.config.metrics_on_main_listener = false).await;
+    let private = spawn_with(|s| s.config.metrics_listen = Some(([127, 0, 0, 1], 0).into())).await;
     // Answered, so past the point where the warning would have been logged.
     let health = private
         .http
@@ -451,12 +451,10 @@ async fn metrics_on_the_main_listener_are_warned_of_at_start() {
 
 #[tokio::test]
 async fn metrics_can_live_on_a_listener_of_their_own() {
-    let app = spawn_with(|s| s.config.metrics_on_main_listener = false).await;
+    let app = spawn_with(|s| s.config.metrics_listen = Some(([127, 0, 0, 1], 0).into())).await;
     let main = app.http.get(app.url("/metrics")).send().await.unwrap();
     assert_eq!(main.status(), 404, "not on the public listener");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(tessera_server::run_metrics(listener, app.state.clone()));
+    let addr = app.metrics_addr.expect("the metrics listener");
     let (id, secret) = app.client().await;
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
     let text = reqwest::get(format!("http://{addr}/metrics"))

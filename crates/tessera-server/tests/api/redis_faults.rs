@@ -71,7 +71,7 @@ async fn a_dead_or_frozen_redis_leaves_each_instance_its_share_and_redis_takes_o
         // The default is 50 ms; a loaded test machine must not turn a slow answer into a
         // fault where the test expects Redis's own decision.
         s.config.redis_timeout = Duration::from_millis(500);
-        s.config.auth_failures.per_source_and_client = per_minute(4);
+        s.config.auth_failures_per_source_and_client = per_minute(4);
     })
     .await;
     plan_with(&app, "metered", rate(4, 60, 4)).await;

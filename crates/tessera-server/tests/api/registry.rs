@@ -287,7 +287,7 @@ async fn insert_clients(app: &TestApp, n: usize, hash: &[u8]) {
 /// applies that one row, not a reload of the `n`. (How long a sync takes is measured in
 /// benches, not asserted here.)
 async fn disabling_one_client_among(n: usize) {
-    assert!(tessera_server::Config::new("").sync_interval <= Duration::from_secs(1));
+    assert!(tessera_server::Config::default().sync_interval <= Duration::from_secs(1));
     // The test syncs by hand: with a million clients the inserts alone outlast a minute.
     let app = spawn_with(|s| s.config.sync_interval = Duration::from_secs(24 * 3600)).await;
     let started = std::time::Instant::now();

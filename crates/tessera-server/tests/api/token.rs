@@ -597,7 +597,7 @@ async fn a_change_by_another_process_is_seen_by_the_background_poll() {
     // The one-second promise is the default poll interval of 250 ms; the test waits for
     // the change itself, with a bound generous enough for a loaded machine.
     assert_eq!(
-        tessera_server::Config::new("http://x").sync_interval,
+        tessera_server::Config::default().sync_interval,
         Duration::from_millis(250)
     );
     let app = spawn_with(|s| {

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tessera_server::tls::{Tls, TlsFiles};
 use tessera_testkit::{spawn_app, spawn_with, Setup, TestApp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -31,14 +30,9 @@ async fn tls_app(configure: impl FnOnce(&mut Setup)) -> TlsApp {
     let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     std::fs::write(&cert_path, generated.cert.pem()).unwrap();
     std::fs::write(&key_path, generated.key_pair.serialize_pem()).unwrap();
-    let tls = Tls::load(TlsFiles {
-        cert: cert_path.clone(),
-        key: key_path,
-        client_ca: None,
-    })
-    .unwrap();
     let app = spawn_with(|setup| {
-        setup.config.tls = Some(Arc::new(tls));
+        setup.config.tls_cert = Some(cert_path.clone());
+        setup.config.tls_key = Some(key_path);
         configure(setup);
     })
     .await;

@@ -91,14 +91,14 @@ impl AdminGuard {
                 return Ok(verifier.clone());
             }
         }
-        let issuer = &state.config().issuer;
+        let issuer = state.issuer();
         let jwks = JwkSet {
             keys: published.iter().map(|k| k.jwk.clone()).collect(),
         };
         // The issuer is the admin API's resource URL: the origin its DPoP proofs name.
-        let verifier = Verifier::builder(issuer.clone(), issuer.clone())
+        let verifier = Verifier::builder(issuer, issuer)
             .static_keys(jwks)
-            .resource_url(issuer.clone())
+            .resource_url(issuer)
             .realm(REALM)
             .clock(state.clock().clone())
             .build()
@@ -119,8 +119,7 @@ async fn authorize(state: &AppState, parts: &Parts, write: bool) -> Result<Strin
         .map_or(&parts.uri, |OriginalUri(uri)| uri)
         .path();
     let issuer_path = state
-        .config()
-        .issuer
+        .issuer()
         .split_once("://")
         .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
         .unwrap_or("")

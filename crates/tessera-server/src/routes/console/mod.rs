@@ -63,7 +63,7 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
         app: state.clone(),
         api: Api::new(state),
         sessions: Arc::default(),
-        secure: state.config().issuer.starts_with("https://"),
+        secure: state.issuer().starts_with("https://"),
     };
     Router::new()
         .route(

@@ -662,7 +662,7 @@ pub(super) async fn create_client(
 /// The one page that shows a secret.
 fn secret_page(console: &Console, session: &Session, client: &Client, title: &str) -> Response {
     let secret = client.client_secret.as_deref().unwrap_or_default();
-    let issuer = console.app.config().issuer.trim_end_matches('/');
+    let issuer = console.app.issuer().trim_end_matches('/');
     let body = html! {
         h1 { (title) }
         div.warning role="alert" {
