@@ -63,7 +63,7 @@ async fn client_create_count_makes_that_many_usable_clients() {
     assert_eq!(listed(d), N);
 
     // A sample of the printed secrets, from the first batch, the middle and the last chunk.
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     for c in [&clients[0], &clients[N / 2], &clients[N - 1]] {
         let (id, secret) = (
             c["client_id"].as_str().unwrap(),

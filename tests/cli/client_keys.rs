@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tessera_testkit::claims_of;
 use tessera_testkit::dpop::ProofKey;
 
-use crate::{command, fails, issued_total, ok, Server};
+use crate::{command, fails, issued_total, ok, serve};
 
 /// `tessera token ARGS` as client `id`, with the token cache at `cache` and the
 /// `TESSERA_*` variables in `env`, and nothing else: no secret.
@@ -120,7 +120,7 @@ async fn a_generated_client_key_gets_tokens_without_a_secret() {
 
     std::fs::write(d.join("jwks.json"), &printed).unwrap();
     let id = create_keyed_client(d, "jwks.json");
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     let base = server.base.as_str();
     let cache = d.join("cache").join("tokens.json");
     let with_key = |key: &str| {
@@ -179,7 +179,7 @@ async fn an_assertion_file_is_sent_as_the_client_assertion() {
     jwk["kid"] = json!("platform-1");
     std::fs::write(d.join("jwks.json"), json!({ "keys": [jwk] }).to_string()).unwrap();
     let id = create_keyed_client(d, "jwks.json");
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     let base = server.base.clone();
     let cache = d.join("tokens.json");
     let file = d.join("tessera-token");

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{fails_with, ok_with, Server};
+use super::{fails_with, ok_with, spawn};
 
 /// Writes `text` as `NAME` in `dir`; returns its path as a string.
 fn file(dir: &Path, name: &str, text: &str) -> String {
@@ -216,7 +216,7 @@ async fn serve_runs_with_the_settings_of_its_file() {
              realm = \"from-the-file\"\n"
         ),
     );
-    let server = Server::start_with(d, &[], &["serve", "--config", &path]);
+    let server = spawn(d, &[], &["serve", "--config", &path]);
     let http = reqwest::Client::new();
     let token = |body: String| {
         http.post(format!("{}/connect/token", server.base))

@@ -21,7 +21,7 @@ async fn database_files_are_created_0600() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // While the server runs, SQLite holds the WAL and its index beside the file.
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     for name in ["tessera.db", "tessera.db-wal", "tessera.db-shm"] {
         assert_eq!(mode(&d.join(name)), "600", "{name}");
     }
@@ -108,11 +108,11 @@ async fn a_lost_database_beside_its_key_is_not_replaced_silently() {
     assert!(err.contains("--init is for `serve`"), "{err}");
 
     // --init starts a new database under the key; from then on it is the key's database.
-    let server = Server::start(d, &["--init"]);
+    let server = serve(d, &["--init"]);
     server.terminate().await;
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     let (id, secret) = create_client(d, "pro");
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     assert_eq!(
         token(&server.base, &id, &secret, "news-api").await.status(),
         200
@@ -130,7 +130,7 @@ fn a_first_start_that_stopped_needs_no_init() {
     let err = fails(d, &["serve", "--listen", &address]);
     assert!(err.contains("cannot listen"), "{err}");
     assert!(d.join("tessera.db.key").exists());
-    drop(Server::start(d, &[]));
+    drop(serve(d, &[]));
 }
 
 /// After a clean stop the database file alone holds every change: the WAL is checkpointed
@@ -141,7 +141,7 @@ async fn sigterm_leaves_an_empty_wal() {
     let d = dir.path();
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     let (id, secret) = create_client(d, "pro");
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     // Usage is written on shutdown, so the server has a write of its own to checkpoint.
     assert_eq!(
         token(&server.base, &id, &secret, "news-api").await.status(),
@@ -163,7 +163,7 @@ async fn a_backup_taken_while_serving_restores_with_its_key() {
     let d = dir.path();
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     let (id, secret) = create_client(d, "pro");
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     assert_eq!(
         token(&server.base, &id, &secret, "news-api").await.status(),
         200
@@ -187,7 +187,7 @@ async fn a_backup_taken_while_serving_restores_with_its_key() {
     let r = restored.path();
     std::fs::copy(d.join("copy.db"), r.join("tessera.db")).unwrap();
     std::fs::copy(d.join("tessera.db.key"), r.join("tessera.db.key")).unwrap();
-    let second = Server::start(r, &[]);
+    let second = serve(r, &[]);
     assert_eq!(
         token(&second.base, &id, &secret, "news-api").await.status(),
         200
@@ -215,8 +215,8 @@ async fn a_backup_taken_while_serving_restores_with_its_key() {
 async fn another_issuer_on_the_same_database_is_warned_about() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let first = Server::start(d, &[]);
-    let second = Server::start(d, &[]);
+    let first = serve(d, &[]);
+    let second = serve(d, &[]);
     let warning = second.log_line(|l| l.contains("another issuer")).await;
     assert!(
         warning.contains("WARN")
@@ -224,12 +224,12 @@ async fn another_issuer_on_the_same_database_is_warned_about() {
             && warning.contains(&format!("issuer={}", second.base)),
         "{warning}"
     );
-    let third = Server::start(d, &["--issuer", &second.base]);
+    let third = serve(d, &["--issuer", &second.base]);
     for server in [first, third] {
         server.signal("-TERM");
         // Every line before it has been read.
         server.log_line(|l| l.contains("shutting down")).await;
-        let log = server.stderr.lock().unwrap().join("\n");
+        let log = server.stderr().join("\n");
         assert!(!log.contains("another issuer"), "{log}");
     }
 }
@@ -246,7 +246,7 @@ async fn a_full_disk_fails_cli_and_server_writes_clearly_and_both_recover() {
     let d = disk.path.as_path();
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     let (id, secret) = create_client(d, "pro");
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     server.sees_changes(d, &[]).await;
     let answer: serde_json::Value = token(&server.base, &id, &secret, "news-api")
         .await

@@ -24,7 +24,7 @@ async fn admin_commands_through_the_api_match_the_database() {
     let d = dir.path();
     let (admin_id, admin_secret) = bootstrap_admin(d);
     // `serve` does not use --admin-url: one left in the environment changes nothing.
-    let server = Server::start_with(
+    let server = spawn(
         d,
         &[("TESSERA_ADMIN_URL", "http://127.0.0.1:9")],
         &["serve", "--listen", "127.0.0.1:0"],
@@ -348,7 +348,7 @@ async fn admin_url_tokens_scopes_and_refusals() {
     let (reader_id, reader_secret) = create_client(d, "reader");
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     let (app_id, app_secret) = create_client(d, "pro");
-    let server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     let base = server.base.as_str();
     let r = tempfile::tempdir().unwrap();
     let r = r.path();

@@ -12,7 +12,7 @@ async fn stops_after_the_request_in_flight(signal: &str) {
     let d = dir.path();
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     let (id, secret) = create_client(d, "pro");
-    let mut server = Server::start(d, &[]);
+    let server = serve(d, &[]);
     let base = server.base.clone();
     let issued: serde_json::Value = token(&base, &id, &secret, "news-api")
         .await
@@ -70,7 +70,7 @@ async fn stops_after_the_request_in_flight(signal: &str) {
         200,
         "the request in flight completes"
     );
-    let exit = server.child.wait().unwrap();
+    let exit = server.exited().await;
     assert!(exit.success(), "{signal}: {exit:?}");
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{create_client, ok, Server};
+use super::{create_client, ok, serve, spawn, Server};
 
 /// A self-signed certificate for localhost and 127.0.0.1: (cert PEM, key PEM).
 pub(super) fn certificate() -> (String, String) {
@@ -55,7 +55,7 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut ready: imp
 
 pub(super) fn start_tls(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> Server {
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
-    Server::start(
+    serve(
         dir,
         &[&["--tls-cert", cert, "--tls-key", key], extra].concat(),
     )
@@ -147,9 +147,7 @@ async fn tokens_over_https_with_http2_and_a_certificate_reload() {
     server.signal("-HUP");
     until("the failed reload is logged", || async {
         server
-            .stderr
-            .lock()
-            .unwrap()
+            .stderr()
             .iter()
             .any(|l| l.contains("keeping the previous certificate"))
     })
@@ -242,7 +240,7 @@ async fn the_plain_listener_answers_health_checks_only() {
 async fn the_demo_serves_https_with_a_certificate_it_prints() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let server = Server::start(d, &["--demo", "--tls"]);
+    let server = serve(d, &["--demo", "--tls"]);
     assert!(server.base.starts_with("https://"), "{}", server.base);
     let cert = std::fs::read_to_string(d.join("tessera-demo-cert.pem")).unwrap();
     #[cfg(unix)]
@@ -611,7 +609,7 @@ async fn a_trusted_proxy_passes_the_client_certificate_on() {
             proxy,
         ]
     };
-    let behind = Server::start(d, &proxy_args("127.0.0.1"));
+    let behind = serve(d, &proxy_args("127.0.0.1"));
     let (status, body) = ask(behind.base.clone(), Some(escaped.clone())).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(claims(&body)["cnf"]["x5t#S256"], thumbprint(&cert));
@@ -619,7 +617,7 @@ async fn a_trusted_proxy_passes_the_client_certificate_on() {
     assert_eq!(status, 401);
     drop(behind);
     // The same header from an address that is not a trusted proxy is ignored.
-    let exposed = Server::start(d, &proxy_args("10.9.9.9"));
+    let exposed = serve(d, &proxy_args("10.9.9.9"));
     let (status, body) = ask(exposed.base.clone(), Some(escaped)).await;
     assert_eq!(
         (status, body["error"].as_str()),
@@ -663,7 +661,7 @@ async fn tls_settings_are_read_from_the_environment() {
     let created: serde_json::Value = serde_json::from_str(created.trim()).unwrap();
     let id = created["client_id"].as_str().unwrap().to_owned();
     let health = super::free_address();
-    let server = Server::start_with(
+    let server = spawn(
         d,
         &[
             ("TESSERA_TLS_CERT", cert_path.to_str().unwrap()),

@@ -13,6 +13,7 @@
 //! # }
 //! ```
 
+pub mod binary;
 pub mod dpop;
 
 use std::io::Write;
@@ -334,12 +335,22 @@ pub fn escaped_pem(pem: &str) -> String {
 
 /// The claims of a JWT, read without verification.
 pub fn claims_of(token: &str) -> serde_json::Value {
+    jwt_part(token, 1)
+}
+
+/// The JOSE header of a JWT (RFC 7515 section 4), read without verification.
+pub fn header_of(token: &str) -> serde_json::Value {
+    jwt_part(token, 0)
+}
+
+/// Part `index` of a JWS in compact form, base64url-decoded and parsed as JSON.
+fn jwt_part(token: &str, index: usize) -> serde_json::Value {
     use base64::Engine;
-    let payload = token.split('.').nth(1).expect("a JWT");
+    let part = token.split('.').nth(index).expect("a JWT");
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload)
+        .decode(part)
         .expect("base64url");
-    serde_json::from_slice(&bytes).expect("JSON claims")
+    serde_json::from_slice(&bytes).expect("a JSON object")
 }
 
 /// A `redis-server` of the test's own on a free port of 127.0.0.1, for fault tests: kill it,

@@ -1,0 +1,619 @@
+//! `serve` as an operator runs it: its flags and `TESSERA_*` variables, changes made by the
+//! CLI seen while it runs, a kill -9, the demo, and a clean stop on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+
+use super::*;
+
+/// The signing keys the server publishes.
+async fn published_keys(base: &str) -> Vec<serde_json::Value> {
+    let jwks: serde_json::Value = reqwest::get(format!("{base}/.well-known/jwks.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    jwks["keys"].as_array().unwrap().clone()
+}
+
+#[test]
+fn serve_on_an_unspecified_address_needs_an_issuer() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = fails(dir.path(), &["serve", "--listen", "0.0.0.0:0"]);
+    assert!(err.contains("--issuer"), "{err}");
+}
+
+#[tokio::test]
+async fn serve_sees_cli_changes_and_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        d,
+        &["plan", "set", "pro", "--scopes", "market-data-api news-api"],
+    );
+    let server = serve(d, &[]);
+
+    // A client created by the CLI while the server runs gets a token: the server polls
+    // every 250 ms (the one-second promise); the bound here is generous, for a loaded machine.
+    let (id, secret) = create_client(d, "pro");
+    let started = Instant::now();
+    while token(&server.base, &id, &secret, "news-api").await.status() != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "change not seen within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // kill -9 right after the server acknowledged a revocation: it survives the restart.
+    let issued: serde_json::Value = token(&server.base, &id, &secret, "news-api")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let access_token = issued["access_token"].as_str().unwrap().to_owned();
+    let form = |path: &str| {
+        reqwest::Client::new()
+            .post(format!("{}{path}", server.base))
+            .basic_auth(&id, Some(&secret))
+            .form(&[("token", access_token.as_str())])
+    };
+    assert_eq!(
+        form("/connect/revocation").send().await.unwrap().status(),
+        200
+    );
+    server.signal("-KILL");
+    drop(server);
+    let server = serve(d, &[]);
+    let introspected: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/connect/introspect", server.base))
+        .basic_auth(&id, Some(&secret))
+        .form(&[("token", access_token.as_str())])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(introspected["active"], false, "the revocation was lost");
+    assert_eq!(
+        token(&server.base, &id, &secret, "market-data-api")
+            .await
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn demo_leads_to_a_first_token_and_sigterm_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--demo"])
+        .current_dir(dir.path())
+        .env_remove("TESSERA_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut curl = None;
+    let mut line = String::new();
+    while curl.is_none() {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "no curl command printed"
+        );
+        if line.trim_start().starts_with("curl ") {
+            curl = Some(line.trim().to_owned());
+        }
+    }
+    let curl = curl.unwrap();
+    // The printed command: curl -s -u 'ID:SECRET' -d ... -d 'scope=...' URL
+    let creds = curl.split('\'').nth(1).unwrap();
+    let (id, secret) = creds.split_once(':').unwrap();
+    let url = curl.rsplit(' ').next().unwrap();
+    let base = url.strip_suffix("/connect/token").unwrap();
+    let response = token(base, id, secret, "market-data-api news-api").await;
+    assert_eq!(response.status(), 200);
+
+    // Then the admin client's line: TOKEN=$(curl -s -u 'ID:SECRET' ... scope=tessera-admin URL | sed ...)
+    let admin_line = loop {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "no admin line");
+        if line.trim_start().starts_with("TOKEN=$(curl ") {
+            break line.trim().to_owned();
+        }
+    };
+    let (admin_id, admin_secret) = admin_line
+        .split('\'')
+        .nth(1)
+        .unwrap()
+        .split_once(':')
+        .unwrap();
+    let answer: serde_json::Value = token(base, admin_id, admin_secret, "tessera-admin")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let clients: serde_json::Value = reqwest::Client::new()
+        .get(format!("{base}/admin/v1/clients"))
+        .bearer_auth(answer["access_token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = clients["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(
+        names.contains(&"demo") && names.contains(&"demo-admin"),
+        "{names:?}"
+    );
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "graceful exit on SIGTERM: {exit:?}");
+}
+
+/// Writes `key` to `path` as an operator must: a file only its owner can read.
+fn write_key_file(path: &Path, key: &str) {
+    std::fs::write(path, key).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
+
+/// A token request as a proxy forwards it, with `X-Forwarded-For`.
+async fn token_forwarded(
+    base: &str,
+    (id, secret): &(String, String),
+    forwarded_for: &str,
+) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/connect/token"))
+        .basic_auth(id, Some(secret))
+        .header("x-forwarded-for", forwarded_for)
+        .form(&[("grant_type", "client_credentials"), ("scope", "news-api")])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The audit event (a JSON log line) of the issuance of `token`.
+async fn audit_of_issuance(server: &Server, token: &str) -> serde_json::Value {
+    let jti = claims_of(token)["jti"].as_str().unwrap().to_owned();
+    let line = server.log_line(|l| l.contains(&jti)).await;
+    let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(event["target"], "tessera::audit", "{line}");
+    event["fields"].clone()
+}
+
+/// Checks that `token` is an ES256 token signed by the one published key, a P-256 key.
+async fn assert_es256(base: &str, token: &str) {
+    let header = header_of(token);
+    assert_eq!(header["alg"], "ES256", "{header}");
+    let keys = published_keys(base).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(
+        (&keys[0]["kty"], &keys[0]["crv"], &keys[0]["alg"]),
+        (&"EC".into(), &"P-256".into(), &"ES256".into()),
+        "{keys:?}"
+    );
+    assert_eq!(keys[0]["kid"], header["kid"]);
+}
+
+/// Every line the server wrote to stderr is a JSON object.
+fn assert_json_lines(server: &Server) {
+    let lines = server.stderr();
+    assert!(!lines.is_empty());
+    for line in lines.iter() {
+        let parsed = serde_json::from_str::<serde_json::Value>(line);
+        assert!(
+            parsed.is_ok_and(|v| v.is_object()),
+            "not a JSON line: {line}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn serve_flags_and_the_master_key_file_take_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_key_file(&d.join("master.key"), &(master_key() + "\n"));
+    write_key_file(&d.join("other.key"), &master_key());
+    let data = [
+        "--database",
+        "sqlite://flags.db",
+        "--master-key-file",
+        "master.key",
+    ];
+    ok(
+        d,
+        &[&["plan", "set", "pro", "--scopes", "news-api"], &data[..]].concat(),
+    );
+    let client = create_client_with(d, &[], &data, "pro");
+
+    // Another key, given either way, is refused and writes nothing; so is none at all (no
+    // key file is generated for a database that holds clients).
+    let create = [
+        "client",
+        "create",
+        "--plan",
+        "pro",
+        "--database",
+        "sqlite://flags.db",
+    ];
+    let err = fails(
+        d,
+        &[&create[..], &["--master-key-file", "other.key"]].concat(),
+    );
+    assert!(err.contains("does not belong to this database"), "{err}");
+    let other = master_key();
+    let err = fails_with(d, &[("TESSERA_MASTER_KEY", &other)], &create);
+    assert!(err.contains("does not belong to this database"), "{err}");
+    let err = fails(d, &create);
+    assert!(err.contains("master key"), "{err}");
+    // A key file others could read is refused, naming the fix.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let key = d.join("master.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = fails(
+            d,
+            &[&create[..], &["--master-key-file", "master.key"]].concat(),
+        );
+        assert!(err.contains("chmod 600") && err.contains("644"), "{err}");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let listed = ok(
+        d,
+        &[
+            "client",
+            "list",
+            "--json",
+            "--database",
+            "sqlite://flags.db",
+        ],
+    );
+    assert_eq!(
+        serde_json::from_str::<Vec<serde_json::Value>>(&listed)
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(!d.join("tessera.db").exists(), "--database was honoured");
+
+    let server = serve(
+        d,
+        &[
+            &data[..],
+            &[
+                "--signing-alg",
+                "ES256",
+                "--log-json",
+                "--trusted-proxy",
+                "10.9.9.9",
+            ],
+        ]
+        .concat(),
+    );
+    let base = server.base.as_str();
+
+    // The secret hashed by `client create` under the key file checks out in `serve` with it.
+    let issued = access_token(token_forwarded(base, &client, "203.0.113.7").await).await;
+    assert_es256(base, &issued).await;
+
+    // The audit event has every field; X-Forwarded-For from a peer that is not a trusted
+    // proxy is not believed.
+    let event = audit_of_issuance(&server, &issued).await;
+    assert_eq!(event["event"], "token_issued");
+    assert_eq!(event["client_id"], client.0.as_str());
+    assert_eq!(event["plan"], "pro");
+    assert_eq!(event["scope"], "news-api");
+    assert_eq!(event["outcome"], "issued");
+    assert_eq!(event["source"], "127.0.0.1", "{event}");
+    let (status, _) = answer(token(base, &client.0, "tcs_wrong", "news-api").await).await;
+    assert_eq!(status, 401);
+    let refused = server.log_line(|l| l.contains("token_refused")).await;
+    let refused: serde_json::Value = serde_json::from_str(&refused).unwrap();
+    assert_eq!(refused["fields"]["outcome"], "invalid_client");
+    assert_eq!(refused["fields"]["client_id"], client.0.as_str());
+    assert_eq!(refused["fields"]["source"], "127.0.0.1");
+    assert_json_lines(&server);
+    let log = server.stderr().join("\n");
+    assert!(
+        !log.contains(&client.1) && !log.contains(&issued),
+        "a secret was logged"
+    );
+}
+
+/// Whether `key` exists in the Redis at `url` (`redis://host:port`), asked in RESP.
+fn redis_has(url: &str, key: &str) -> bool {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("redis://");
+    let address = address.split('/').next().unwrap();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(stream, "*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len()).unwrap();
+    let mut reply = [0u8; 4];
+    stream.read_exact(&mut reply).unwrap();
+    match &reply {
+        b":1\r\n" => true,
+        b":0\r\n" => false,
+        other => panic!(
+            "unexpected Redis reply {:?}",
+            String::from_utf8_lossy(other)
+        ),
+    }
+}
+
+#[tokio::test]
+async fn serve_and_token_read_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // One key, given as a file to the admin commands and as a value to the server.
+    let key = master_key();
+    write_key_file(&d.join("master.key"), &key);
+    let database = format!("sqlite://{}", d.join("env.db").display());
+    let admin_env = [
+        ("TESSERA_DATABASE_URL", database.as_str()),
+        ("TESSERA_MASTER_KEY_FILE", "master.key"),
+    ];
+    ok_with(
+        d,
+        &admin_env,
+        &[
+            "plan",
+            "set",
+            "limited",
+            "--scopes",
+            "news-api",
+            "--token-rate",
+            "1/day",
+        ],
+    );
+    ok_with(
+        d,
+        &admin_env,
+        &["plan", "set", "open", "--scopes", "news-api"],
+    );
+    let limited = create_client_with(d, &admin_env, &[], "limited");
+    let open = create_client_with(d, &admin_env, &[], "open");
+    assert!(!d.join("tessera.db").exists() && d.join("env.db").exists());
+
+    let redis = std::env::var("TESSERA_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let mut serve_env = vec![
+        ("TESSERA_DATABASE_URL", database.as_str()),
+        ("TESSERA_MASTER_KEY", key.as_str()),
+        ("TESSERA_LISTEN", "127.0.0.1:0"),
+        ("TESSERA_ISSUER", "http://issuer.test"),
+        ("TESSERA_SIGNING_ALG", "ES256"),
+        ("TESSERA_TRUSTED_PROXIES", "10.9.9.9,127.0.0.1"),
+        ("TESSERA_LOG_JSON", "true"),
+        ("TESSERA_REDIS_URL", "redis://127.0.0.1:1"),
+    ];
+    // A Redis that cannot be reached stops the start, within seconds.
+    let err = refused_start(d, &serve_env, &["serve"]).await;
+    assert!(
+        err.contains("rate limiter: cannot use Redis at redis://127.0.0.1:1:"),
+        "{err}"
+    );
+    serve_env.pop();
+    serve_env.push(("TESSERA_REDIS_URL", &redis));
+    let server = spawn(d, &serve_env, &["serve"]);
+    let base = server.base.as_str();
+    assert!(
+        base.starts_with("http://127.0.0.1:") && !base.ends_with(":8080"),
+        "{base}"
+    );
+
+    let metadata: serde_json::Value =
+        reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(metadata["issuer"], "http://issuer.test");
+
+    // From a trusted proxy, the last address it did not add itself is the source.
+    let token = access_token(token_forwarded(base, &open, "198.51.100.1, 203.0.113.7").await).await;
+    assert_eq!(claims_of(&token)["iss"], "http://issuer.test");
+    assert_es256(base, &token).await;
+    let event = audit_of_issuance(&server, &token).await;
+    assert_eq!(event["source"], "203.0.113.7", "{event}");
+    let token = access_token(token_forwarded(base, &open, "203.0.113.7, 10.9.9.9").await).await;
+    assert_eq!(
+        audit_of_issuance(&server, &token).await["source"],
+        "203.0.113.7"
+    );
+    assert_json_lines(&server);
+
+    // The plan's rate is counted in Redis.
+    assert_eq!(
+        token_forwarded(base, &limited, "203.0.113.7")
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        token_forwarded(base, &limited, "203.0.113.7")
+            .await
+            .status(),
+        429
+    );
+    assert!(redis_has(
+        &redis,
+        &format!("tessera:rate:1/86400/1:{}", limited.0)
+    ));
+
+    // `tessera token` from the environment, cached by default under $XDG_CACHE_HOME.
+    let token_cmd = |cache_env: &[(&str, &Path)]| {
+        let mut command = command(d);
+        command
+            .args(["token", "--scope", "news-api"])
+            .env("TESSERA_AUTH_URL", base)
+            .env("TESSERA_CLIENT_ID", &open.0)
+            .env("TESSERA_CLIENT_SECRET", &open.1)
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("HOME");
+        for (name, value) in cache_env {
+            command.env(name, value);
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let xdg = d.join("xdg");
+    let issued = issued_total(base).await;
+    let cached = token_cmd(&[("XDG_CACHE_HOME", &xdg)]);
+    assert_eq!(token_cmd(&[("XDG_CACHE_HOME", &xdg)]), cached);
+    assert_eq!(
+        issued_total(base).await,
+        issued + 1,
+        "the second came from the cache"
+    );
+    let file = xdg.join("tessera").join("tokens.json");
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&cached));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&file), mode(&xdg.join("tessera"))), (0o600, 0o700));
+    }
+    // Without XDG_CACHE_HOME, under ~/.cache.
+    let home = d.join("home");
+    let from_home = token_cmd(&[("HOME", &home)]);
+    assert_ne!(from_home, cached, "another cache file");
+    let file = home.join(".cache").join("tessera").join("tokens.json");
+    assert!(std::fs::read_to_string(&file).unwrap().contains(&from_home));
+}
+
+/// A connection from `ip` to `server` that has been served one request (so it is open and
+/// counted against its address), or `None` when the server closed it at once.
+async fn held_connection(server: &Server, ip: [u8; 4]) -> Option<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr: std::net::SocketAddr = server
+        .base
+        .strip_prefix("http://")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::from((ip, 0))).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = [0u8; 512];
+    match stream.read(&mut buf).await {
+        Ok(n) if buf[..n].starts_with(b"HTTP/1.1 200") => Some(stream),
+        _ => None,
+    }
+}
+
+/// `serve`'s operating settings, once from the environment and once from flags: `/metrics`
+/// on a listener of its own and not on the main one, the connections one address may hold,
+/// the staleness bound (a database cut off behind a proxy makes the server unready within
+/// seconds, where the default bound is 5 minutes), and the console switched off.
+// Multi-threaded: the proxy forwards on the runtime while the test waits for the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_operating_settings_take_effect_from_the_environment_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key = master_key();
+    for from_env in [true, false] {
+        let schema = tessera_store::testing::scratch_postgres().await;
+        let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+        let proxy = tessera_testkit::CuttableProxy::to(real).await;
+        let url = schema
+            .url
+            .replace("127.0.0.1:5432", &proxy.addr.to_string());
+        assert_ne!(url, schema.url, "the test database is at 127.0.0.1:5432");
+        let metrics = free_address();
+        let mut env = vec![
+            ("TESSERA_DATABASE_URL", url.as_str()),
+            ("TESSERA_MASTER_KEY", key.as_str()),
+        ];
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        if from_env {
+            env.extend([
+                ("TESSERA_METRICS_LISTEN", metrics.as_str()),
+                ("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "2"),
+                ("TESSERA_MAX_STALENESS", "1"),
+            ]);
+        } else {
+            args.extend([
+                "--metrics-listen",
+                &metrics,
+                "--max-connections-per-address",
+                "2",
+                "--max-staleness",
+                "1",
+                "--no-console",
+            ]);
+        }
+        let server = spawn(d, &env, &args);
+        let base = server.base.as_str();
+        let how = if from_env { "environment" } else { "flags" };
+
+        // Two connections from one address, and no third; another address is served.
+        let first = held_connection(&server, [127, 0, 0, 5]).await;
+        let second = held_connection(&server, [127, 0, 0, 5]).await;
+        assert!(first.is_some() && second.is_some(), "{how}");
+        assert!(
+            held_connection(&server, [127, 0, 0, 5]).await.is_none(),
+            "{how}: a third connection from the same address is closed"
+        );
+        assert!(held_connection(&server, [127, 0, 0, 6]).await.is_some());
+
+        let metrics = reqwest::get(format!("http://{metrics}/metrics"))
+            .await
+            .unwrap();
+        assert_eq!(metrics.status(), 200, "{how}");
+        assert!(metrics.text().await.unwrap().contains("tessera_store_up"));
+        // One client, so that its requests share one connection of 127.0.0.1's two.
+        let http = reqwest::Client::new();
+        let get = |path: &str| http.get(format!("{base}{path}")).send();
+        let main = get("/metrics").await.unwrap();
+        assert_eq!(main.status(), 404, "{how}: not on the main listener");
+        let console = get("/console/").await.unwrap();
+        let served = if from_env { 200 } else { 404 };
+        assert_eq!(console.status(), served, "{how}: --no-console");
+
+        proxy.cut();
+        let started = Instant::now();
+        loop {
+            let ready = get("/readyz").await.unwrap();
+            if ready.status() == 503 {
+                let text = ready.text().await.unwrap();
+                assert!(text.contains("staleness bound"), "{how}: {text}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{how}: still ready 20 s after the database was cut off"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
