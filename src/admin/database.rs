@@ -5,16 +5,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::Result;
-use tessera_proto::clock::Timestamp;
+use tessera_proto::admin::{
+    self as api, Client, ClientInput, ClientPatch, ClientWithSecret, Key, Plan, TrustPolicy,
+    UsageDay,
+};
 use tessera_proto::Algorithm;
 use tessera_server::clock::Clock;
-use tessera_server::registrar::{CreatedClients, PlanSettings, Registrar, TrustPolicyInput};
+use tessera_server::registrar::{views, CreatedClients, PlanSettings, Registrar};
 use tessera_server::secrets::Secrets;
 use tessera_store::{AuthMethod, Store};
 
-use super::model::{
-    Client, ClientPatch, ClientWithSecret, Key, KeyStatus, NewClient, Plan, TrustPolicy, UsageDay,
-};
 use super::progress::Progress;
 use super::{OnCreated, Operations};
 use crate::{Access, DataArgs};
@@ -60,56 +60,6 @@ impl<'a> Database<'a> {
     }
 }
 
-fn plan(p: tessera_store::Plan, clients: u64) -> Plan {
-    Plan {
-        scopes: p.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
-        name: p.name,
-        token_ttl: p.token_ttl,
-        token_rate: p.token_rate.map(Into::into),
-        reuse_percent: p.reuse_percent,
-        introspect_any: p.introspect_any,
-        dpop: p.dpop.as_str().to_owned(),
-        clients,
-        created_at: p.created_at,
-        updated_at: p.updated_at,
-    }
-}
-
-fn client(c: tessera_store::Client) -> Client {
-    Client {
-        client_id: c.id,
-        plan: c.plan,
-        name: c.label,
-        enabled: c.enabled,
-        token_endpoint_auth_method: c.auth_method.as_str().to_owned(),
-        previous_secret_valid_until: c.previous_secret.map(|(_, until)| until),
-        created_at: c.created_at,
-        updated_at: c.updated_at,
-    }
-}
-
-/// The keys with what each does at `now`: the last one active signs, those not yet active
-/// are next, the rest retired. `keys` are in order of activation, as the store lists them.
-fn keys(keys: Vec<tessera_store::SigningKey>, now: Timestamp) -> Vec<Key> {
-    let signing = keys.iter().rposition(|k| k.activates_at <= now);
-    keys.into_iter()
-        .enumerate()
-        .map(|(i, k)| Key {
-            status: if Some(i) == signing {
-                KeyStatus::Signing
-            } else if k.activates_at > now {
-                KeyStatus::Next
-            } else {
-                KeyStatus::Retired
-            },
-            alg: k.alg,
-            created_at: k.created_at,
-            activates_at: k.activates_at,
-            kid: k.kid,
-        })
-        .collect()
-}
-
 impl Operations for Database<'_> {
     async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan> {
         let written = self
@@ -117,7 +67,10 @@ impl Operations for Database<'_> {
             .set_plan_with(name, scopes, settings)
             .await?;
         let clients = self.clients_per_plan().await?;
-        Ok(plan(written, clients.get(name).copied().unwrap_or(0)))
+        Ok(views::plan(
+            &written,
+            clients.get(name).copied().unwrap_or(0),
+        ))
     }
 
     async fn list_plans(&self) -> Result<Vec<Plan>> {
@@ -129,7 +82,7 @@ impl Operations for Database<'_> {
             .into_iter()
             .map(|p| {
                 let count = clients.get(&p.name).copied().unwrap_or(0);
-                plan(p, count)
+                views::plan(&p, count)
             })
             .collect())
     }
@@ -138,15 +91,18 @@ impl Operations for Database<'_> {
     /// is committed, so none is printed for a client that does not exist.
     async fn create_clients(
         &self,
-        new: &NewClient,
+        new: &ClientInput,
         count: u32,
         progress: &Progress,
         on_created: &mut OnCreated<'_>,
     ) -> Result<()> {
         let secrets = self.secrets().await?;
-        let method = AuthMethod::parse(new.token_endpoint_auth_method)
+        let method = new
+            .token_endpoint_auth_method
+            .as_deref()
+            .map_or(Some(AuthMethod::ClientSecretBasic), AuthMethod::parse)
             .expect("the command line parsed the method");
-        if let Some(certificate) = new.certificate() {
+        if let Some(certificate) = views::certificate_match(new)? {
             for _ in 0..count {
                 let c = self
                     .registrar()
@@ -159,10 +115,7 @@ impl Operations for Database<'_> {
                     )
                     .await?;
                 progress.advance(1);
-                on_created(&mut std::iter::once(ClientWithSecret {
-                    client: client(c),
-                    client_secret: None,
-                }))?;
+                on_created(&mut std::iter::once(views::with_secret(&c, None)))?;
             }
             return Ok(());
         }
@@ -199,6 +152,11 @@ impl Operations for Database<'_> {
                         previous_secret_valid_until: None,
                         created_at,
                         updated_at: created_at,
+                        tls_client_auth_subject_dn: None,
+                        tls_client_auth_san_dns: None,
+                        tls_client_auth_san_uri: None,
+                        jwks: None,
+                        jwks_uri: None,
                     },
                     client_secret: Some(secret),
                 }),
@@ -209,11 +167,11 @@ impl Operations for Database<'_> {
     async fn list_clients(&self) -> Result<Vec<Client>> {
         let mut clients = self.store.clients().await?;
         clients.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
-        Ok(clients.into_iter().map(client).collect())
+        Ok(clients.iter().map(views::client).collect())
     }
 
     async fn show_client(&self, id: &str) -> Result<Client> {
-        Ok(client(self.registrar().client(id).await?))
+        Ok(views::client(&self.registrar().client(id).await?))
     }
 
     async fn update_client(&self, id: &str, patch: &ClientPatch) -> Result<Client> {
@@ -226,7 +184,7 @@ impl Operations for Database<'_> {
                 patch.enabled,
             )
             .await?;
-        Ok(client(updated))
+        Ok(views::client(&updated))
     }
 
     async fn rotate_secret(&self, id: &str, grace_secs: i64) -> Result<ClientWithSecret> {
@@ -235,40 +193,30 @@ impl Operations for Database<'_> {
             .registrar()
             .rotate_secret(&secrets, id, grace_secs)
             .await?;
-        Ok(ClientWithSecret {
-            client: client(c),
-            client_secret: Some(secret),
-        })
+        Ok(views::with_secret(&c, Some(secret)))
     }
 
     async fn delete_client(&self, id: &str) -> Result<Client> {
         let admin = self.registrar();
         let deleted = admin.client(id).await?;
         admin.delete_client(id).await?;
-        Ok(client(deleted))
+        Ok(views::client(&deleted))
     }
 
     async fn usage(&self, id: &str) -> Result<Vec<UsageDay>> {
         let c = self.registrar().client(id).await?;
-        Ok(self
-            .store
-            .usage(&c.id)
-            .await?
-            .into_iter()
-            .map(|u| UsageDay {
-                day: u.day,
-                issued: u.issued,
-                refused: u.refused,
-            })
-            .collect())
+        Ok(views::usage_days(self.store.usage(&c.id).await?))
     }
 
-    async fn put_trust_policy(&self, input: &TrustPolicyInput) -> Result<TrustPolicy> {
-        Ok(self
-            .registrar()
-            .put_trust_policy(input.clone())
-            .await?
-            .into())
+    async fn put_trust_policy(
+        &self,
+        name: &str,
+        input: &api::TrustPolicyInput,
+    ) -> Result<TrustPolicy> {
+        let input = views::trust_policy_input(name, input.clone());
+        Ok(views::trust_policy(
+            &self.registrar().put_trust_policy(input).await?,
+        ))
     }
 
     async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>> {
@@ -276,8 +224,8 @@ impl Operations for Database<'_> {
             .registrar()
             .trust_policies()
             .await?
-            .into_iter()
-            .map(Into::into)
+            .iter()
+            .map(views::trust_policy)
             .collect())
     }
 
@@ -289,7 +237,7 @@ impl Operations for Database<'_> {
     }
 
     async fn list_keys(&self) -> Result<Vec<Key>> {
-        Ok(keys(self.store.keys().await?, self.clock.now()))
+        Ok(views::keys(&self.store.keys().await?, self.clock.now()))
     }
 
     async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key> {

@@ -14,16 +14,16 @@ use base64::Engine;
 use reqwest::header::{HeaderValue, ETAG, IF_MATCH};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use tessera_client::{ClientId, ClientSecret, Environment, ErrorCode, ScopeSet, TokenClient, Url};
+use tessera_proto::admin::{
+    self as api, Client, ClientInput, ClientPatch, ClientWithSecret, Key, Plan, TrustPolicy,
+    UsageDay,
+};
 use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::Algorithm;
-use tessera_server::registrar::{PlanSettings, TrustPolicyInput};
+use tessera_server::registrar::{views, PlanSettings};
 use tokio::sync::OnceCell;
 
-use super::model::{
-    Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, Rate, TrustPolicy, UsageDay,
-};
 use super::progress::Progress;
 use super::{OnCreated, Operations};
 
@@ -53,14 +53,6 @@ enum Auth {
         secret: ClientSecret,
         tokens: Box<OnceCell<TokenClient>>,
     },
-}
-
-/// An RFC 9457 problem document, the fields the CLI shows.
-#[derive(Debug, Deserialize)]
-struct Problem {
-    title: Option<String>,
-    detail: Option<String>,
-    field: Option<String>,
 }
 
 impl Http {
@@ -173,7 +165,7 @@ impl Http {
     /// One `POST /clients`, sent again with the same `Idempotency-Key` when no answer came
     /// or the server was unavailable: the server then answers with the client the first
     /// request made, if it made one, instead of making a second.
-    async fn create_one(&self, new: &NewClient) -> Result<ClientWithSecret> {
+    async fn create_one(&self, new: &ClientInput) -> Result<ClientWithSecret> {
         let key = idempotency_key();
         let mut attempt = 1;
         loop {
@@ -253,9 +245,14 @@ async fn problem(response: Response) -> anyhow::Error {
     let status = response.status();
     let url = response.url().clone();
     let body = response.bytes().await.unwrap_or_default();
-    let (message, field) = match serde_json::from_slice::<Problem>(&body) {
-        Ok(p) if p.detail.is_some() || p.title.is_some() => {
-            (p.detail.or(p.title).unwrap_or_default(), p.field)
+    let (message, field) = match serde_json::from_slice::<api::Problem>(&body) {
+        Ok(p) if !p.detail.is_empty() || !p.title.is_empty() => {
+            let message = if p.detail.is_empty() {
+                p.title
+            } else {
+                p.detail
+            };
+            (message, p.field)
         }
         _ => {
             let text = String::from_utf8_lossy(&body);
@@ -316,17 +313,6 @@ fn is_loopback(url: &Url) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// `PlanInput` of the admin API. `PUT` replaces, so every setting is sent.
-#[derive(Debug, Serialize)]
-struct PlanInput<'a> {
-    scopes: Vec<&'a str>,
-    token_ttl: Option<u32>,
-    token_rate: Option<Rate>,
-    reuse_percent: Option<u8>,
-    introspect_any: bool,
-    dpop: String,
-}
-
 impl Operations for Http {
     /// `GET` the plan, apply the settings given to it as the database backend does (a
     /// setting not named keeps its value), then `PUT` it with `If-Match`, so that a change
@@ -337,27 +323,30 @@ impl Operations for Http {
             Err(e) if refused_with(&e) == Some(StatusCode::NOT_FOUND) => (None, None),
             Err(e) => return Err(e),
         };
-        let input = PlanInput {
-            scopes: scopes.split_whitespace().collect(),
+        // PUT replaces, so every setting is sent.
+        let input = api::PlanInput {
+            scopes: scopes.split_whitespace().map(str::to_owned).collect(),
             token_ttl: settings.token_ttl.or(plan.as_ref().map(|p| p.token_ttl)),
             token_rate: settings
                 .token_rate
-                .apply(plan.as_ref().and_then(|p| p.token_rate.map(Into::into)))
-                .map(Into::into),
+                .apply(
+                    plan.as_ref()
+                        .and_then(|p| p.token_rate.map(views::rate_limit)),
+                )
+                .map(|r| views::rate(r).into()),
             reuse_percent: settings
                 .reuse_percent
                 .apply(plan.as_ref().and_then(|p| p.reuse_percent)),
-            introspect_any: settings
-                .introspect_any
-                .or(plan.as_ref().map(|p| p.introspect_any))
-                .unwrap_or(false),
-            dpop: settings.dpop.map_or_else(
-                || {
-                    plan.as_ref()
-                        .map_or("allowed".to_owned(), |p| p.dpop.clone())
-                },
-                |d| d.as_str().to_owned(),
+            introspect_any: Some(
+                settings
+                    .introspect_any
+                    .or(plan.as_ref().map(|p| p.introspect_any))
+                    .unwrap_or(false),
             ),
+            dpop: Some(settings.dpop.map_or_else(
+                || plan.as_ref().map_or(api::Dpop::Allowed, |p| p.dpop),
+                views::dpop,
+            )),
         };
         let mut request = self.request(Method::PUT, &["plans", name]).json(&input);
         if let Some(etag) = etag {
@@ -367,11 +356,7 @@ impl Operations for Http {
     }
 
     async fn list_plans(&self) -> Result<Vec<Plan>> {
-        #[derive(Deserialize)]
-        struct Plans {
-            plans: Vec<Plan>,
-        }
-        let list: Plans = self.json(self.request(Method::GET, &["plans"])).await?;
+        let list: api::PlanList = self.json(self.request(Method::GET, &["plans"])).await?;
         Ok(list.plans)
     }
 
@@ -380,7 +365,7 @@ impl Operations for Http {
     /// says how many were made before it.
     async fn create_clients(
         &self,
-        new: &NewClient,
+        new: &ClientInput,
         count: u32,
         progress: &Progress,
         on_created: &mut OnCreated<'_>,
@@ -401,11 +386,6 @@ impl Operations for Http {
 
     /// Every page, by the API's cursor.
     async fn list_clients(&self) -> Result<Vec<Client>> {
-        #[derive(Deserialize)]
-        struct Page {
-            clients: Vec<Client>,
-            next_cursor: Option<String>,
-        }
         let mut all = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
@@ -415,7 +395,7 @@ impl Operations for Http {
             if let Some(cursor) = &cursor {
                 request = request.query(&[("cursor", cursor)]);
             }
-            let page: Page = self.json(request).await?;
+            let page: api::ClientPage = self.json(request).await?;
             all.extend(page.clients);
             match page.next_cursor {
                 Some(next) if Some(&next) != cursor.as_ref() => cursor = Some(next),
@@ -434,7 +414,9 @@ impl Operations for Http {
     }
 
     async fn rotate_secret(&self, id: &str, grace_secs: i64) -> Result<ClientWithSecret> {
-        let body = serde_json::json!({ "grace_secs": grace_secs });
+        let body = api::Rotation {
+            grace_secs: Some(grace_secs),
+        };
         let request = self
             .request(Method::POST, &["clients", id, "rotate-secret"])
             .json(&body);
@@ -453,46 +435,26 @@ impl Operations for Http {
     }
 
     async fn usage(&self, id: &str) -> Result<Vec<UsageDay>> {
-        #[derive(Deserialize)]
-        struct Usage {
-            days: Vec<UsageDay>,
-        }
-        let usage: Usage = self
+        let usage: api::Usage = self
             .json(self.request(Method::GET, &["clients", id, "usage"]))
             .await?;
         Ok(usage.days)
     }
 
-    async fn put_trust_policy(&self, input: &TrustPolicyInput) -> Result<TrustPolicy> {
-        let claims: std::collections::BTreeMap<&str, &str> = input
-            .claims
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let body = serde_json::json!({
-            "client_id": input.client_id,
-            "issuer": input.issuer,
-            "jwks_uri": input.jwks_uri,
-            "audience": input.audience,
-            "subject": input.subject,
-            "claims": claims,
-            "max_assertion_ttl": input.max_assertion_ttl,
-            "allow_mutable_subject": input.allow_mutable_subject,
-            "allow_admin": input.allow_admin,
-        });
+    async fn put_trust_policy(
+        &self,
+        name: &str,
+        input: &api::TrustPolicyInput,
+    ) -> Result<TrustPolicy> {
         self.json(
-            self.request(Method::PUT, &["trust-policies", &input.name])
-                .json(&body),
+            self.request(Method::PUT, &["trust-policies", name])
+                .json(input),
         )
         .await
     }
 
     async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>> {
-        #[derive(Deserialize)]
-        struct Policies {
-            trust_policies: Vec<TrustPolicy>,
-        }
-        let all: Policies = self
+        let all: api::TrustPolicyList = self
             .json(self.request(Method::GET, &["trust-policies"]))
             .await?;
         Ok(all.trust_policies)
@@ -505,16 +467,15 @@ impl Operations for Http {
     }
 
     async fn list_keys(&self) -> Result<Vec<Key>> {
-        #[derive(Deserialize)]
-        struct Keys {
-            keys: Vec<Key>,
-        }
-        let keys: Keys = self.json(self.request(Method::GET, &["keys"])).await?;
+        let keys: api::KeyList = self.json(self.request(Method::GET, &["keys"])).await?;
         Ok(keys.keys)
     }
 
     async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key> {
-        let body = serde_json::json!({ "activate_in_secs": activate_in_secs, "alg": alg });
+        let body = api::KeyRotation {
+            activate_in_secs: Some(activate_in_secs),
+            alg: Some(alg.as_str().to_owned()),
+        };
         self.json(self.request(Method::POST, &["keys", "rotate"]).json(&body))
             .await
     }

@@ -1,13 +1,13 @@
 //! `tessera plan`, `tessera client` and `tessera keys`: each command is one call of
 //! [`Operations`], served either by the database ([`Database`], through
-//! `tessera_server::admin`) or, with `--admin-url`, by a Tessera's admin API ([`Http`]).
-//! Both answer with the admin API's objects ([`model`]), so the printing below serves both,
-//! and `--json` prints those objects.
+//! `tessera_server::registrar`) or, with `--admin-url`, by a Tessera's admin API
+//! ([`Http`]). Both answer with the admin API's objects, as the contract shared with the
+//! server defines them ([`tessera_proto::admin`]), so the printing below serves both, and
+//! `--json` prints those objects.
 //!
 //! # Layout
 //!
 //! - this file: the commands, the [`Operations`] they call, and what they print;
-//! - [`model`]: the objects, as docs/admin-api.md defines them;
 //! - [`database`]: the operations on the store; [`http`]: the same over the admin API;
 //! - [`progress`]: the bar `client create --count` draws on a terminal.
 
@@ -15,23 +15,24 @@ use std::io::Write;
 
 use anyhow::Result;
 use clap::Subcommand;
+use tessera_proto::admin::{
+    self as api, Client, ClientInput, ClientPatch, ClientWithSecret, Key, Plan, TrustPolicy,
+    UsageDay,
+};
 use tessera_proto::clock::{rfc3339, Clock};
 use tessera_proto::Algorithm;
-use tessera_server::registrar::{Change, PlanSettings};
+use tessera_server::registrar::{views, Change, PlanSettings};
 use tessera_store::{AuthMethod, RateLimit};
 
 use crate::{Access, DataArgs};
 
 mod database;
 mod http;
-mod model;
 mod progress;
 
 use database::Database;
 use http::Http;
-use model::{Client, ClientPatch, ClientWithSecret, Key, NewClient, Plan, TrustPolicy, UsageDay};
 use progress::Progress;
-use tessera_server::registrar::TrustPolicyInput;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PlanCommand {
@@ -316,7 +317,7 @@ pub(crate) trait Operations {
     /// them as they are written.
     async fn create_clients(
         &self,
-        new: &NewClient,
+        new: &ClientInput,
         count: u32,
         progress: &Progress,
         on_created: &mut OnCreated<'_>,
@@ -338,7 +339,11 @@ pub(crate) trait Operations {
     /// Publishes a new key that signs from `activate_in_secs` on.
     async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key>;
     /// Creates or replaces a trust policy.
-    async fn put_trust_policy(&self, input: &TrustPolicyInput) -> Result<TrustPolicy>;
+    async fn put_trust_policy(
+        &self,
+        name: &str,
+        input: &api::TrustPolicyInput,
+    ) -> Result<TrustPolicy>;
     /// Every trust policy, by name.
     async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>>;
     /// Removes a trust policy.
@@ -382,18 +387,20 @@ async fn trust(ops: &impl Operations, cmd: TrustCommand) -> Result<()> {
             json,
         } => {
             let policy = ops
-                .put_trust_policy(&TrustPolicyInput {
-                    name,
-                    client_id: client,
-                    issuer,
-                    jwks_uri,
-                    audience,
-                    subject,
-                    claims,
-                    max_assertion_ttl,
-                    allow_mutable_subject,
-                    allow_admin,
-                })
+                .put_trust_policy(
+                    &name,
+                    &api::TrustPolicyInput {
+                        client_id: client,
+                        issuer,
+                        jwks_uri,
+                        audience,
+                        subject,
+                        claims: claims.into_iter().collect(),
+                        max_assertion_ttl,
+                        allow_mutable_subject,
+                        allow_admin,
+                    },
+                )
                 .await?;
             if json {
                 print_json(&policy)?;
@@ -524,7 +531,7 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
 
 fn describe(p: &Plan) -> String {
     let rate = p.token_rate.map_or("no rate limit".to_owned(), |r| {
-        format!("at most {} token requests per client", RateLimit::from(r))
+        format!("at most {} token requests per client", views::rate_limit(r))
     });
     let reuse = p.reuse_percent.map_or(String::new(), |r| {
         format!(", tokens reused while over {r}% of their life is left")
@@ -534,10 +541,10 @@ fn describe(p: &Plan) -> String {
     } else {
         ""
     };
-    let dpop = match p.dpop.as_str() {
-        "required" => ", DPoP required",
-        "off" => ", DPoP off",
-        _ => "",
+    let dpop = match p.dpop {
+        api::Dpop::Required => ", DPoP required",
+        api::Dpop::Off => ", DPoP off",
+        api::Dpop::Allowed => "",
     };
     format!(
         "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}{introspect}{dpop}",
@@ -571,17 +578,17 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                 ),
                 None => None,
             };
-            let new = NewClient {
+            let new = ClientInput {
                 plan,
                 name,
-                token_endpoint_auth_method: auth_method.as_str(),
+                token_endpoint_auth_method: Some(auth_method.as_str().to_owned()),
                 tls_client_auth_subject_dn: tls_subject_dn,
                 tls_client_auth_san_dns: tls_san_dns,
                 tls_client_auth_san_uri: tls_san_uri,
                 jwks,
                 jwks_uri,
             };
-            if auth_method.is_keyed() && new.certificate().is_none() {
+            if auth_method.is_keyed() && views::certificate_match(&new)?.is_none() {
                 anyhow::bail!(
                     "{} needs its keys: --jwks-file{}",
                     auth_method.as_str(),

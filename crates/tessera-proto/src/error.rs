@@ -95,8 +95,11 @@ impl fmt::Display for ErrorCode {
 
 /// The error response body of RFC 6749 section 5.2.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OAuthError))]
 pub struct ErrorResponse {
-    /// The error code.
+    /// `invalid_request`, `invalid_client`, `invalid_grant`, `unauthorized_client`,
+    /// `unsupported_grant_type`, `invalid_scope`, `temporarily_unavailable`, …
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub error: ErrorCode,
     /// Human-readable text for the developer; printable ASCII without `"` and `\`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

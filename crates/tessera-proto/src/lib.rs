@@ -18,7 +18,10 @@
 //! - [`dpop`]: DPoP proofs (RFC 9449): their header and claims, the key thumbprint input
 //!   and the `htu` comparison form; the signature is the caller's.
 //! - [`metadata`]: authorization server metadata (RFC 8414).
+//! - [`admin`]: the admin API's objects and its RFC 9457 problem document, shared by the
+//!   server, the operator console and the CLI (with the `openapi` feature, their schemas).
 
+pub mod admin;
 pub mod claims;
 pub mod client;
 pub mod clock;

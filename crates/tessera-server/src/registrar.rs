@@ -20,6 +20,8 @@ use crate::secrets::{self, Secrets};
 
 pub use tessera_store::{DEFAULT_TOKEN_TTL, MAX_TOKEN_TTL};
 
+pub mod views;
+
 /// How long an answer to a create with an `Idempotency-Key` is kept for retries, secret
 /// included (sealed): a day, as long as the longest retry loop worth supporting.
 pub(crate) const IDEMPOTENCY_WINDOW: Timestamp = 86_400;
@@ -102,6 +104,13 @@ pub enum RegistrarError {
          `openssl x509 -noout -subject -nameopt RFC2253` prints it, e.g. CN=billing,O=Acme"
     )]
     BadSubjectDn(String),
+    /// More than one of the fields that say what a certificate or an assertion's keys
+    /// must match (RFC 8705 section 2.1.2).
+    #[error(
+        "give one of tls_client_auth_subject_dn, tls_client_auth_san_dns, \
+         tls_client_auth_san_uri, jwks and jwks_uri"
+    )]
+    ManyMatches,
     /// A trust policy field out of shape: the field and why.
     #[error("{1}")]
     BadTrustPolicy(&'static str, &'static str),

@@ -1,49 +1,35 @@
-//! RFC 9457 problem details: how the admin API says no. One [`Problem`] per failure, with
-//! a `type` URI from a short fixed list (`urn:tessera:problem:…`, see docs/admin-api.md),
-//! the HTTP status, a `detail` for people and, when one field of the request is at fault,
-//! its name in the extension member `field`. The bearer token failures of RFC 6750 section 3
-//! add their `WWW-Authenticate` challenge.
+//! RFC 9457 problem details: how the admin API says no. One [`Problem`] per failure: the
+//! contract's document ([`tessera_proto::admin::Problem`]), with a `type` URI from a short
+//! fixed list (`urn:tessera:problem:…`, see docs/admin-api.md), the HTTP status, a `detail`
+//! for people and, when one field of the request is at fault, its name in the extension
+//! member `field`; and the headers that go with it: the bearer token failures of RFC 6750
+//! section 3 add their `WWW-Authenticate` challenge.
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use tessera_proto::admin::{self as api, PROBLEM_JSON};
 use tessera_verify::AuthRejection;
 
 use crate::registrar::RegistrarError;
 
-/// The media type of RFC 9457 section 3.
-pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
-
 /// A problem document and the headers that go with it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-#[schema(as = Problem)]
+#[derive(Debug, Clone)]
 pub(crate) struct Problem {
-    /// `urn:tessera:problem:` and the kind of problem.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// A short summary of the kind.
-    pub title: &'static str,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What went wrong with this request.
-    pub detail: String,
-    /// The request field at fault, when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
+    body: api::Problem,
     /// `WWW-Authenticate`, `Retry-After`; boxed, since most problems carry none.
-    #[serde(skip)]
-    #[schema(ignore)]
     headers: Option<Box<HeaderMap>>,
 }
 
 impl Problem {
-    fn new(status: StatusCode, kind: &str, title: &'static str, detail: impl Into<String>) -> Self {
+    fn new(status: StatusCode, kind: &str, title: &str, detail: impl Into<String>) -> Self {
         Self {
-            kind: format!("urn:tessera:problem:{kind}"),
-            title,
-            status: status.as_u16(),
-            detail: detail.into(),
-            field: None,
+            body: api::Problem {
+                kind: format!("urn:tessera:problem:{kind}"),
+                title: title.to_owned(),
+                status: status.as_u16(),
+                detail: detail.into(),
+                field: None,
+            },
             headers: None,
         }
     }
@@ -68,7 +54,7 @@ impl Problem {
 
     /// Names the request field at fault.
     pub(crate) fn field(mut self, field: impl Into<String>) -> Self {
-        self.field = Some(field.into());
+        self.body.field = Some(field.into());
         self
     }
 
@@ -259,7 +245,7 @@ impl Problem {
 
     /// The status.
     pub(crate) fn status(&self) -> StatusCode {
-        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        StatusCode::from_u16(self.body.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
@@ -285,6 +271,9 @@ impl From<RegistrarError> for Problem {
             RegistrarError::BadRate => Problem::invalid_field("token_rate", detail),
             RegistrarError::BadReuse => Problem::invalid_field("reuse_percent", detail),
             RegistrarError::UnknownClient(_) => Problem::not_found(detail),
+            RegistrarError::ManyMatches => {
+                Problem::invalid_field("tls_client_auth_subject_dn", detail)
+            }
             RegistrarError::BadTrustPolicy(field, _) => Problem::invalid_field(field, detail),
             RegistrarError::BadCertificate(_) => {
                 Problem::invalid_field("token_endpoint_auth_method", detail)
@@ -315,7 +304,7 @@ impl From<tessera_store::StoreError> for Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let body = serde_json::to_vec(&self.body).unwrap_or_default();
         let mut response = (
             status,
             [

@@ -12,7 +12,9 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::Required;
 use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
-use crate::error::problem::Problem;
+use tessera_proto::admin::Problem;
+use tessera_proto::ErrorResponse as OAuthError;
+
 use crate::routes::admin;
 use crate::AppState;
 
@@ -161,16 +163,6 @@ pub(crate) enum WriteErrors {
     /// The store does not answer.
     #[response(status = 503, content_type = "application/problem+json")]
     Unavailable(Problem),
-}
-
-/// RFC 6749 section 5.2.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-struct OAuthError {
-    /// `invalid_request`, `invalid_client`, `invalid_grant`, `unauthorized_client`,
-    /// `unsupported_grant_type`, `invalid_scope`, `temporarily_unavailable`, …
-    error: String,
-    error_description: Option<String>,
 }
 
 /// RFC 6749 section 4.4.2.

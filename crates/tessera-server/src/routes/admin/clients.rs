@@ -7,19 +7,18 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use serde::{Deserialize, Serialize};
-use tessera_proto::clock::rfc3339;
-use tessera_proto::{ClientId, ClientSecret};
-use tessera_store::{AuthMethod, CertificateMatch, Client, IdempotentAnswer};
+use tessera_proto::admin as api;
+use tessera_proto::ClientId;
+use tessera_store::{AuthMethod, Client, IdempotentAnswer};
 
 use super::auth::{Caller, Read, Write};
 use super::{
     day_range, etag, if_match, in_force, json, number_param, param, parse_json, path, query,
-    read_body, read_json, run, UsageView,
+    read_body, read_json, run, usage_within,
 };
 use crate::audit;
 use crate::error::problem::Problem;
-use crate::registrar::RegistrarError;
+use crate::registrar::{views, RegistrarError};
 use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
@@ -41,46 +40,13 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/rate-limited", get(rate_limited))
 }
 
-/// A client's last refusals, as this instance saw them.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct RefusalList {
-    /// Newest first, at most ten.
-    refusals: Vec<Refusal>,
-}
-
-/// One refused token request.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct Refusal {
-    /// When (RFC 3339).
-    at: String,
-    /// The OAuth error code answered (RFC 6749 section 5.2, `rate_limited`, …).
-    error: String,
-}
-
-/// Clients refused by their plan's rate lately.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct RateLimitedList {
-    /// The most recently refused first.
-    clients: Vec<RateLimited>,
-}
-
-/// A client the rate limit refused.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct RateLimited {
-    client_id: String,
-    /// Rate-limit refusals within the window (of the last ten refusals kept).
-    refused: usize,
-    /// The last one (RFC 3339).
-    last_at: String,
-}
-
 /// A client's last ten refusals with their error codes, as this instance answered them
 /// (kept in memory; other instances keep their own).
 #[utoipa::path(get, path = "/admin/v1/clients/{id}/refusals", tag = "clients",
     params(("id" = String, Path, description = "Client id")),
     responses(
-        (status = 200, description = "Newest first", body = RefusalList),
-        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Newest first", body = api::RefusalList),
+        (status = 404, description = "No such client", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn client_refusals(
@@ -94,12 +60,12 @@ pub(crate) async fn client_refusals(
             .refusals()
             .of(client.id.as_str())
             .into_iter()
-            .map(|(at, code)| Refusal {
-                at: rfc3339(at),
+            .map(|(at, code)| api::Refusal {
+                at,
                 error: code.as_str().to_owned(),
             })
             .collect();
-        Ok(json(StatusCode::OK, &RefusalList { refusals }, None))
+        Ok(json(StatusCode::OK, &api::RefusalList { refusals }, None))
     })
     .await
 }
@@ -109,7 +75,7 @@ pub(crate) async fn client_refusals(
 #[utoipa::path(get, path = "/admin/v1/rate-limited", tag = "clients",
     params(("within" = Option<u32>, Query, description = "Seconds back, 1 to 86400 (default 300)",
             minimum = 1, maximum = 86400)),
-    responses((status = 200, description = "The most recently refused first", body = RateLimitedList), ReadErrors),
+    responses((status = 200, description = "The most recently refused first", body = api::RateLimitedList), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn rate_limited(
     State(state): State<AppState>,
@@ -124,205 +90,19 @@ pub(crate) async fn rate_limited(
             .refusals()
             .rate_limited_since(since)
             .into_iter()
-            .map(|(client_id, refused, last)| RateLimited {
+            .map(|(client_id, refused, last_at)| api::RateLimited {
                 client_id,
                 refused,
-                last_at: rfc3339(last),
+                last_at,
             })
             .collect();
-        Ok(json(StatusCode::OK, &RateLimitedList { clients }, None))
+        Ok(json(
+            StatusCode::OK,
+            &api::RateLimitedList { clients },
+            None,
+        ))
     })
     .await
-}
-
-/// A client as the admin API shows it; never its secret.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct ClientView {
-    /// The generated client identifier.
-    client_id: String,
-    /// The plan deciding its scopes.
-    plan: String,
-    /// A label for people.
-    name: String,
-    /// Whether it may get tokens.
-    enabled: bool,
-    /// `client_secret_basic`, `client_secret_post`, `private_key_jwt` (RFC 7591 section 2),
-    /// `tls_client_auth` or `self_signed_tls_client_auth` (RFC 8705 section 2).
-    token_endpoint_auth_method: String,
-    /// Until when the secret replaced by the last rotation still works (RFC 3339).
-    previous_secret_valid_until: Option<String>,
-    /// RFC 3339.
-    created_at: String,
-    /// RFC 3339.
-    updated_at: String,
-    /// What its certificate must match (RFC 8705 section 2.1.2), for `tls_client_auth`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tls_client_auth_subject_dn: Option<String>,
-    /// See `tls_client_auth_subject_dn`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tls_client_auth_san_dns: Option<String>,
-    /// See `tls_client_auth_subject_dn`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tls_client_auth_san_uri: Option<String>,
-    /// The keys of a `self_signed_tls_client_auth` client's certificate, or of a
-    /// `private_key_jwt` client's assertions: a JWK Set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    jwks: Option<serde_json::Value>,
-    /// Where a `private_key_jwt` client publishes its keys (RFC 7591 section 2).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    jwks_uri: Option<String>,
-}
-
-/// A client with its new secret: the only time the secret is shown. A client that
-/// authenticates with a certificate has none.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct ClientWithSecret {
-    #[serde(flatten)]
-    client: ClientView,
-    /// The secret; only its keyed hash is stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    client_secret: Option<String>,
-}
-
-/// A page of clients.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct ClientPage {
-    clients: Vec<ClientView>,
-    /// Pass as `cursor` for the next page; null on the last.
-    next_cursor: Option<String>,
-}
-
-/// A client to register.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ClientInput {
-    /// The plan deciding its scopes.
-    plan: String,
-    /// A label for people (default empty), at most 256 characters.
-    #[serde(default)]
-    #[schema(max_length = 256)]
-    name: String,
-    /// `client_secret_basic` (default), `client_secret_post`, `tls_client_auth` (with one
-    /// of the three `tls_client_auth_*`), `self_signed_tls_client_auth` (with `jwks`) or
-    /// `private_key_jwt` (with `jwks` or `jwks_uri`).
-    #[serde(default)]
-    #[schema(
-        pattern = "^(client_secret_basic|client_secret_post|tls_client_auth|self_signed_tls_client_auth|private_key_jwt)$"
-    )]
-    token_endpoint_auth_method: Option<String>,
-    /// RFC 8705 section 2.1.2: the certificate's subject DN, RFC 4514 form.
-    #[serde(default)]
-    tls_client_auth_subject_dn: Option<String>,
-    /// A DNS name among the certificate's SANs.
-    #[serde(default)]
-    tls_client_auth_san_dns: Option<String>,
-    /// A URI among the certificate's SANs, e.g. a SPIFFE ID.
-    #[serde(default)]
-    tls_client_auth_san_uri: Option<String>,
-    /// For `self_signed_tls_client_auth`: the certificate's public keys; for
-    /// `private_key_jwt`: the keys its assertions are signed with. A JWK Set.
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    jwks: Option<serde_json::Value>,
-    /// For `private_key_jwt`: an https URL where the client publishes its JWK Set.
-    #[serde(default)]
-    #[schema(max_length = 2048)]
-    jwks_uri: Option<String>,
-}
-
-impl ClientInput {
-    /// What the certificate must match: at most one given, as RFC 8705 section 2.1.2 asks.
-    fn certificate(&self) -> Result<Option<CertificateMatch>, Problem> {
-        let mut given = Vec::new();
-        if let Some(v) = &self.tls_client_auth_subject_dn {
-            given.push(CertificateMatch::SubjectDn(v.clone()));
-        }
-        if let Some(v) = &self.tls_client_auth_san_dns {
-            given.push(CertificateMatch::SanDns(v.clone()));
-        }
-        if let Some(v) = &self.tls_client_auth_san_uri {
-            given.push(CertificateMatch::SanUri(v.clone()));
-        }
-        if let Some(v) = &self.jwks {
-            given.push(CertificateMatch::Jwks(v.to_string()));
-        }
-        if let Some(v) = &self.jwks_uri {
-            given.push(CertificateMatch::JwksUri(v.clone()));
-        }
-        if given.len() > 1 {
-            return Err(Problem::invalid_field(
-                "tls_client_auth_subject_dn",
-                "give one of tls_client_auth_subject_dn, tls_client_auth_san_dns, \
-                 tls_client_auth_san_uri, jwks and jwks_uri",
-            ));
-        }
-        Ok(given.pop())
-    }
-}
-
-/// What to change in a client; absent fields stay.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ClientPatch {
-    /// A label for people, at most 256 characters.
-    #[schema(max_length = 256)]
-    name: Option<String>,
-    plan: Option<String>,
-    enabled: Option<bool>,
-}
-
-/// A secret rotation.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Rotation {
-    /// Seconds the previous secret keeps working, 0 to 31536000 (default 86400).
-    #[schema(minimum = 0, maximum = 31_536_000)]
-    grace_secs: Option<i64>,
-}
-
-fn view(c: &Client) -> ClientView {
-    let text = |want: fn(&CertificateMatch) -> Option<&String>| {
-        c.certificate.as_ref().and_then(want).cloned()
-    };
-    ClientView {
-        tls_client_auth_subject_dn: text(|m| match m {
-            CertificateMatch::SubjectDn(v) => Some(v),
-            _ => None,
-        }),
-        tls_client_auth_san_dns: text(|m| match m {
-            CertificateMatch::SanDns(v) => Some(v),
-            _ => None,
-        }),
-        tls_client_auth_san_uri: text(|m| match m {
-            CertificateMatch::SanUri(v) => Some(v),
-            _ => None,
-        }),
-        jwks: text(|m| match m {
-            CertificateMatch::Jwks(v) => Some(v),
-            _ => None,
-        })
-        .and_then(|v| serde_json::from_str(&v).ok()),
-        jwks_uri: text(|m| match m {
-            CertificateMatch::JwksUri(v) => Some(v),
-            _ => None,
-        }),
-        client_id: c.id.to_string(),
-        plan: c.plan.clone(),
-        name: c.label.clone(),
-        enabled: c.enabled,
-        token_endpoint_auth_method: c.auth_method.as_str().to_owned(),
-        previous_secret_valid_until: c.previous_secret.as_ref().map(|(_, t)| rfc3339(*t)),
-        created_at: rfc3339(c.created_at),
-        updated_at: rfc3339(c.updated_at),
-    }
-}
-
-fn with_secret(c: &Client, secret: Option<&ClientSecret>) -> ClientWithSecret {
-    ClientWithSecret {
-        client: view(c),
-        client_secret: secret.map(|s| s.expose().to_owned()),
-    }
 }
 
 fn check_name(name: &str) -> Result<(), Problem> {
@@ -362,7 +142,7 @@ async fn load_for_write<'s>(
            ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
            ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000,
             description = "Clients per page, 1 to 1000 (default 100)")),
-    responses((status = 200, description = "A page of clients", body = ClientPage), ReadErrors),
+    responses((status = 200, description = "A page of clients", body = api::ClientPage), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn list_clients(
     State(state): State<AppState>,
@@ -389,10 +169,10 @@ pub(crate) async fn list_clients(
         let next_cursor = more
             .then(|| page.last().map(|c| c.id.to_string()))
             .flatten();
-        let clients = page.iter().map(view).collect();
+        let clients = page.iter().map(views::client).collect();
         Ok(json(
             StatusCode::OK,
-            &ClientPage {
+            &api::ClientPage {
                 clients,
                 next_cursor,
             },
@@ -407,11 +187,11 @@ pub(crate) async fn list_clients(
 #[utoipa::path(post, path = "/admin/v1/clients", tag = "clients",
     params(("Idempotency-Key" = Option<String>, Header,
             description = "1 to 255 visible ASCII characters; a retry with the same key gets the first answer")),
-    request_body = ClientInput,
+    request_body = api::ClientInput,
     responses(
-        (status = 201, description = "Created; the secret is shown this once", body = ClientWithSecret,
+        (status = 201, description = "Created; the secret is shown this once", body = api::ClientWithSecret,
          headers(("Location" = String, description = "The new client"))),
-        (status = 422, description = "The Idempotency-Key was used for another request", body = Problem,
+        (status = 422, description = "The Idempotency-Key was used for another request", body = api::Problem,
          content_type = "application/problem+json"),
         WriteErrors),
     security(("admin_token" = ["tessera-admin"])))]
@@ -424,7 +204,7 @@ pub(crate) async fn create_client(
     run(async {
         let key = idempotency_key(&headers)?;
         let bytes = read_body(body).await?;
-        let input: ClientInput = parse_json(&headers, &bytes)?;
+        let input: api::ClientInput = parse_json(&headers, &bytes)?;
         check_name(&input.name)?;
         let method = match input.token_endpoint_auth_method.as_deref() {
             None => AuthMethod::ClientSecretBasic,
@@ -436,7 +216,7 @@ pub(crate) async fn create_client(
                 )
             })?,
         };
-        let certificate = input.certificate()?;
+        let certificate = views::certificate_match(&input)?;
         let fingerprint = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes)
             .as_ref()
             .to_vec();
@@ -476,7 +256,7 @@ pub(crate) async fn create_client(
                 (client, Some(secret))
             }
         };
-        let answer = with_secret(&client, secret.as_ref());
+        let answer = views::with_secret(&client, secret);
         let remembered = key.map(|key| IdempotentAnswer {
             owner: caller.client_id.clone(),
             key,
@@ -510,7 +290,7 @@ pub(crate) async fn create_client(
 /// The context the remembered answers are sealed under.
 const SEALED_ANSWER: &str = "tessera idempotent answer";
 
-fn created(id: &ClientId, answer: &ClientWithSecret, tag: &str, replayed: bool) -> Response {
+fn created(id: &ClientId, answer: &api::ClientWithSecret, tag: &str, replayed: bool) -> Response {
     let mut response = json(StatusCode::CREATED, answer, (!replayed).then_some(tag));
     if let Ok(location) = HeaderValue::from_str(&location(id)) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -537,11 +317,9 @@ fn replay(
         .secrets()
         .open(SEALED_ANSWER, &first.answer)
         .map_err(|e| Problem::unavailable(&e))?;
-    let answer: ClientWithSecret =
+    let answer: api::ClientWithSecret =
         serde_json::from_slice(&opened).map_err(|e| Problem::unavailable(&e))?;
-    let id = ClientId::parse(&answer.client.client_id)
-        .ok_or_else(|| Problem::unavailable(&"a remembered answer names no client"))?;
-    Ok(created(&id, &answer, "", true))
+    Ok(created(&answer.client.client_id, &answer, "", true))
 }
 
 /// The `Idempotency-Key` header (draft-ietf-httpapi-idempotency-key-header): 1 to 255
@@ -567,9 +345,9 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
 #[utoipa::path(get, path = "/admin/v1/clients/{id}", tag = "clients",
     params(("id" = String, Path, description = "Client id")),
     responses(
-        (status = 200, description = "The client", body = ClientView,
+        (status = 200, description = "The client", body = api::Client,
          headers(("ETag" = String, description = "Its version, for If-Match"))),
-        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such client", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn get_client(
@@ -579,7 +357,11 @@ pub(crate) async fn get_client(
 ) -> Response {
     run(async {
         let client = load(&state, &path(id)?).await?;
-        Ok(json(StatusCode::OK, &view(&client), Some(&etag(&client))))
+        Ok(json(
+            StatusCode::OK,
+            &views::client(&client),
+            Some(&etag(&client)),
+        ))
     })
     .await
 }
@@ -589,10 +371,10 @@ pub(crate) async fn get_client(
 #[utoipa::path(patch, path = "/admin/v1/clients/{id}", tag = "clients",
     params(("id" = String, Path, description = "Client id"),
            ("If-Match" = Option<String>, Header, description = "The ETag read: change only that version")),
-    request_body = ClientPatch,
+    request_body = api::ClientPatch,
     responses(
-        (status = 200, description = "The changed client", body = ClientView, headers(("ETag" = String))),
-        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The changed client", body = api::Client, headers(("ETag" = String))),
+        (status = 404, description = "No such client", body = api::Problem, content_type = "application/problem+json"),
         WriteErrors),
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn patch_client(
@@ -604,7 +386,7 @@ pub(crate) async fn patch_client(
 ) -> Response {
     run(async {
         let id = path(id)?;
-        let patch: ClientPatch = read_json(&headers, body, false).await?;
+        let patch: api::ClientPatch = read_json(&headers, body, false).await?;
         if let Some(name) = &patch.name {
             check_name(name)?;
         }
@@ -624,7 +406,11 @@ pub(crate) async fn patch_client(
             &format!("client:{id}"),
             &changes(&before, &client),
         );
-        Ok(json(StatusCode::OK, &view(&client), Some(&etag(&client))))
+        Ok(json(
+            StatusCode::OK,
+            &views::client(&client),
+            Some(&etag(&client)),
+        ))
     })
     .await
 }
@@ -654,7 +440,7 @@ fn changes(before: &Client, after: &Client) -> String {
            ("If-Match" = Option<String>, Header, description = "The ETag read: delete only that version")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such client", body = api::Problem, content_type = "application/problem+json"),
         WriteErrors),
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn delete_client(
@@ -677,11 +463,11 @@ pub(crate) async fn delete_client(
 /// Give a client a new secret; the previous one works for `grace_secs` more.
 #[utoipa::path(post, path = "/admin/v1/clients/{id}/rotate-secret", tag = "clients",
     params(("id" = String, Path, description = "Client id")),
-    request_body(content = Rotation, description = "Optional; an empty body takes the defaults"),
+    request_body(content = api::Rotation, description = "Optional; an empty body takes the defaults"),
     responses(
-        (status = 200, description = "The new secret, shown this once", body = ClientWithSecret,
+        (status = 200, description = "The new secret, shown this once", body = api::ClientWithSecret,
          headers(("ETag" = String))),
-        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such client", body = api::Problem, content_type = "application/problem+json"),
         WriteErrors),
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn rotate_secret(
@@ -693,7 +479,7 @@ pub(crate) async fn rotate_secret(
 ) -> Response {
     run(async {
         let id = path(id)?;
-        let rotation: Rotation = read_json(&headers, body, true).await?;
+        let rotation: api::Rotation = read_json(&headers, body, true).await?;
         let grace = rotation.grace_secs.unwrap_or(86_400);
         if !(0..=MAX_GRACE).contains(&grace) {
             return Err(Problem::invalid_field(
@@ -714,7 +500,7 @@ pub(crate) async fn rotate_secret(
         );
         Ok(json(
             StatusCode::OK,
-            &with_secret(&client, Some(&secret)),
+            &views::with_secret(&client, Some(secret)),
             Some(&etag(&client)),
         ))
     })
@@ -727,8 +513,8 @@ pub(crate) async fn rotate_secret(
            ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD"),
            ("to" = Option<String>, Query, format = Date, description = "Last day, YYYY-MM-DD")),
     responses(
-        (status = 200, description = "Issued and refused per day", body = UsageView),
-        (status = 404, description = "No such client", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Issued and refused per day", body = api::Usage),
+        (status = 404, description = "No such client", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn client_usage(
@@ -742,7 +528,7 @@ pub(crate) async fn client_usage(
         let range = day_range(raw.as_deref())?;
         let client = load(&state, &id).await?;
         let usage = state.store().usage(&client.id).await?;
-        Ok(json(StatusCode::OK, &UsageView::new(range, usage), None))
+        Ok(json(StatusCode::OK, &usage_within(range, usage), None))
     })
     .await
 }

@@ -17,7 +17,10 @@ use base64::Engine;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use tessera_proto::admin as api;
+
 use crate::error::problem::Problem;
+use crate::registrar::views;
 use crate::AppState;
 
 mod auth;
@@ -230,43 +233,19 @@ pub(crate) fn path(
         .map_err(|e| Problem::invalid_parameter("path", e.body_text()))
 }
 
-/// Usage over days, as the usage endpoints answer.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct UsageView {
-    /// The first day asked for, if any.
-    from: Option<String>,
-    /// The last day asked for, if any.
-    to: Option<String>,
-    /// Per UTC day with any request.
-    days: Vec<UsageDay>,
-}
-
-/// One UTC day of usage.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct UsageDay {
-    /// `YYYY-MM-DD`.
-    day: String,
-    /// Tokens issued (reused ones included).
-    issued: u64,
-    /// Requests refused after the client was identified.
-    refused: u64,
-}
-
-impl UsageView {
-    pub(crate) fn new(
-        (from, to): (Option<String>, Option<String>),
-        usage: Vec<tessera_store::Usage>,
-    ) -> Self {
-        let days = usage
-            .into_iter()
-            .filter(|u| from.as_ref().is_none_or(|f| u.day >= *f))
-            .filter(|u| to.as_ref().is_none_or(|t| u.day <= *t))
-            .map(|u| UsageDay {
-                day: u.day,
-                issued: u.issued,
-                refused: u.refused,
-            })
-            .collect();
-        Self { from, to, days }
+/// Usage over days, as the usage endpoints answer: the days within `from` and `to`.
+pub(crate) fn usage_within(
+    (from, to): (Option<String>, Option<String>),
+    usage: Vec<tessera_store::Usage>,
+) -> api::Usage {
+    let days = usage
+        .into_iter()
+        .filter(|u| from.as_ref().is_none_or(|f| u.day >= *f))
+        .filter(|u| to.as_ref().is_none_or(|t| u.day <= *t))
+        .collect();
+    api::Usage {
+        from,
+        to,
+        days: views::usage_days(days),
     }
 }

@@ -7,15 +7,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use serde::{Deserialize, Serialize};
-use tessera_proto::clock::rfc3339;
+use tessera_proto::admin as api;
 use tessera_store::{DpopPolicy, Plan, PlanRemoval, RateLimit};
 
 use super::auth::{Caller, Read, Write};
-use super::{day_range, etag, if_match, in_force, json, path, read_json, run, UsageView};
+use super::{day_range, etag, if_match, in_force, json, path, read_json, run, usage_within};
 use crate::audit;
 use crate::error::problem::Problem;
-use crate::registrar::{Change, PlanSettings, DEFAULT_TOKEN_TTL};
+use crate::registrar::{views, Change, PlanSettings, DEFAULT_TOKEN_TTL};
 use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
@@ -30,28 +29,10 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/usage/hourly", get(hourly_usage))
 }
 
-/// All clients' token requests per UTC hour.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct HourlyUsage {
-    /// The last 24 hours with any request, oldest first.
-    hours: Vec<Hour>,
-}
-
-/// One UTC hour of all clients' requests.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct Hour {
-    /// `YYYY-MM-DDTHH`, UTC.
-    hour: String,
-    /// Tokens issued.
-    issued: u64,
-    /// Requests refused after the client was identified.
-    refused: u64,
-}
-
 /// Token requests of all clients per UTC hour, over the last 24 hours (written with the
 /// usage counts, every 30 s).
 #[utoipa::path(get, path = "/admin/v1/usage/hourly", tag = "plans",
-    responses((status = 200, description = "Issued and refused per hour", body = HourlyUsage), ReadErrors),
+    responses((status = 200, description = "Issued and refused per hour", body = api::HourlyUsage), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn hourly_usage(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
     run(async {
@@ -61,142 +42,15 @@ pub(crate) async fn hourly_usage(State(state): State<AppState>, _caller: Caller<
             .hourly_usage(&from)
             .await?
             .into_iter()
-            .map(|(hour, issued, refused)| Hour {
+            .map(|(hour, issued, refused)| api::Hour {
                 hour,
                 issued,
                 refused,
             })
             .collect();
-        Ok(json(StatusCode::OK, &HourlyUsage { hours }, None))
+        Ok(json(StatusCode::OK, &api::HourlyUsage { hours }, None))
     })
     .await
-}
-
-/// A plan as the admin API shows it.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct PlanView {
-    /// Unique name: 1 to 64 of `a-z A-Z 0-9 _ -`.
-    name: String,
-    /// The scopes granted, each naming one API.
-    scopes: Vec<String>,
-    /// Token lifetime in seconds (`expires_in`).
-    token_ttl: u32,
-    /// Token requests per client, or none for no limit.
-    token_rate: Option<Rate>,
-    /// Reuse a client's last token while more than this percentage of its life is left.
-    reuse_percent: Option<u8>,
-    /// Whether its clients may introspect tokens issued to others.
-    introspect_any: bool,
-    /// Whether its clients' tokens are bound to DPoP keys (RFC 9449).
-    dpop: Dpop,
-    /// How many clients are on the plan.
-    clients: u64,
-    /// RFC 3339.
-    created_at: String,
-    /// RFC 3339.
-    updated_at: String,
-}
-
-/// A rate: `count` requests per `period_secs`, with bursts of up to `burst`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct Rate {
-    count: u32,
-    period_secs: u32,
-    burst: u32,
-}
-
-/// All plans.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct PlanList {
-    plans: Vec<PlanView>,
-}
-
-/// A plan to create or replace; an absent field takes its default.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct PlanInput {
-    /// The scopes granted, each naming one API: 1 to 128 of `a-z A-Z 0-9 . _ : / -`.
-    #[schema(min_items = 1)]
-    scopes: Vec<String>,
-    /// Token lifetime in seconds, 1 to 86400 (default 3600).
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 86_400)]
-    token_ttl: Option<u32>,
-    /// Token requests per client; absent or null: no limit.
-    #[serde(default)]
-    token_rate: Option<RateInput>,
-    /// 1 to 99; absent or null: no reuse.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 99)]
-    reuse_percent: Option<u8>,
-    /// Default false.
-    #[serde(default)]
-    introspect_any: Option<bool>,
-    /// Default `allowed`.
-    #[serde(default)]
-    dpop: Option<Dpop>,
-}
-
-/// DPoP (RFC 9449) for a plan: `required` refuses token requests without a proof, `allowed`
-/// binds a token when a proof comes, `off` ignores proofs.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Dpop {
-    Required,
-    Allowed,
-    Off,
-}
-
-impl From<DpopPolicy> for Dpop {
-    fn from(policy: DpopPolicy) -> Self {
-        match policy {
-            DpopPolicy::Required => Self::Required,
-            DpopPolicy::Allowed => Self::Allowed,
-            DpopPolicy::Off => Self::Off,
-        }
-    }
-}
-
-impl From<Dpop> for DpopPolicy {
-    fn from(dpop: Dpop) -> Self {
-        match dpop {
-            Dpop::Required => Self::Required,
-            Dpop::Allowed => Self::Allowed,
-            Dpop::Off => Self::Off,
-        }
-    }
-}
-
-/// A rate to set; `burst` defaults to `count`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RateInput {
-    #[schema(minimum = 1)]
-    count: u32,
-    #[schema(minimum = 1)]
-    period_secs: u32,
-    #[serde(default)]
-    #[schema(minimum = 1)]
-    burst: Option<u32>,
-}
-
-fn view(plan: &Plan, clients: u64) -> PlanView {
-    PlanView {
-        name: plan.name.clone(),
-        scopes: plan.scopes.iter().map(|s| s.to_string()).collect(),
-        token_ttl: plan.token_ttl,
-        token_rate: plan.token_rate.map(|r| Rate {
-            count: r.count,
-            period_secs: r.period_secs,
-            burst: r.burst,
-        }),
-        reuse_percent: plan.reuse_percent,
-        introspect_any: plan.introspect_any,
-        dpop: plan.dpop.into(),
-        clients,
-        created_at: rfc3339(plan.created_at),
-        updated_at: rfc3339(plan.updated_at),
-    }
 }
 
 async fn find(state: &AppState, name: &str) -> Result<Option<Plan>, Problem> {
@@ -220,7 +74,7 @@ async fn count(state: &AppState, name: &str) -> Result<u64, Problem> {
 
 /// List the plans.
 #[utoipa::path(get, path = "/admin/v1/plans", tag = "plans",
-    responses((status = 200, description = "All plans, by name", body = PlanList), ReadErrors),
+    responses((status = 200, description = "All plans, by name", body = api::PlanList), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn list_plans(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
     run(async {
@@ -233,10 +87,10 @@ pub(crate) async fn list_plans(State(state): State<AppState>, _caller: Caller<Re
                     .iter()
                     .find(|(name, _)| *name == p.name)
                     .map_or(0, |c| c.1);
-                view(p, n)
+                views::plan(p, n)
             })
             .collect();
-        Ok(json(StatusCode::OK, &PlanList { plans }, None))
+        Ok(json(StatusCode::OK, &api::PlanList { plans }, None))
     })
     .await
 }
@@ -245,9 +99,9 @@ pub(crate) async fn list_plans(State(state): State<AppState>, _caller: Caller<Re
 #[utoipa::path(get, path = "/admin/v1/plans/{name}", tag = "plans",
     params(("name" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$", description = "Plan name")),
     responses(
-        (status = 200, description = "The plan", body = PlanView,
+        (status = 200, description = "The plan", body = api::Plan,
          headers(("ETag" = String, description = "Its version, for If-Match"))),
-        (status = 404, description = "No such plan", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such plan", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn get_plan(
@@ -261,7 +115,11 @@ pub(crate) async fn get_plan(
             .await?
             .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
         let n = count(&state, &name).await?;
-        Ok(json(StatusCode::OK, &view(&plan, n), Some(&etag(&plan))))
+        Ok(json(
+            StatusCode::OK,
+            &views::plan(&plan, n),
+            Some(&etag(&plan)),
+        ))
     })
     .await
 }
@@ -271,10 +129,10 @@ pub(crate) async fn get_plan(
 #[utoipa::path(put, path = "/admin/v1/plans/{name}", tag = "plans",
     params(("name" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$", description = "Plan name"),
            ("If-Match" = Option<String>, Header, description = "The ETag read: replace only that version")),
-    request_body = PlanInput,
+    request_body = api::PlanInput,
     responses(
-        (status = 200, description = "Replaced", body = PlanView, headers(("ETag" = String))),
-        (status = 201, description = "Created", body = PlanView, headers(("ETag" = String))),
+        (status = 200, description = "Replaced", body = api::Plan, headers(("ETag" = String))),
+        (status = 201, description = "Created", body = api::Plan, headers(("ETag" = String))),
         WriteErrors),
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn put_plan(
@@ -286,7 +144,7 @@ pub(crate) async fn put_plan(
 ) -> Response {
     run(async {
         let name = path(name)?;
-        let input: PlanInput = read_json(&headers, body, false).await?;
+        let input: api::PlanInput = read_json(&headers, body, false).await?;
         if let Some(bad) = input
             .scopes
             .iter()
@@ -310,7 +168,7 @@ pub(crate) async fn put_plan(
             token_rate,
             reuse_percent: input.reuse_percent.map_or(Change::Clear, Change::Set),
             introspect_any: Some(input.introspect_any.unwrap_or(false)),
-            dpop: Some(input.dpop.map_or(DpopPolicy::Allowed, Into::into)),
+            dpop: Some(input.dpop.map_or(DpopPolicy::Allowed, views::dpop_policy)),
         };
         let _one_writer = state.admin_guard().writes.lock().await;
         let before = find(&state, &name).await?;
@@ -335,7 +193,7 @@ pub(crate) async fn put_plan(
         } else {
             StatusCode::CREATED
         };
-        Ok(json(status, &view(&plan, n), Some(&etag(&plan))))
+        Ok(json(status, &views::plan(&plan, n), Some(&etag(&plan))))
     })
     .await
 }
@@ -346,8 +204,8 @@ pub(crate) async fn put_plan(
            ("If-Match" = Option<String>, Header, description = "The ETag read: delete only that version")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "No such plan", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Clients are on the plan", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such plan", body = api::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Clients are on the plan", body = api::Problem, content_type = "application/problem+json"),
         WriteErrors),
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn delete_plan(
@@ -387,8 +245,8 @@ pub(crate) async fn delete_plan(
            ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD"),
            ("to" = Option<String>, Query, format = Date, description = "Last day, YYYY-MM-DD")),
     responses(
-        (status = 200, description = "Issued and refused per day", body = UsageView),
-        (status = 404, description = "No such plan", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Issued and refused per day", body = api::Usage),
+        (status = 404, description = "No such plan", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
 pub(crate) async fn plan_usage(
@@ -404,7 +262,7 @@ pub(crate) async fn plan_usage(
             .await?
             .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
         let usage = state.store().plan_usage(&name).await?;
-        Ok(json(StatusCode::OK, &UsageView::new(range, usage), None))
+        Ok(json(StatusCode::OK, &usage_within(range, usage), None))
     })
     .await
 }

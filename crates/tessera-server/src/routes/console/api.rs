@@ -13,7 +13,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use tessera_proto::admin::Problem;
+use tessera_proto::{ErrorCode, ErrorResponse, TokenResponse};
 use tower::ServiceExt;
 
 use crate::routes::{admin, token};
@@ -87,27 +88,6 @@ pub(super) enum SignIn {
     Failed(String),
 }
 
-#[derive(Deserialize)]
-struct TokenAnswer {
-    access_token: String,
-    expires_in: u64,
-}
-
-#[derive(Deserialize)]
-struct OAuthRefusal {
-    error: String,
-    #[serde(default)]
-    error_description: String,
-}
-
-#[derive(Deserialize)]
-struct ProblemBody {
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    detail: String,
-}
-
 impl Api {
     pub(super) fn new(state: &AppState) -> Self {
         Self {
@@ -154,7 +134,7 @@ impl Api {
                 Err(e) => return SignIn::Failed(e.to_string()),
             };
             if status == StatusCode::OK {
-                return match serde_json::from_slice::<TokenAnswer>(&body) {
+                return match serde_json::from_slice::<TokenResponse>(&body) {
                     Ok(answer) => SignIn::Token {
                         token: answer.access_token,
                         write,
@@ -163,10 +143,12 @@ impl Api {
                     Err(e) => SignIn::Failed(e.to_string()),
                 };
             }
-            let refusal = serde_json::from_slice::<OAuthRefusal>(&body).ok();
-            match (status, refusal.as_ref().map(|r| r.error.as_str())) {
-                (StatusCode::BAD_REQUEST, Some("invalid_scope")) if write => continue,
-                (StatusCode::BAD_REQUEST, Some("invalid_scope")) => return SignIn::NotAdmin,
+            let refusal = serde_json::from_slice::<ErrorResponse>(&body).ok();
+            match (status, refusal.as_ref().map(|r| r.error)) {
+                (StatusCode::BAD_REQUEST, Some(ErrorCode::InvalidScope)) if write => continue,
+                (StatusCode::BAD_REQUEST, Some(ErrorCode::InvalidScope)) => {
+                    return SignIn::NotAdmin
+                }
                 (StatusCode::UNAUTHORIZED, _) => return SignIn::Refused,
                 (StatusCode::TOO_MANY_REQUESTS, _) => {
                     let retry = headers
@@ -178,7 +160,7 @@ impl Api {
                 _ => {
                     return SignIn::Failed(
                         refusal
-                            .map(|r| r.error_description)
+                            .map(|r| r.error_description.unwrap_or_default())
                             .unwrap_or_else(|| status.to_string()),
                     )
                 }
@@ -230,9 +212,9 @@ impl Api {
         if status == StatusCode::UNAUTHORIZED {
             return Err(ApiError::SignedOut);
         }
-        let problem = serde_json::from_slice::<ProblemBody>(&body).unwrap_or(ProblemBody {
+        let problem = serde_json::from_slice::<Problem>(&body).unwrap_or_else(|_| Problem {
             title: status.to_string(),
-            detail: String::new(),
+            ..Problem::default()
         });
         Err(ApiError::Problem {
             status,
@@ -253,122 +235,4 @@ impl Api {
         let body = body.collect().await?.to_bytes();
         Ok((parts.status, parts.headers, body))
     }
-}
-
-/// A plan, as `GET /admin/v1/plans` shows it.
-#[derive(Debug, Deserialize)]
-pub(super) struct Plan {
-    pub(super) name: String,
-    pub(super) scopes: Vec<String>,
-    pub(super) token_ttl: u32,
-    pub(super) token_rate: Option<Rate>,
-    pub(super) reuse_percent: Option<u8>,
-    pub(super) introspect_any: bool,
-    pub(super) dpop: String,
-    pub(super) clients: u64,
-    pub(super) updated_at: String,
-}
-
-/// A plan's rate.
-#[derive(Debug, Deserialize)]
-pub(super) struct Rate {
-    pub(super) count: u32,
-    pub(super) period_secs: u32,
-    pub(super) burst: u32,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct Plans {
-    pub(super) plans: Vec<Plan>,
-}
-
-/// A client (and, after a creation or rotation, its secret).
-#[derive(Debug, Deserialize)]
-pub(super) struct Client {
-    pub(super) client_id: String,
-    pub(super) plan: String,
-    pub(super) name: String,
-    pub(super) enabled: bool,
-    pub(super) token_endpoint_auth_method: String,
-    pub(super) previous_secret_valid_until: Option<String>,
-    pub(super) created_at: String,
-    #[serde(default)]
-    pub(super) client_secret: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct ClientPage {
-    pub(super) clients: Vec<Client>,
-    pub(super) next_cursor: Option<String>,
-}
-
-/// Usage per UTC day.
-#[derive(Debug, Deserialize)]
-pub(super) struct Usage {
-    pub(super) days: Vec<UsageDay>,
-}
-
-/// `GET /admin/v1/clients/{id}/refusals`.
-#[derive(Debug, Deserialize)]
-pub(super) struct Refusals {
-    pub(super) refusals: Vec<Refusal>,
-}
-
-/// One refused request.
-#[derive(Debug, Deserialize)]
-pub(super) struct Refusal {
-    pub(super) at: String,
-    pub(super) error: String,
-}
-
-/// `GET /admin/v1/rate-limited`.
-#[derive(Debug, Deserialize)]
-pub(super) struct RateLimitedList {
-    pub(super) clients: Vec<RateLimited>,
-}
-
-/// A client the rate limit refused lately.
-#[derive(Debug, Deserialize)]
-pub(super) struct RateLimited {
-    pub(super) client_id: String,
-    pub(super) refused: usize,
-    pub(super) last_at: String,
-}
-
-/// `GET /admin/v1/usage/hourly`.
-#[derive(Debug, Deserialize)]
-pub(super) struct HourlyUsage {
-    pub(super) hours: Vec<HourOfUsage>,
-}
-
-/// One hour of all clients' requests.
-#[derive(Debug, Deserialize)]
-pub(super) struct HourOfUsage {
-    pub(super) hour: String,
-    pub(super) issued: u64,
-    pub(super) refused: u64,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct UsageDay {
-    pub(super) day: String,
-    pub(super) issued: u64,
-    pub(super) refused: u64,
-}
-
-/// A signing key.
-#[derive(Debug, Deserialize)]
-pub(super) struct Key {
-    pub(super) kid: String,
-    pub(super) alg: String,
-    pub(super) status: String,
-    pub(super) created_at: String,
-    pub(super) activates_at: String,
-    pub(super) retires_at: Option<String>,
-    pub(super) unpublished_at: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct Keys {
-    pub(super) keys: Vec<Key>,
 }

@@ -7,7 +7,8 @@
 //! token (`api.rs`), in-process. What the API refuses the token, the console cannot do.
 //!
 //! - `session.rs`: the in-memory sessions the tokens are kept in, server-side; cookies.
-//! - `api.rs`: the calls, and the documented JSON answers as the console reads them.
+//! - `api.rs`: the calls; their answers are the admin contract's objects
+//!   ([`tessera_proto::admin`]).
 //! - `view.rs`: the page frame and shared pieces (times, the SVG usage chart).
 //! - `pages.rs`: overview, plans, clients, keys.
 //! - here: the routes, sign-in and sign-out, CSRF checks, the assets and the security

@@ -10,7 +10,12 @@ use maud::{html, Markup};
 use serde_json::{json, Value};
 use tessera_proto::form::encode_component as seg;
 
-use super::api::{self, ApiError, Client, ClientPage, Keys, Plan, Plans, Usage};
+use tessera_proto::admin::{
+    self as api, Client, ClientPage, ClientWithSecret, KeyList, KeyStatus, Plan, PlanList, Usage,
+};
+use tessera_proto::clock::rfc3339;
+
+use super::api::ApiError;
 use super::session::{random_token, Session};
 use super::view::{self, csrf, page, time, usage_chart, Section};
 use super::{field, respond, Console, Fail};
@@ -59,7 +64,7 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
     let now = console.app.clock().now();
     let days = view::last_days(now, 30);
     let range = days_query(&days);
-    let plans: Plans = get_json(&console, &session, "/plans").await?;
+    let plans: PlanList = get_json(&console, &session, "/plans").await?;
     let mut total: Vec<api::UsageDay> = Vec::new();
     for plan in &plans.plans {
         let usage: Usage = get_json(
@@ -85,7 +90,7 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
         let usage: Usage = get_json(
             &console,
             &session,
-            &format!("/clients/{}/usage?{range}", seg(&client.client_id)),
+            &format!("/clients/{}/usage?{range}", seg(client.client_id.as_str())),
         )
         .await?;
         let issued: u64 = usage.days.iter().map(|d| d.issued).sum();
@@ -108,9 +113,9 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
             refused: h.refused,
         })
         .collect();
-    let keys: Keys = get_json(&console, &session, "/keys").await?;
-    let signing = keys.keys.iter().find(|k| k.status == "signing");
-    let next = keys.keys.iter().find(|k| k.status == "next");
+    let keys: KeyList = get_json(&console, &session, "/keys").await?;
+    let signing = keys.keys.iter().find(|k| k.status == KeyStatus::Signing);
+    let next = keys.keys.iter().find(|k| k.status == KeyStatus::Next);
     let client_count: u64 = plans.plans.iter().map(|p| p.clients).sum();
     let body = html! {
         h1 { "Overview" }
@@ -131,7 +136,7 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
                 thead { tr { th scope="col" { "Client" } th scope="col" { "Plan" } th scope="col" { "Issued" } th scope="col" { "Refused" } } }
                 tbody { @for (client, issued, refused) in &top {
                     tr {
-                        td { a href={"/console/clients/" (seg(&client.client_id))} { (client.client_id) } " " (client.name) }
+                        td { a href={"/console/clients/" (seg(client.client_id.as_str()))} { (client.client_id) } " " (client.name) }
                         td { (client.plan) } td { (issued) } td { (refused) }
                     }
                 } }
@@ -148,8 +153,8 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
                 thead { tr { th scope="col" { "Client" } th scope="col" { "Refusals" } th scope="col" { "Last" } } }
                 tbody { @for c in &limited.clients {
                     tr {
-                        td { a href={"/console/clients/" (seg(&c.client_id))} { (c.client_id) } }
-                        td { (c.refused) } td { (time(&c.last_at)) }
+                        td { a href={"/console/clients/" (seg(c.client_id.as_str()))} { (c.client_id) } }
+                        td { (c.refused) } td { (time(c.last_at)) }
                     }
                 } }
             } }
@@ -157,11 +162,11 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
         }
         h2 { "Signing keys" }
         @match signing {
-            Some(key) => p { "Signing with " code { (key.kid) } " (" (key.alg) ") since " (time(&key.activates_at)) "." },
+            Some(key) => p { "Signing with " code { (key.kid) } " (" (key.alg) ") since " (time(key.activates_at)) "." },
             None => p.empty { "No key signs now. Rotate on the " a href="/console/keys" { "Keys" } " page." },
         }
         @match next {
-            Some(key) => p { "Next rotation: " code { (key.kid) } " (" (key.alg) ") signs from " (time(&key.activates_at)) "." },
+            Some(key) => p { "Next rotation: " code { (key.kid) } " (" (key.alg) ") signs from " (time(key.activates_at)) "." },
             None => p { "No rotation scheduled. Rotate on the " a href="/console/keys" { "Keys" } " page." },
         }
     };
@@ -177,7 +182,7 @@ pub(super) async fn overview(State(console): State<Console>, headers: HeaderMap)
 
 pub(super) async fn plans(State(console): State<Console>, headers: HeaderMap) -> Page {
     let session = console.session(&headers)?;
-    let plans: Plans = get_json(&console, &session, "/plans").await?;
+    let plans: PlanList = get_json(&console, &session, "/plans").await?;
     let body = html! {
         h1 { "Plans" }
         p { "A plan names the scopes its clients may request, their tokens' lifetime, and how often they may ask." }
@@ -199,7 +204,7 @@ pub(super) async fn plans(State(console): State<Console>, headers: HeaderMap) ->
                         td { (rate(plan)) }
                         td { @match plan.reuse_percent { Some(p) => { (p) " %" }, None => "no" } }
                         td { a href={"/console/clients?plan=" (seg(&plan.name))} { (plan.clients) } }
-                        td { (time(&plan.updated_at)) }
+                        td { (time(plan.updated_at)) }
                     }
                 } }
             } }
@@ -389,7 +394,7 @@ pub(super) async fn plan(
                 dt { "Rate" } dd { (rate(&plan)) }
                 dt { "Reuse" } dd { @match plan.reuse_percent { Some(p) => { (p) " %" }, None => "no" } }
                 dt { "Introspects others' tokens" } dd { @if plan.introspect_any { "yes" } @else { "no" } }
-                dt { "DPoP" } dd { (plan.dpop) }
+                dt { "DPoP" } dd { (plan.dpop.as_str()) }
             }
         }
     };
@@ -464,7 +469,7 @@ impl Filter {
     fn matches(&self, c: &Client) -> bool {
         let q = self.q.to_lowercase();
         (q.is_empty()
-            || c.client_id.to_lowercase().contains(&q)
+            || c.client_id.as_str().to_lowercase().contains(&q)
             || c.name.to_lowercase().contains(&q))
             && match self.enabled.as_str() {
                 "yes" => c.enabled,
@@ -491,7 +496,7 @@ pub(super) async fn clients(
 ) -> Page {
     let session = console.session(&headers)?;
     let filter = Filter::read(raw.as_deref());
-    let plans: Plans = get_json(&console, &session, "/plans").await?;
+    let plans: PlanList = get_json(&console, &session, "/plans").await?;
     // The admin API pages by id and filters by plan; the console filters by id, name and
     // state as it reads, a page of matches at a time.
     let mut shown: Vec<Client> = Vec::new();
@@ -520,7 +525,7 @@ pub(super) async fn clients(
         let more_here = taken < read;
         if shown.len() == PAGE {
             next = (more_here || page.next_cursor.is_some())
-                .then(|| shown.last().map(|c| c.client_id.clone()))
+                .then(|| shown.last().map(|c| c.client_id.to_string()))
                 .flatten();
             break;
         }
@@ -572,11 +577,11 @@ pub(super) async fn clients(
                 thead { tr { th scope="col" { "Client id" } th scope="col" { "Name" } th scope="col" { "Plan" } th scope="col" { "State" } th scope="col" { "Created" } } }
                 tbody { @for c in &shown {
                     tr {
-                        td { a href={"/console/clients/" (seg(&c.client_id))} { code { (c.client_id) } } }
+                        td { a href={"/console/clients/" (seg(c.client_id.as_str()))} { code { (c.client_id) } } }
                         td { (c.name) }
                         td { (c.plan) }
                         td { @if c.enabled { "enabled" } @else { span.badge.off { "disabled" } } }
-                        td { (time(&c.created_at)) }
+                        td { (time(c.created_at)) }
                     }
                 } }
             } }
@@ -596,7 +601,7 @@ pub(super) async fn clients(
 
 pub(super) async fn new_client(State(console): State<Console>, headers: HeaderMap) -> Page {
     let session = console.session(&headers)?;
-    let plans: Plans = get_json(&console, &session, "/plans").await?;
+    let plans: PlanList = get_json(&console, &session, "/plans").await?;
     let body = html! {
         p { a href="/console/clients" { "← Clients" } }
         h1 { "Create a client" }
@@ -652,7 +657,7 @@ pub(super) async fn create_client(
         .api
         .call(&session.token, Method::POST, "/clients", Some(input), extra)
         .await
-        .and_then(|a| a.json::<Client>())
+        .and_then(|a| a.json::<ClientWithSecret>())
     {
         Ok(client) => Ok(secret_page(&console, &session, &client, "Client created")),
         Err(e) => Ok(console.refused(&headers, "/console/clients/new", e)),
@@ -660,8 +665,18 @@ pub(super) async fn create_client(
 }
 
 /// The one page that shows a secret.
-fn secret_page(console: &Console, session: &Session, client: &Client, title: &str) -> Response {
-    let secret = client.client_secret.as_deref().unwrap_or_default();
+fn secret_page(
+    console: &Console,
+    session: &Session,
+    created: &ClientWithSecret,
+    title: &str,
+) -> Response {
+    let client = &created.client;
+    let secret = created
+        .client_secret
+        .as_ref()
+        .map(tessera_proto::ClientSecret::expose)
+        .unwrap_or_default();
     let issuer = console.app.issuer().trim_end_matches('/');
     let body = html! {
         h1 { (title) }
@@ -679,11 +694,11 @@ fn secret_page(console: &Console, session: &Session, client: &Client, title: &st
             }
         }
         @if let Some(until) = &client.previous_secret_valid_until {
-            p { "The previous secret keeps working until " (time(until)) "." }
+            p { "The previous secret keeps working until " (time(*until)) "." }
         }
         p { "Get a token with it:" }
         pre { code { "curl -s -u '" (client.client_id) ":" (secret) "' -d grant_type=client_credentials -d 'scope=…' " (issuer) "/connect/token" } }
-        p { a href={"/console/clients/" (seg(&client.client_id))} { "Go to the client" } }
+        p { a href={"/console/clients/" (seg(client.client_id.as_str()))} { "Go to the client" } }
     };
     respond(page(title, Section::Clients, Some(session), body))
 }
@@ -708,14 +723,14 @@ pub(super) async fn client(
         &format!("/clients/{}/usage?{}", seg(&id), days_query(&days)),
     )
     .await?;
-    let refusals: api::Refusals = get_json(
+    let refusals: api::RefusalList = get_json(
         &console,
         &session,
         &format!("/clients/{}/refusals", seg(&id)),
     )
     .await?;
-    let plans: Plans = get_json(&console, &session, "/plans").await?;
-    let base = format!("/console/clients/{}", seg(&client.client_id));
+    let plans: PlanList = get_json(&console, &session, "/plans").await?;
+    let base = format!("/console/clients/{}", seg(client.client_id.as_str()));
     let body = html! {
         p { a href="/console/clients" { "← Clients" } }
         h1 { "Client " code { (client.client_id) } }
@@ -724,9 +739,9 @@ pub(super) async fn client(
             dt { "Plan" } dd { a href={"/console/plans/" (seg(&client.plan))} { (client.plan) } }
             dt { "State" } dd #client-state { @if client.enabled { "enabled" } @else { "disabled: its token requests are refused" } }
             dt { "Authentication" } dd { (client.token_endpoint_auth_method) }
-            dt { "Created" } dd { (time(&client.created_at)) }
+            dt { "Created" } dd { (time(client.created_at)) }
             @if let Some(until) = &client.previous_secret_valid_until {
-                dt { "Previous secret valid until" } dd { (time(until)) }
+                dt { "Previous secret valid until" } dd { (time(*until)) }
             }
         }
         h2 { "Usage, last 30 days" }
@@ -738,7 +753,7 @@ pub(super) async fn client(
             div.table-wrap { table {
                 thead { tr { th scope="col" { "When" } th scope="col" { "Error" } } }
                 tbody { @for refusal in &refusals.refusals {
-                    tr { td { (time(&refusal.at)) } td { code { (refusal.error) } } }
+                    tr { td { (time(refusal.at)) } td { code { (refusal.error) } } }
                 } }
             } }
             p.note { "The last ten refusals this instance answered." }
@@ -847,7 +862,7 @@ pub(super) async fn rotate_secret(
             &[],
         )
         .await
-        .and_then(|a| a.json::<Client>())
+        .and_then(|a| a.json::<ClientWithSecret>())
     {
         Ok(client) => Ok(secret_page(&console, &session, &client, "Secret rotated")),
         Err(e) => Ok(console.refused(&headers, &format!("/console/clients/{}", seg(&id)), e)),
@@ -866,7 +881,7 @@ pub(super) async fn confirm_delete(
         .await
         .map_err(api(&session))?;
     let client: Client = answer.json().map_err(api(&session))?;
-    let base = format!("/console/clients/{}", seg(&client.client_id));
+    let base = format!("/console/clients/{}", seg(client.client_id.as_str()));
     let body = html! {
         h1 { "Delete client " code { (client.client_id) } "?" }
         p.warning { "Its token requests are refused from now on and it cannot be restored. "
@@ -919,7 +934,7 @@ pub(super) async fn delete_client(
 
 pub(super) async fn keys(State(console): State<Console>, headers: HeaderMap) -> Page {
     let session = console.session(&headers)?;
-    let keys: Keys = get_json(&console, &session, "/keys").await?;
+    let keys: KeyList = get_json(&console, &session, "/keys").await?;
     let body = html! {
         h1 { "Signing keys" }
         p { "Published at " code { "/.well-known/jwks.json" } ". A new key is published before it signs, so that APIs learn it first; "
@@ -932,10 +947,10 @@ pub(super) async fn keys(State(console): State<Console>, headers: HeaderMap) -> 
                 tbody { @for key in keys.keys.iter().rev() {
                     tr {
                         td { code { (key.kid) } } td { (key.alg) }
-                        td { span class={"badge " (key.status)} { (key.status) } }
-                        td { (time(&key.created_at)) } td { (time(&key.activates_at)) }
-                        td { @match &key.retires_at { Some(t) => (time(t)), None => "—" } }
-                        td { @match &key.unpublished_at { Some(t) => (time(t)), None => "—" } }
+                        td { span class={"badge " (key.status.as_str())} { (key.status.as_str()) } }
+                        td { (time(key.created_at)) } td { (time(key.activates_at)) }
+                        td { @match &key.retires_at { Some(t) => (time(*t)), None => "—" } }
+                        td { @match &key.unpublished_at { Some(t) => (time(*t)), None => "—" } }
                     }
                 } }
             } }
@@ -996,7 +1011,8 @@ pub(super) async fn rotate_keys(
             "/console/keys",
             format!(
                 "Key {} published; it signs from {}.",
-                key.kid, key.activates_at
+                key.kid,
+                rfc3339(key.activates_at)
             ),
         )),
         Err(e) => Ok(console.refused(&headers, "/console/keys", e)),

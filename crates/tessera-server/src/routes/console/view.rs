@@ -5,7 +5,9 @@
 
 use maud::{html, Markup, DOCTYPE};
 
-use super::api::UsageDay;
+use tessera_proto::admin::UsageDay;
+use tessera_proto::clock::{rfc3339, Timestamp};
+
 use super::session::Session;
 
 /// Which section a page belongs to, for the navigation.
@@ -89,10 +91,11 @@ pub(super) fn csrf(session: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(session.csrf); }
 }
 
-/// An RFC 3339 UTC time; the script shows it in the viewer's zone, UTC on hover.
-pub(super) fn time(rfc3339: &str) -> Markup {
-    let shown = rfc3339.replacen('T', " ", 1).replace('Z', " UTC");
-    html! { time datetime=(rfc3339) title=(shown) { (shown) } }
+/// A time, written in RFC 3339 UTC; the script shows it in the viewer's zone, UTC on hover.
+pub(super) fn time(at: Timestamp) -> Markup {
+    let written = rfc3339(at);
+    let shown = written.replacen('T', " ", 1).replace('Z', " UTC");
+    html! { time datetime=(written) title=(shown) { (shown) } }
 }
 
 /// A page that says what went wrong and where to go.

@@ -1,0 +1,268 @@
+//! The registry's objects as the admin contract shows them ([`tessera_proto::admin`]): one
+//! mapping from the store's rows, for the admin API's answers and for the CLI's commands on
+//! the database, so that both print the same objects.
+
+use tessera_proto::admin as api;
+use tessera_proto::clock::Timestamp;
+use tessera_proto::ClientSecret;
+use tessera_store::{CertificateMatch, Client, DpopPolicy, Plan, RateLimit, SigningKey};
+
+use super::{RegistrarError, TrustPolicyInput, MAX_TOKEN_TTL};
+
+/// A plan with `clients` on it.
+pub fn plan(plan: &Plan, clients: u64) -> api::Plan {
+    api::Plan {
+        name: plan.name.clone(),
+        scopes: plan.scopes.iter().map(|s| s.to_string()).collect(),
+        token_ttl: plan.token_ttl,
+        token_rate: plan.token_rate.map(rate),
+        reuse_percent: plan.reuse_percent,
+        introspect_any: plan.introspect_any,
+        dpop: dpop(plan.dpop),
+        clients,
+        created_at: plan.created_at,
+        updated_at: plan.updated_at,
+    }
+}
+
+/// A rate as the contract writes it.
+pub fn rate(rate: RateLimit) -> api::Rate {
+    api::Rate {
+        count: rate.count,
+        period_secs: rate.period_secs,
+        burst: rate.burst,
+    }
+}
+
+/// The rate a contract's rate stands for.
+pub fn rate_limit(rate: api::Rate) -> RateLimit {
+    RateLimit {
+        count: rate.count,
+        period_secs: rate.period_secs,
+        burst: rate.burst,
+    }
+}
+
+/// A plan's DPoP policy as the contract names it.
+pub fn dpop(policy: DpopPolicy) -> api::Dpop {
+    match policy {
+        DpopPolicy::Required => api::Dpop::Required,
+        DpopPolicy::Allowed => api::Dpop::Allowed,
+        DpopPolicy::Off => api::Dpop::Off,
+    }
+}
+
+/// The policy a contract's DPoP setting names.
+pub fn dpop_policy(dpop: api::Dpop) -> DpopPolicy {
+    match dpop {
+        api::Dpop::Required => DpopPolicy::Required,
+        api::Dpop::Allowed => DpopPolicy::Allowed,
+        api::Dpop::Off => DpopPolicy::Off,
+    }
+}
+
+/// A client, never its secret: with what its certificate or assertions must match, in the
+/// field of the contract it was registered with.
+pub fn client(c: &Client) -> api::Client {
+    let text = |want: fn(&CertificateMatch) -> Option<&String>| {
+        c.certificate.as_ref().and_then(want).cloned()
+    };
+    api::Client {
+        client_id: c.id.clone(),
+        plan: c.plan.clone(),
+        name: c.label.clone(),
+        enabled: c.enabled,
+        token_endpoint_auth_method: c.auth_method.as_str().to_owned(),
+        previous_secret_valid_until: c.previous_secret.as_ref().map(|(_, until)| *until),
+        created_at: c.created_at,
+        updated_at: c.updated_at,
+        tls_client_auth_subject_dn: text(|m| match m {
+            CertificateMatch::SubjectDn(v) => Some(v),
+            _ => None,
+        }),
+        tls_client_auth_san_dns: text(|m| match m {
+            CertificateMatch::SanDns(v) => Some(v),
+            _ => None,
+        }),
+        tls_client_auth_san_uri: text(|m| match m {
+            CertificateMatch::SanUri(v) => Some(v),
+            _ => None,
+        }),
+        jwks: text(|m| match m {
+            CertificateMatch::Jwks(v) => Some(v),
+            _ => None,
+        })
+        .and_then(|v| serde_json::from_str(&v).ok()),
+        jwks_uri: text(|m| match m {
+            CertificateMatch::JwksUri(v) => Some(v),
+            _ => None,
+        }),
+    }
+}
+
+/// A client with the secret it was just given (none for a keyed client).
+pub fn with_secret(c: &Client, secret: Option<ClientSecret>) -> api::ClientWithSecret {
+    api::ClientWithSecret {
+        client: client(c),
+        client_secret: secret,
+    }
+}
+
+/// What a client to register says its certificate or assertions must match: at most one
+/// of the five fields, as RFC 8705 section 2.1.2 asks.
+pub fn certificate_match(
+    input: &api::ClientInput,
+) -> Result<Option<CertificateMatch>, RegistrarError> {
+    let mut given = Vec::new();
+    if let Some(v) = &input.tls_client_auth_subject_dn {
+        given.push(CertificateMatch::SubjectDn(v.clone()));
+    }
+    if let Some(v) = &input.tls_client_auth_san_dns {
+        given.push(CertificateMatch::SanDns(v.clone()));
+    }
+    if let Some(v) = &input.tls_client_auth_san_uri {
+        given.push(CertificateMatch::SanUri(v.clone()));
+    }
+    if let Some(v) = &input.jwks {
+        given.push(CertificateMatch::Jwks(v.to_string()));
+    }
+    if let Some(v) = &input.jwks_uri {
+        given.push(CertificateMatch::JwksUri(v.clone()));
+    }
+    if given.len() > 1 {
+        return Err(RegistrarError::ManyMatches);
+    }
+    Ok(given.pop())
+}
+
+/// The signing keys with what each does at `now`: the newest active one signs, those not
+/// yet active are next, the rest retired; each retires when the next activates and leaves
+/// the JWK Set when the last token it signed has expired. `keys` are in order of
+/// activation, as the store lists them.
+pub fn keys(keys: &[SigningKey], now: Timestamp) -> Vec<api::Key> {
+    let signing = keys.iter().rposition(|k| k.activates_at <= now);
+    let keep = i64::from(MAX_TOKEN_TTL);
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let retires = keys.get(i + 1).map(|next| next.activates_at);
+            api::Key {
+                kid: k.kid.clone(),
+                alg: k.alg,
+                status: if Some(i) == signing {
+                    api::KeyStatus::Signing
+                } else if k.activates_at > now {
+                    api::KeyStatus::Next
+                } else {
+                    api::KeyStatus::Retired
+                },
+                created_at: k.created_at,
+                activates_at: k.activates_at,
+                retires_at: retires,
+                unpublished_at: retires.map(|t| t + keep),
+            }
+        })
+        .collect()
+}
+
+/// A trust policy.
+pub fn trust_policy(policy: &tessera_store::TrustPolicy) -> api::TrustPolicy {
+    api::TrustPolicy {
+        name: policy.name.clone(),
+        client_id: policy.client_id.to_string(),
+        issuer: policy.issuer.clone(),
+        jwks_uri: policy.jwks_uri.clone(),
+        audience: policy.audience.clone(),
+        subject: policy.subject.clone(),
+        claims: serde_json::from_str(&policy.claims).unwrap_or_default(),
+        max_assertion_ttl: policy.max_assertion_ttl,
+        created_at: policy.created_at,
+    }
+}
+
+/// The trust policy named `name` that a contract's input describes.
+pub fn trust_policy_input(name: &str, input: api::TrustPolicyInput) -> TrustPolicyInput {
+    TrustPolicyInput {
+        name: name.to_owned(),
+        client_id: input.client_id,
+        issuer: input.issuer,
+        jwks_uri: input.jwks_uri,
+        audience: input.audience,
+        subject: input.subject,
+        claims: input.claims.into_iter().collect(),
+        max_assertion_ttl: input.max_assertion_ttl,
+        allow_mutable_subject: input.allow_mutable_subject,
+        allow_admin: input.allow_admin,
+    }
+}
+
+/// Usage rows as the contract's days.
+pub fn usage_days(usage: Vec<tessera_store::Usage>) -> Vec<api::UsageDay> {
+    usage
+        .into_iter()
+        .map(|u| api::UsageDay {
+            day: u.day,
+            issued: u.issued,
+            refused: u.refused,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_proto::Algorithm;
+
+    fn key(kid: &str, activates_at: Timestamp) -> SigningKey {
+        SigningKey {
+            kid: kid.into(),
+            alg: Algorithm::EdDSA,
+            public_jwk: String::new(),
+            private_sealed: Vec::new(),
+            created_at: activates_at - 600,
+            activates_at,
+        }
+    }
+
+    #[test]
+    fn the_newest_active_key_signs_and_each_retires_when_the_next_activates() {
+        let all = [key("a", 1000), key("b", 2000), key("c", 3000)];
+        let views = keys(&all, 2500);
+        let status: Vec<_> = views.iter().map(|k| k.status).collect();
+        use api::KeyStatus::*;
+        assert_eq!(status, [Retired, Signing, Next]);
+        assert_eq!(views[0].retires_at, Some(2000));
+        assert_eq!(
+            views[0].unpublished_at,
+            Some(2000 + i64::from(MAX_TOKEN_TTL))
+        );
+        assert_eq!((views[2].retires_at, views[2].unpublished_at), (None, None));
+        assert_eq!(
+            keys(&all, 500).iter().filter(|k| k.status == Next).count(),
+            3
+        );
+    }
+
+    #[test]
+    fn one_certificate_match_at_most() {
+        let mut input = api::ClientInput {
+            jwks_uri: Some("https://keys.example/jwks".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            certificate_match(&input).unwrap(),
+            Some(CertificateMatch::JwksUri(
+                "https://keys.example/jwks".into()
+            ))
+        );
+        input.tls_client_auth_san_dns = Some("billing.example".into());
+        assert!(matches!(
+            certificate_match(&input),
+            Err(RegistrarError::ManyMatches)
+        ));
+        assert_eq!(
+            certificate_match(&api::ClientInput::default()).unwrap(),
+            None
+        );
+    }
+}
