@@ -55,6 +55,10 @@ pub(crate) struct TokenArgs {
     /// token.
     #[arg(long, value_name = "FILE", env = "TESSERA_CLIENT_ASSERTION_FILE")]
     assertion_file: Option<PathBuf>,
+    /// Where tokens are cached. Default: tessera/tokens.json under $XDG_CACHE_HOME, or
+    /// under ~/.cache.
+    #[arg(long, value_name = "FILE", env = "TESSERA_TOKEN_CACHE")]
+    cache_file: Option<PathBuf>,
 }
 
 impl TokenArgs {
@@ -124,12 +128,13 @@ pub(crate) async fn run(args: TokenArgs) -> Result<()> {
     let scopes = ScopeSet::parse(&args.scope).map_err(|e| anyhow!("--scope: {e}"))?;
     let client = TokenClient::builder()
         .environment(environment)
+        .from_env()
         .client_id(client_id)
         .auth(args.auth()?)
         .scopes(scopes)
         .build()?;
 
-    let path = cache_path();
+    let path = cache_path(&args);
     let now = Clock::system().now();
     let mut file = if args.no_cache {
         CacheFile::default()
@@ -187,9 +192,10 @@ pub(crate) async fn run(args: TokenArgs) -> Result<()> {
     Ok(())
 }
 
-fn cache_path() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TESSERA_TOKEN_CACHE") {
-        return Some(PathBuf::from(path));
+/// `--cache-file`, or the user's cache folder by the XDG base directory convention.
+fn cache_path(args: &TokenArgs) -> Option<PathBuf> {
+    if let Some(path) = &args.cache_file {
+        return Some(path.clone());
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)

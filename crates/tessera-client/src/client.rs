@@ -339,6 +339,9 @@ pub struct TokenClientBuilder {
     sleeper: Sleeper,
     cache: Option<TokenCache>,
     dpop: Option<DpopKey>,
+    /// Whether [`build`](Self::build) reads the base URLs not set here from the process
+    /// environment ([`from_env`](Self::from_env)).
+    from_env: bool,
 }
 
 impl Default for TokenClientBuilder {
@@ -361,6 +364,7 @@ impl Default for TokenClientBuilder {
             sleeper: Sleeper::default(),
             cache: None,
             dpop: None,
+            from_env: false,
         }
     }
 }
@@ -372,17 +376,27 @@ impl TokenClientBuilder {
         self
     }
 
-    /// The production base URL, `{auth_url}`; otherwise read from
-    /// [`PRODUCTION_URL_VAR`](crate::PRODUCTION_URL_VAR) when the environment is production.
+    /// The production base URL, `{auth_url}`; with [`from_env`](Self::from_env), otherwise
+    /// read from [`PRODUCTION_URL_VAR`](crate::PRODUCTION_URL_VAR).
     pub fn production_url(mut self, url: Url) -> Self {
         self.urls.production = Some(url);
         self
     }
 
-    /// The staging base URL, `{auth_url_stage}`; otherwise read from
-    /// [`STAGING_URL_VAR`](crate::STAGING_URL_VAR) when the environment is staging.
+    /// The staging base URL, `{auth_url_stage}`; with [`from_env`](Self::from_env),
+    /// otherwise read from [`STAGING_URL_VAR`](crate::STAGING_URL_VAR).
     pub fn staging_url(mut self, url: Url) -> Self {
         self.urls.staging = Some(url);
+        self
+    }
+
+    /// Read the base URL of the production or staging environment, when not set with
+    /// [`production_url`](Self::production_url) or [`staging_url`](Self::staging_url), from
+    /// [`PRODUCTION_URL_VAR`](crate::PRODUCTION_URL_VAR) or
+    /// [`STAGING_URL_VAR`](crate::STAGING_URL_VAR) when [`build`](Self::build) runs. Without
+    /// it the kit reads nothing from the process environment.
+    pub fn from_env(mut self) -> Self {
+        self.from_env = true;
         self
     }
 
@@ -525,9 +539,11 @@ impl TokenClientBuilder {
         self
     }
 
-    /// Builds the client, reading a base URL not given here from its environment variable.
+    /// Builds the client; a base URL not given here is read from its environment variable
+    /// only after [`from_env`](Self::from_env).
     pub fn build(self) -> Result<TokenClient, BuildError> {
-        self.build_with(|name| std::env::var(name).ok())
+        let from_env = self.from_env;
+        self.build_with(|name| from_env.then(|| std::env::var(name).ok()).flatten())
     }
 
     fn build_with(
@@ -612,6 +628,31 @@ impl TokenClientBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kit reads the process environment only when told: `build()` alone leaves a
+    /// production base URL in TESSERA_AUTH_URL unread (issue 25, item 6).
+    #[test]
+    fn the_environment_is_read_only_after_from_env() {
+        // No other test of this binary reads this variable.
+        std::env::set_var(crate::PRODUCTION_URL_VAR, "https://auth.from-env.example");
+        let unread = builder()
+            .environment(Environment::Production)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(unread, BuildError::MissingBaseUrl { .. }),
+            "{unread:?}"
+        );
+        let read = builder()
+            .environment(Environment::Production)
+            .from_env()
+            .build()
+            .unwrap();
+        assert_eq!(
+            read.endpoint.as_str(),
+            "https://auth.from-env.example/connect/token"
+        );
+    }
 
     fn builder() -> TokenClientBuilder {
         TokenClient::builder()

@@ -1,6 +1,6 @@
 //! Where the token endpoint is: `{auth_url}/connect/token` in production and
 //! `{auth_url_stage}/connect/token` in staging. Neither address is built in; each comes from
-//! the builder or from the environment.
+//! the builder or, with its `from_env`, from the environment.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -19,9 +19,9 @@ pub const STAGING_URL_VAR: &str = "TESSERA_AUTH_URL_STAGE";
 /// and tokens are cached apart (see [`CacheKey`](crate::CacheKey)).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Environment {
-    /// `{auth_url}`: from the builder's `production_url` or [`PRODUCTION_URL_VAR`].
+    /// `{auth_url}`: from the builder's `production_url` or (`from_env`) [`PRODUCTION_URL_VAR`].
     Production,
-    /// `{auth_url_stage}`: from the builder's `staging_url` or [`STAGING_URL_VAR`].
+    /// `{auth_url_stage}`: from the builder's `staging_url` or (`from_env`) [`STAGING_URL_VAR`].
     Staging,
     /// Any other deployment, by its base URL (the token endpoint is `{url}/connect/token`).
     Custom(Url),

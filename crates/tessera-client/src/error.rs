@@ -16,8 +16,11 @@ pub enum BuildError {
     /// another [`ClientAuth`](crate::ClientAuth), or a client certificate) or `scopes`.
     #[error("{0} is required")]
     Missing(&'static str),
-    /// Neither the builder nor the environment variable gave the base URL.
-    #[error("no base URL for {environment}: set it on the builder or in {variable}")]
+    /// Neither the builder nor (with `from_env`) the environment variable gave the base
+    /// URL.
+    #[error(
+        "no base URL for {environment}: set it on the builder, or in {variable} with from_env()"
+    )]
     MissingBaseUrl {
         /// `production` or `staging`.
         environment: String,

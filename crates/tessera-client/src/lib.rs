@@ -33,9 +33,11 @@
 //! use tessera_client::{ClientId, ClientSecret, Environment, ScopeSet, TokenClient};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! // The staging base URL comes from TESSERA_AUTH_URL_STAGE unless set with `staging_url`.
+//! // The staging base URL comes from TESSERA_AUTH_URL_STAGE, read because of `from_env`,
+//! // unless set with `staging_url`.
 //! let tokens = TokenClient::builder()
 //!     .environment(Environment::Staging)
+//!     .from_env()
 //!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
 //!     .client_secret(ClientSecret::new(std::env::var("MY_APP_SECRET")?))
 //!     .scopes(ScopeSet::parse("market-data-api news-api")?)
@@ -83,6 +85,7 @@
 //! let key = DpopKey::generate_ed25519();
 //! let tokens = TokenClient::builder()
 //!     .environment(Environment::Production)
+//!     .from_env()
 //!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
 //!     .client_secret(ClientSecret::new(std::env::var("MY_APP_SECRET")?))
 //!     .scopes(ScopeSet::parse("market-data-api")?)
@@ -125,6 +128,7 @@
 //! let key = DpopKey::from_pkcs8_pem(&std::fs::read_to_string("client.pem")?)?;
 //! let tokens = TokenClient::builder()
 //!     .environment(Environment::Production)
+//!     .from_env()
 //!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
 //!     .auth(ClientAuth::private_key(key, Some("k1".into())))
 //!     .scopes(ScopeSet::parse("market-data-api")?)
@@ -134,6 +138,7 @@
 //! // Or the token the platform projects into the pod, read for every request:
 //! let federated = TokenClient::builder()
 //!     .environment(Environment::Production)
+//!     .from_env()
 //!     .client_id(ClientId::parse("my-app").ok_or("bad client id")?)
 //!     .auth(ClientAuth::assertion_file("/var/run/secrets/tokens/tessera"))
 //!     .scopes(ScopeSet::parse("market-data-api")?)
