@@ -119,6 +119,10 @@ pub(crate) struct ServeArgs {
     /// How long a connection may stay open with no request in flight, in seconds.
     #[arg(long, env = "TESSERA_IDLE_TIMEOUT", value_name = "SECONDS")]
     idle_timeout: Option<Seconds>,
+    /// At a stop, how long an idle HTTP/1.1 connection stays open for a request its client
+    /// may have sent already, in seconds: it is answered with `Connection: close`.
+    #[arg(long, env = "TESSERA_SHUTDOWN_DRAIN", value_name = "SECONDS")]
+    shutdown_drain: Option<Seconds>,
     /// How long a connection is kept alive, in seconds; then its next answer closes it
     /// (HTTP/1.1) or it is sent GOAWAY (HTTP/2), so that load spreads to new instances.
     #[arg(long, env = "TESSERA_MAX_CONNECTION_AGE", value_name = "SECONDS")]

@@ -118,6 +118,12 @@ pub struct Config {
     /// only answers PINGs) cannot hold the connection slots.
     #[serde(with = "seconds")]
     pub idle_timeout: Duration,
+    /// When the server stops, how long an idle HTTP/1.1 connection is kept open for a
+    /// request its client may have sent already: one that comes is answered with
+    /// `Connection: close`, as is every answer from then on, and its connection closed.
+    /// HTTP/2 connections are sent GOAWAY at once instead, which says what was taken.
+    #[serde(with = "seconds")]
+    pub shutdown_drain: Duration,
     /// How long one connection may be kept alive before an answer says `Connection: close`
     /// (HTTP/1.1) or the connection is sent GOAWAY (HTTP/2).
     #[serde(with = "seconds")]
@@ -209,6 +215,9 @@ impl Default for Config {
             request_timeout: timeout,
             header_timeout: timeout,
             idle_timeout: timeout,
+            // A request on its way arrives within a round trip; a client in a loop sends its
+            // next one at once. A second covers both, and delays a stop by at most that.
+            shutdown_drain: Duration::from_secs(1),
             max_connection_age: Duration::from_secs(600),
             max_requests_per_connection: 100_000,
             max_connections: 10_000,

@@ -107,6 +107,8 @@ async fn serve(
     let per_address = Arc::new(PerAddress::new(config.max_connections_per_address));
     // Every connection's task holds a receiver; once all are dropped, all have ended.
     let (stop, stopping) = tokio::sync::watch::channel(false);
+    // Read by every answer: set, an HTTP/1.1 answer says `Connection: close`.
+    let draining = Arc::new(AtomicBool::new(false));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         // At the cap, stop accepting (the kernel's backlog holds the rest) until one closes.
@@ -137,10 +139,11 @@ async fn serve(
         let _ = stream.set_nodelay(true);
         let (h1, h2, router) = (h1.clone(), h2.clone(), router.clone());
         let (tls, handshake_timeout) = (state.tls().cloned(), config.header_timeout);
-        let lifetime = Lifetime::new(config, state.clock());
-        let ending = Ending {
+        let lifetime = Lifetime::new(config, state.clock(), draining.clone());
+        let mut ending = Ending {
             idle: config.idle_timeout,
             grace: config.request_timeout,
+            drain: config.shutdown_drain,
             stopping: stopping.clone(),
         };
         tokio::spawn(async move {
@@ -178,6 +181,8 @@ async fn serve(
                 PeerCertificate(chain.iter().map(|c| c.clone().into_owned()).collect())
             });
             if session.alpn_protocol() == Some(b"h2") {
+                // GOAWAY tells the client which streams were taken: no drain needed.
+                ending.drain = Duration::ZERO;
                 let service = service(router, peer, lifetime.clone(), certificate, Protocol::H2);
                 let connection = h2.serve_connection(TokioIo::new(stream), service);
                 drive(
@@ -200,9 +205,12 @@ async fn serve(
             }
         });
     }
+    // Before the listener closes: a client that finds it closed gets `Connection: close`
+    // on any answer still to come.
+    draining.store(true, Relaxed);
+    stop.send_replace(true);
     drop(listener);
     drop(stopping);
-    stop.send_replace(true);
     if tokio::time::timeout(config.request_timeout * 3, stop.closed())
         .await
         .is_err()
@@ -266,11 +274,14 @@ struct Lifetime {
     retired: AtomicBool,
     /// Wakes the driving task when the connection retires.
     retiring: tokio::sync::Notify,
+    /// The server's: set once it stops, when every answer retires its connection.
+    draining: Arc<AtomicBool>,
 }
 
 impl Lifetime {
-    fn new(config: &Config, clock: &crate::clock::Clock) -> Arc<Self> {
+    fn new(config: &Config, clock: &crate::clock::Clock, draining: Arc<AtomicBool>) -> Arc<Self> {
         Arc::new(Self {
+            draining,
             max_requests: config.max_requests_per_connection,
             max_age: config.max_connection_age,
             opened: clock.elapsed(),
@@ -284,11 +295,12 @@ impl Lifetime {
         })
     }
 
-    /// Counts an answer; whether the connection has now served its share (and is retired).
+    /// Counts an answer; whether the connection has now served its share (and is retired),
+    /// or the server is stopping.
     fn answered(&self) -> bool {
         let count = self.served.fetch_add(1, Relaxed) + 1;
         let age = self.clock.elapsed().saturating_sub(self.opened);
-        if count >= self.max_requests || age >= self.max_age {
+        if count >= self.max_requests || age >= self.max_age || self.draining.load(Relaxed) {
             self.retired.store(true, Relaxed);
             // Kept for the waiter if it is not waiting yet.
             self.retiring.notify_one();
@@ -353,6 +365,9 @@ struct Ending {
     /// timeout, the longest any takes. A client that keeps it open longer (say one that
     /// never acknowledges HTTP/2's shutdown PING) is cut off.
     grace: Duration,
+    /// When the server stops, how long an HTTP/1.1 connection stays open before it is asked
+    /// to end ([`Config::shutdown_drain`]); zero for HTTP/2.
+    drain: Duration,
     /// Becomes `true` when the server shuts down.
     stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -361,6 +376,12 @@ struct Ending {
 /// ([`Lifetime::spent`]) or the server stops: then it is asked to end gracefully, with
 /// `graceful_shutdown` (HTTP/2: GOAWAY, RFC 9113 section 6.8; HTTP/1.1: closed once the
 /// answer in progress is sent), and given [`Ending::grace`] to do so.
+///
+/// When the server stops, an HTTP/1.1 connection is asked to end only after
+/// [`Ending::drain`]: HTTP/1.1 has no way to say which requests were taken, and one closed
+/// while idle loses a request its client had already sent (in the network, or in the
+/// socket's buffer). Meanwhile every answer says `Connection: close` (RFC 9112 section
+/// 9.6), so that a request that comes is answered and its connection then closed.
 async fn drive<C, E>(
     connection: C,
     graceful_shutdown: fn(std::pin::Pin<&mut C>),
@@ -371,10 +392,21 @@ async fn drive<C, E>(
     E: std::fmt::Display,
 {
     let mut connection = std::pin::pin!(connection);
-    let why = tokio::select! {
+    let stopping = tokio::select! {
         result = connection.as_mut() => return log_end(result),
-        _ = ending.stopping.wait_for(|stop| *stop) => "the server is stopping",
-        () = lifetime.spent(ending.idle) => "idle or spent",
+        _ = ending.stopping.wait_for(|stop| *stop) => true,
+        () = lifetime.spent(ending.idle) => false,
+    };
+    if stopping && !ending.drain.is_zero() {
+        tokio::select! {
+            result = connection.as_mut() => return log_end(result),
+            () = tokio::time::sleep(ending.drain) => {}
+        }
+    }
+    let why = if stopping {
+        "the server is stopping"
+    } else {
+        "idle or spent"
     };
     tracing::debug!(why, "ending a connection");
     graceful_shutdown(connection.as_mut());
@@ -392,9 +424,9 @@ fn log_end<E: std::fmt::Display>(result: Result<(), E>) {
 
 /// The router as one connection's service: each request learns its peer (and the client
 /// certificate it presented, if any) and counts in the connection's [`Lifetime`]. Once the
-/// connection has served its share, an HTTP/1.1 answer says `Connection: close`, so the
-/// client opens a new one (RFC 9112 section 9.6), and an HTTP/2 connection is sent GOAWAY
-/// ([`drive`]). Over TLS every answer carries [`HSTS`].
+/// connection has served its share, or the server is stopping, an HTTP/1.1 answer says
+/// `Connection: close`, so the client opens a new one (RFC 9112 section 9.6), and an HTTP/2
+/// connection is sent GOAWAY ([`drive`]). Over TLS every answer carries [`HSTS`].
 fn service(
     router: axum::Router,
     peer: std::net::SocketAddr,
@@ -534,7 +566,10 @@ mod tests {
         let clock = ManualClock::at(1_000);
         let mut config = Config::default();
         configure(&mut config);
-        (Lifetime::new(&config, &clock.clone().into()), clock)
+        (
+            Lifetime::new(&config, &clock.clone().into(), Arc::default()),
+            clock,
+        )
     }
 
     /// Whether `spent` resolves at once (polled until nothing more is ready).
