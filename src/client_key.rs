@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use aws_lc_rs::signature::Ed25519KeyPair;
 use serde_json::{json, Value};
-use tessera_client::DpopKey;
+use tessera_client::ClientKey;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct GenerateClientKeyArgs {
@@ -31,7 +31,7 @@ pub(crate) fn generate(args: GenerateClientKeyArgs) -> Result<()> {
     let pkcs8 = pair
         .to_pkcs8v1()
         .map_err(|_| anyhow!("cannot encode the key"))?;
-    let key = DpopKey::from_pkcs8(pkcs8.as_ref())?;
+    let key = ClientKey::from_pkcs8(pkcs8.as_ref())?;
     write_new(&args.out, pem("PRIVATE KEY", pkcs8.as_ref()).as_bytes())
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     let kid = args.kid.unwrap_or_else(|| key.thumbprint().to_owned());
@@ -40,7 +40,7 @@ pub(crate) fn generate(args: GenerateClientKeyArgs) -> Result<()> {
 }
 
 /// The JWK Set of `key`'s public half under `kid`, for signatures with `EdDSA` only.
-fn jwks(key: &DpopKey, kid: &str) -> Value {
+fn jwks(key: &ClientKey, kid: &str) -> Value {
     let mut jwk = key.public_jwk().clone();
     jwk["kid"] = json!(kid);
     jwk["alg"] = json!(key.algorithm().as_str());
@@ -78,12 +78,12 @@ fn write_new(path: &Path, contents: &[u8]) -> Result<()> {
 }
 
 /// Reads a client's private key: PKCS #8, PEM or DER, Ed25519, P-256 or RSA.
-pub(crate) fn read(path: &Path) -> Result<DpopKey> {
+pub(crate) fn read(path: &Path) -> Result<ClientKey> {
     let bytes =
         std::fs::read(path).with_context(|| format!("cannot read the key {}", path.display()))?;
     let key = match std::str::from_utf8(&bytes) {
         Ok(text) if text.contains("-----BEGIN") => {
-            let key = DpopKey::from_pkcs8_pem(text);
+            let key = ClientKey::from_pkcs8_pem(text);
             if key.is_err() && !text.contains("-----BEGIN PRIVATE KEY-----") {
                 return Err(anyhow!(
                     "{} is not an unencrypted PKCS #8 key (-----BEGIN PRIVATE KEY-----); \
@@ -93,7 +93,7 @@ pub(crate) fn read(path: &Path) -> Result<DpopKey> {
             }
             key
         }
-        _ => DpopKey::from_pkcs8(&bytes),
+        _ => ClientKey::from_pkcs8(&bytes),
     };
     key.with_context(|| format!("cannot use the key {}", path.display()))
 }
@@ -112,7 +112,7 @@ mod tests {
         let key = read(&path).unwrap();
         assert_eq!(
             key.thumbprint(),
-            DpopKey::from_pkcs8(pkcs8.as_ref()).unwrap().thumbprint()
+            ClientKey::from_pkcs8(pkcs8.as_ref()).unwrap().thumbprint()
         );
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.lines().all(|l| l.len() <= 64), "{text}");

@@ -10,9 +10,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use aws_lc_rs::rand::{SecureRandom, SystemRandom};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use reqwest::header::HeaderValue;
 use serde::Serialize;
 use serde_json::{json, Map};
@@ -20,8 +17,9 @@ use tessera_proto::clock::Timestamp;
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tokio::io::AsyncReadExt;
 
-use crate::dpop::{sha256_b64, DpopKey};
+use crate::dpop::{random_jti, ClientKey};
 use crate::error::Error;
+use tessera_jose::sha256_b64;
 
 /// `client_assertion_type` of a JWT (RFC 7523 section 2.2).
 pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
@@ -55,7 +53,7 @@ pub struct ClientAuth(pub(crate) Method);
 #[derive(Clone)]
 pub(crate) enum Method {
     Secret(ClientSecret),
-    PrivateKey { key: DpopKey, kid: Option<String> },
+    PrivateKey { key: ClientKey, kid: Option<String> },
     AssertionFile(PathBuf),
 }
 
@@ -72,10 +70,10 @@ impl ClientAuth {
     /// among those the client registered (its JWK Set's `kid`); without one the server tries
     /// each registered key that fits the algorithm.
     ///
-    /// The key is the same kind of key a [`DpopKey`] is: Ed25519 (`EdDSA`), P-256 (`ES256`)
-    /// or RSA (`RS256`), read with [`DpopKey::from_pkcs8_pem`] or [`DpopKey::from_pkcs8`].
-    /// Use another key for DPoP than this one.
-    pub fn private_key(key: DpopKey, kid: Option<String>) -> Self {
+    /// The key is a [`ClientKey`]: Ed25519 (`EdDSA`), P-256 (`ES256`) or RSA (`RS256`), read
+    /// with [`ClientKey::from_pkcs8_pem`] or [`ClientKey::from_pkcs8`]. Use another key for
+    /// DPoP than this one.
+    pub fn private_key(key: ClientKey, kid: Option<String>) -> Self {
         Self(Method::PrivateKey { key, kid })
     }
 
@@ -120,7 +118,7 @@ pub(crate) enum Credentials {
 
 /// What signs the assertions of one client.
 pub(crate) struct Signer {
-    key: DpopKey,
+    key: ClientKey,
     kid: Option<String>,
     /// `base64url(header) + "."`: the same on every assertion.
     header_prefix: String,
@@ -147,19 +145,16 @@ impl Signer {
     ///
     /// Only if the operating system's random source fails.
     pub(crate) fn assertion(&self, now: Timestamp) -> String {
-        let rng = SystemRandom::new();
-        let mut jti = [0u8; 16];
-        rng.fill(&mut jti).expect("the system's random source");
         let id = self.client_id.as_str();
         let claims = Claims {
             iss: id,
             sub: id,
             aud: &self.audience,
-            jti: URL_SAFE_NO_PAD.encode(jti),
+            jti: random_jti(),
             iat: now,
             exp: now + ASSERTION_LIFETIME_SECS,
         };
-        self.key.compact(&self.header_prefix, &claims, &rng)
+        self.key.compact(&self.header_prefix, &claims)
     }
 }
 
@@ -271,6 +266,8 @@ async fn read_assertion(path: &Path) -> io::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
     use serde_json::Value;
 
     use super::*;
@@ -288,7 +285,7 @@ mod tests {
     #[test]
     fn each_assertion_is_new_and_names_the_client_and_the_issuer() {
         let id = ClientId::parse("tc_app").unwrap();
-        let auth = ClientAuth::private_key(DpopKey::generate_p256(), Some("k1".into()));
+        let auth = ClientAuth::private_key(ClientKey::generate_p256(), Some("k1".into()));
         let Credentials::Signed(signer) = Credentials::new(auth, &id, "https://auth.example")
         else {
             panic!("a signer")
@@ -326,7 +323,7 @@ mod tests {
         );
         assert!(!printed.contains("hunter2"), "{printed}");
         assert!(printed.contains("[redacted]"), "{printed}");
-        let key = DpopKey::generate_ed25519();
+        let key = ClientKey::generate_ed25519();
         let printed = format!("{:?}", ClientAuth::private_key(key.clone(), None));
         assert!(printed.contains("[redacted]"), "{printed}");
         assert!(printed.contains(key.public_jwk()["x"].as_str().unwrap()));

@@ -39,7 +39,7 @@ pub struct CacheKey {
     /// The scopes requested.
     pub scopes: ScopeSet,
     /// The RFC 7638 thumbprint of the client's DPoP key, if it has one
-    /// ([`DpopKey::thumbprint`](crate::DpopKey::thumbprint)): a token bound to one key
+    /// ([`ClientKey::thumbprint`](crate::ClientKey::thumbprint)): a token bound to one key
     /// (RFC 9449 section 6.1) is of no use with another, or without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dpop_jkt: Option<String>,

@@ -17,10 +17,11 @@ use crate::auth::{ClientAuth, Credentials, JWT_BEARER};
 use crate::cache::{
     AccessToken, CacheEntry, CacheKey, CachedToken, RefreshSkew, Stamp, TokenCache,
 };
-use crate::dpop::{sha256_b64, Dpop, DpopKey, PROOF_HEADER};
+use crate::dpop::{ClientKey, Dpop, PROOF_HEADER};
 use crate::environment::{self, BaseUrls, Environment};
 use crate::error::{BuildError, Error, OAuthError};
 use crate::retry::{self, Jitter, RetryPolicy, Sleeper};
+use tessera_jose::sha256_b64;
 
 /// The largest token endpoint answer read; a token response is a few hundred bytes.
 const MAX_BODY: usize = 64 * 1024;
@@ -338,7 +339,7 @@ pub struct TokenClientBuilder {
     clock: Clock,
     sleeper: Sleeper,
     cache: Option<TokenCache>,
-    dpop: Option<DpopKey>,
+    dpop: Option<ClientKey>,
     /// Whether [`build`](Self::build) reads the base URLs not set here from the process
     /// environment ([`from_env`](Self::from_env)).
     from_env: bool,
@@ -534,7 +535,7 @@ impl TokenClientBuilder {
     /// server that does not bind this client's tokens answers `token_type` `Bearer`; such a
     /// token is used as a bearer token. Tokens are cached per key (the key's thumbprint is in
     /// the [`CacheKey`]).
-    pub fn dpop(mut self, key: DpopKey) -> Self {
+    pub fn dpop(mut self, key: ClientKey) -> Self {
         self.dpop = Some(key);
         self
     }
@@ -741,7 +742,7 @@ mod tests {
     #[test]
     fn clients_that_authenticate_otherwise_never_share_a_token() {
         let cache = TokenCache::new();
-        let key = DpopKey::generate_ed25519();
+        let key = ClientKey::generate_ed25519();
         let with = |auth: ClientAuth| {
             builder()
                 .auth(auth)
@@ -753,7 +754,7 @@ mod tests {
             with(ClientAuth::secret(ClientSecret::new("hunter2"))),
             with(ClientAuth::secret(ClientSecret::new("hunter3"))),
             with(ClientAuth::private_key(key.clone(), None)),
-            with(ClientAuth::private_key(DpopKey::generate_ed25519(), None)),
+            with(ClientAuth::private_key(ClientKey::generate_ed25519(), None)),
             with(ClientAuth::assertion_file(
                 "/var/run/secrets/tokens/tessera",
             )),
@@ -778,7 +779,7 @@ mod tests {
 
     #[test]
     fn an_assertion_client_names_itself_in_the_body_and_signs_for_the_issuer() {
-        let key = DpopKey::generate_ed25519();
+        let key = ClientKey::generate_ed25519();
         let client = builder()
             .auth(ClientAuth::private_key(key.clone(), None))
             .build_with(|_| None)
@@ -806,8 +807,8 @@ mod tests {
     #[test]
     fn tokens_bound_to_one_dpop_key_are_not_shared_with_another() {
         let cache = TokenCache::new();
-        let key = DpopKey::generate_ed25519();
-        let with_key = |key: &DpopKey| {
+        let key = ClientKey::generate_ed25519();
+        let with_key = |key: &ClientKey| {
             builder()
                 .cache(&cache)
                 .dpop(key.clone())
@@ -817,7 +818,7 @@ mod tests {
         let (a, b) = (with_key(&key), with_key(&key));
         assert!(Arc::ptr_eq(&a.entry, &b.entry));
         assert_eq!(a.key().dpop_jkt.as_deref(), Some(key.thumbprint()));
-        let other = with_key(&DpopKey::generate_ed25519());
+        let other = with_key(&ClientKey::generate_ed25519());
         assert!(!Arc::ptr_eq(&a.entry, &other.entry));
         let none = builder().cache(&cache).build_with(|_| None).unwrap();
         assert!(!Arc::ptr_eq(&a.entry, &none.entry));

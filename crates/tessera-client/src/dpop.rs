@@ -1,71 +1,59 @@
-//! DPoP proofs (RFC 9449): the client's key, the proofs it signs (section 4.2), and the
-//! server nonces it was last given (section 8 for the token endpoint, section 9 for APIs).
+//! The client's key ([`ClientKey`], for DPoP and `private_key_jwt`), the DPoP proofs it signs
+//! (RFC 9449 section 4.2), and the server nonces it was last given (section 8 for the token
+//! endpoint, section 9 for APIs).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use aws_lc_rs::digest;
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
-use aws_lc_rs::signature::{
-    EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING,
-    RSA_PKCS1_SHA256,
-};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use serde_json::{json, Value};
+use serde_json::{Map, Value};
+use tessera_jose::{sha256_b64, KeyError, KeyPair};
 use tessera_proto::clock::Timestamp;
 use tessera_proto::dpop::{ProofClaims, TYP};
-use tessera_proto::jwk::rsa_der;
+use tessera_proto::jwk::PublicKey;
 use tessera_proto::{Algorithm, Clock};
 
-use crate::error::DpopKeyError;
-
-/// A key that DPoP proofs are signed with (RFC 9449 section 4.2): Ed25519 (`EdDSA`), P-256
-/// (`ES256`) or RSA (`RS256`). Tokens issued with its proofs are bound to it (their
-/// `cnf.jkt` is its [`thumbprint`](Self::thumbprint)) and are of no use without it.
+/// A key of the client's own, [`tessera_jose::KeyPair`]: Ed25519 (`EdDSA`), P-256 (`ES256`)
+/// or RSA (`RS256`). It signs DPoP proofs (RFC 9449 section 4.2), given to
+/// [`TokenClientBuilder::dpop`](crate::TokenClientBuilder::dpop): tokens issued with its
+/// proofs are bound to it (their `cnf.jkt` is its [`thumbprint`](Self::thumbprint)) and are of
+/// no use without it. It signs `private_key_jwt` assertions (RFC 7523 section 2.2), given to
+/// [`ClientAuth::private_key`](crate::ClientAuth::private_key). Use one key for each.
 ///
-/// Give it to [`TokenClientBuilder::dpop`](crate::TokenClientBuilder::dpop). Cheap to clone;
-/// clones share the key. `Debug` prints the public key and `[redacted]` for the private one.
+/// Cheap to clone; clones share the key. `Debug` prints the public key and `[redacted]` for
+/// the private one.
 #[derive(Clone)]
-pub struct DpopKey(Arc<Inner>);
+pub struct ClientKey(Arc<Inner>);
 
 struct Inner {
-    pair: Pair,
-    alg: Algorithm,
+    pair: KeyPair,
     /// The public key as a JWK object of the required members only (RFC 7638 section 3.2).
     jwk: Value,
-    /// The RFC 7638 thumbprint: `cnf.jkt` of the tokens bound to the key.
-    thumbprint: String,
-    /// `base64url(header) + "."`: the header is the same on every proof.
-    header_prefix: String,
+    /// `base64url(header) + "."` of a DPoP proof: the header is the same on every proof.
+    proof_header_prefix: String,
 }
 
-enum Pair {
-    Ed25519(Ed25519KeyPair),
-    P256(EcdsaKeyPair),
-    Rsa(RsaKeyPair),
-}
-
-impl fmt::Debug for DpopKey {
+impl fmt::Debug for ClientKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DpopKey")
-            .field("alg", &self.0.alg)
+        f.debug_struct("ClientKey")
+            .field("alg", &self.0.pair.algorithm())
             .field("jwk", &self.0.jwk)
             .field("private_key", &"[redacted]")
             .finish()
     }
 }
 
-impl DpopKey {
-    /// A new Ed25519 key (`EdDSA`, RFC 8037): small, fast proofs.
+impl ClientKey {
+    /// A new Ed25519 key (`EdDSA`, RFC 8037): small, fast signatures.
     ///
     /// # Panics
     ///
     /// Only if the operating system's random source fails.
     pub fn generate_ed25519() -> Self {
-        let pair = Ed25519KeyPair::generate().expect("the system's random source");
-        Self::new(Pair::Ed25519(pair), Algorithm::EdDSA)
+        Self::new(KeyPair::generate(Algorithm::EdDSA))
     }
 
     /// A new P-256 key (`ES256`, RFC 7518 section 3.4).
@@ -74,84 +62,57 @@ impl DpopKey {
     ///
     /// Only if the operating system's random source fails.
     pub fn generate_p256() -> Self {
-        let pair = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING)
-            .expect("the system's random source");
-        Self::new(Pair::P256(pair), Algorithm::ES256)
+        Self::new(KeyPair::generate(Algorithm::ES256))
     }
 
     /// A key from its unencrypted PKCS #8 DER (RFC 5958), such as `openssl genpkey` writes
     /// (after `openssl pkey -outform DER`): Ed25519 signs `EdDSA`, P-256 `ES256`, and RSA
     /// (2048 to 8192 bits) `RS256`. For a key kept across restarts, so that the tokens
     /// bound to it outlive the process.
-    pub fn from_pkcs8(der: &[u8]) -> Result<Self, DpopKeyError> {
-        if let Ok(pair) = Ed25519KeyPair::from_pkcs8(der) {
-            return Ok(Self::new(Pair::Ed25519(pair), Algorithm::EdDSA));
-        }
-        if let Ok(pair) = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der) {
-            return Ok(Self::new(Pair::P256(pair), Algorithm::ES256));
-        }
-        if let Ok(pair) = RsaKeyPair::from_pkcs8(der) {
-            return Ok(Self::new(Pair::Rsa(pair), Algorithm::RS256));
-        }
-        Err(DpopKeyError)
+    pub fn from_pkcs8(der: &[u8]) -> Result<Self, KeyError> {
+        KeyPair::from_pkcs8(der).map(Self::new)
     }
 
     /// A key from a PEM file of unencrypted PKCS #8 (`-----BEGIN PRIVATE KEY-----`, RFC 7468
     /// section 10), as `openssl genpkey` and `tessera keys generate-client-key` write it;
     /// see [`from_pkcs8`](Self::from_pkcs8).
-    pub fn from_pkcs8_pem(pem: &str) -> Result<Self, DpopKeyError> {
+    pub fn from_pkcs8_pem(pem: &str) -> Result<Self, KeyError> {
         const BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
         const END: &str = "-----END PRIVATE KEY-----";
-        let (_, rest) = pem.split_once(BEGIN).ok_or(DpopKeyError)?;
-        let (body, _) = rest.split_once(END).ok_or(DpopKeyError)?;
+        let (_, rest) = pem.split_once(BEGIN).ok_or(KeyError)?;
+        let (body, _) = rest.split_once(END).ok_or(KeyError)?;
         let base64: String = body.split_ascii_whitespace().collect();
         let der = base64::engine::general_purpose::STANDARD
             .decode(base64)
-            .map_err(|_| DpopKeyError)?;
+            .map_err(|_| KeyError)?;
         Self::from_pkcs8(&der)
     }
 
-    fn new(pair: Pair, alg: Algorithm) -> Self {
-        let b64 = |bytes: &[u8]| URL_SAFE_NO_PAD.encode(bytes);
-        // RFC 7638 section 3.2: the required members, in lexicographic order, no white space;
-        // the values are base64url or fixed names, so nothing needs escaping.
-        let (jwk, canonical) = match &pair {
-            Pair::Ed25519(p) => {
-                let x = b64(p.public_key().as_ref());
-                let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#);
-                (json!({ "kty": "OKP", "crv": "Ed25519", "x": x }), canonical)
+    fn new(pair: KeyPair) -> Self {
+        // RFC 7638 section 3.2: the required members only.
+        let jwk = match pair.public_key() {
+            PublicKey::Ed25519 { x } => {
+                serde_json::json!({ "kty": "OKP", "crv": "Ed25519", "x": x })
             }
-            Pair::P256(p) => {
-                // An uncompressed SEC1 point: 0x04 || x || y.
-                let (x, y) = p.public_key().as_ref()[1..].split_at(32);
-                let (x, y) = (b64(x), b64(y));
-                let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
-                let jwk = json!({ "kty": "EC", "crv": "P-256", "x": x, "y": y });
-                (jwk, canonical)
+            PublicKey::P256 { x, y } => {
+                serde_json::json!({ "kty": "EC", "crv": "P-256", "x": x, "y": y })
             }
-            Pair::Rsa(p) => {
-                let (n, e) = rsa_der::decode(p.public_key().as_ref())
-                    .expect("an RSA public key is a DER RSAPublicKey");
-                let (n, e) = (b64(&n), b64(&e));
-                let canonical = format!(r#"{{"e":"{e}","kty":"RSA","n":"{n}"}}"#);
-                (json!({ "kty": "RSA", "n": n, "e": e }), canonical)
-            }
+            PublicKey::Rsa { n, e } => serde_json::json!({ "kty": "RSA", "n": n, "e": e }),
         };
-        let thumbprint = sha256_b64(canonical.as_bytes());
-        let header = json!({ "typ": TYP, "alg": alg.as_str(), "jwk": jwk });
-        let header_prefix = format!("{}.", b64(header.to_string().as_bytes()));
+        let mut header = Map::new();
+        header.insert("typ".into(), TYP.into());
+        header.insert("jwk".into(), jwk.clone());
+        let proof_header_prefix = pair.header_prefix(header);
         Self(Arc::new(Inner {
             pair,
-            alg,
             jwk,
-            thumbprint,
-            header_prefix,
+            proof_header_prefix,
         }))
     }
 
-    /// The algorithm proofs are signed with.
+    /// The algorithm it signs with.
     pub fn algorithm(&self) -> Algorithm {
-        self.0.alg
+        self.0.pair.algorithm()
     }
 
     /// The public key as a JWK (RFC 7517) of its required members: `kty`, `crv`, `x` (and
@@ -163,7 +124,7 @@ impl DpopKey {
     /// The key's RFC 7638 thumbprint, base64url: the `cnf.jkt` of the tokens bound to it
     /// (RFC 9449 section 6.1).
     pub fn thumbprint(&self) -> &str {
-        &self.0.thumbprint
+        self.0.pair.thumbprint()
     }
 
     /// A proof (RFC 9449 section 4.2) for a request of method `htm` to `htu`, made now by the
@@ -194,67 +155,42 @@ impl DpopKey {
         access_token: Option<&str>,
         nonce: Option<&str>,
     ) -> String {
-        let rng = SystemRandom::new();
-        let mut jti = [0u8; 16];
-        rng.fill(&mut jti).expect("the system's random source");
         let claims = ProofClaims {
-            jti: URL_SAFE_NO_PAD.encode(jti),
+            jti: random_jti(),
             htm: htm.to_owned(),
             htu: htu.split(['?', '#']).next().unwrap_or_default().to_owned(),
             iat,
             ath: access_token.map(|token| sha256_b64(token.as_bytes())),
             nonce: nonce.map(str::to_owned),
         };
-        self.compact(&self.0.header_prefix, &claims, &rng)
+        self.compact(&self.0.proof_header_prefix, &claims)
     }
 
     /// `base64url(header) + "."` for a JWS of this key with `header`'s members and its `alg`
     /// (RFC 7515 section 7.1), to be given to [`compact`](Self::compact).
-    pub(crate) fn header_prefix(&self, mut header: serde_json::Map<String, Value>) -> String {
-        header.insert("alg".into(), self.0.alg.as_str().into());
-        let header = Value::Object(header).to_string();
-        format!("{}.", URL_SAFE_NO_PAD.encode(header))
+    pub(crate) fn header_prefix(&self, header: Map<String, Value>) -> String {
+        self.0.pair.header_prefix(header)
     }
 
     /// A compact JWS (RFC 7515 section 7.1) of `claims` under the header that `header_prefix`
     /// encodes.
-    pub(crate) fn compact(
-        &self,
-        header_prefix: &str,
-        claims: &impl serde::Serialize,
-        rng: &SystemRandom,
-    ) -> String {
+    pub(crate) fn compact(&self, header_prefix: &str, claims: &impl serde::Serialize) -> String {
         let payload = serde_json::to_vec(claims).expect("claims serialize");
-        let mut jws = header_prefix.to_owned();
-        URL_SAFE_NO_PAD.encode_string(payload, &mut jws);
-        let signature = self.sign(jws.as_bytes(), rng);
-        jws.push('.');
-        URL_SAFE_NO_PAD.encode_string(signature, &mut jws);
-        jws
-    }
-
-    /// Signs the JWS signing input (RFC 7515 section 5.1); ECDSA as `r || s` (RFC 7518
-    /// section 3.4).
-    fn sign(&self, message: &[u8], rng: &SystemRandom) -> Vec<u8> {
-        match &self.0.pair {
-            Pair::Ed25519(p) => p.sign(message).as_ref().to_vec(),
-            Pair::P256(p) => p
-                .sign(rng, message)
-                .expect("the system's random source")
-                .as_ref()
-                .to_vec(),
-            Pair::Rsa(p) => {
-                let mut signature = vec![0; p.public_modulus_len()];
-                p.sign(&RSA_PKCS1_SHA256, rng, message, &mut signature)
-                    .expect("the system's random source");
-                signature
-            }
-        }
+        self.0.pair.sign_compact(header_prefix, &payload)
     }
 }
 
-pub(crate) fn sha256_b64(input: &[u8]) -> String {
-    URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, input))
+/// 128 random bits, base64url: a `jti`.
+///
+/// # Panics
+///
+/// Only if the operating system's random source fails.
+pub(crate) fn random_jti() -> String {
+    let mut jti = [0u8; 16];
+    SystemRandom::new()
+        .fill(&mut jti)
+        .expect("the system's random source");
+    URL_SAFE_NO_PAD.encode(jti)
 }
 
 /// The most servers whose nonces are kept; past that, all are forgotten and asked for again.
@@ -264,13 +200,13 @@ const MAX_NONCES: usize = 64;
 /// sections 8 and 9), so that its next proof carries it without being refused first.
 #[derive(Debug)]
 pub(crate) struct Dpop {
-    pub(crate) key: DpopKey,
+    pub(crate) key: ClientKey,
     /// By server: the token endpoint's URL, or an API's origin.
     nonces: Mutex<HashMap<String, String>>,
 }
 
 impl Dpop {
-    pub(crate) fn new(key: DpopKey) -> Self {
+    pub(crate) fn new(key: ClientKey) -> Self {
         Self {
             key,
             nonces: Mutex::default(),
@@ -308,6 +244,9 @@ pub(crate) const NONCE_HEADER: &str = "dpop-nonce";
 mod tests {
     use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
     use aws_lc_rs::rsa::KeySize;
+    use aws_lc_rs::signature::{
+        EcdsaKeyPair, Ed25519KeyPair, RsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING,
+    };
     use reqwest::header::{HeaderMap, HeaderValue};
     use tessera_verify::dpop::{check_proof, NonceCheck, ProofRequest};
 
@@ -335,10 +274,10 @@ mod tests {
         check_proof(proof, &request, NOW).map(|checked| checked.jkt)
     }
 
-    fn rsa() -> DpopKey {
+    fn rsa() -> ClientKey {
         let pair = RsaKeyPair::generate(KeySize::Rsa2048).unwrap();
         let der = AsDer::<Pkcs8V1Der>::as_der(&pair).unwrap();
-        DpopKey::from_pkcs8(der.as_ref()).unwrap()
+        ClientKey::from_pkcs8(der.as_ref()).unwrap()
     }
 
     fn claims(proof: &str) -> Value {
@@ -348,7 +287,11 @@ mod tests {
 
     #[test]
     fn proofs_of_every_key_type_pass_the_verifiers_checks() {
-        for key in [DpopKey::generate_ed25519(), DpopKey::generate_p256(), rsa()] {
+        for key in [
+            ClientKey::generate_ed25519(),
+            ClientKey::generate_p256(),
+            rsa(),
+        ] {
             let url = "https://api.example.com/quotes?symbol=X#top";
             let proof = key.proof_at(NOW, "GET", url, Some("the.access.token"), Some("n-1"));
             let jkt = check(&proof, "GET", url, Some("the.access.token"), Some("n-1"));
@@ -374,7 +317,7 @@ mod tests {
 
     #[test]
     fn a_token_request_proof_has_neither_ath_nor_a_nonce_unless_given() {
-        let key = DpopKey::generate_ed25519();
+        let key = ClientKey::generate_ed25519();
         let url = "http://127.0.0.1:8080/connect/token";
         let proof = key.proof_at(NOW, "POST", url, None, None);
         assert!(check(&proof, "POST", url, None, None).is_ok());
@@ -393,19 +336,19 @@ mod tests {
     fn a_key_read_from_pkcs8_is_the_same_key() {
         let rng = SystemRandom::new();
         let ed = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
-        let a = DpopKey::from_pkcs8(ed.as_ref()).unwrap();
-        let b = DpopKey::from_pkcs8(ed.as_ref()).unwrap();
+        let a = ClientKey::from_pkcs8(ed.as_ref()).unwrap();
+        let b = ClientKey::from_pkcs8(ed.as_ref()).unwrap();
         assert_eq!(
             (a.algorithm(), a.thumbprint()),
             (Algorithm::EdDSA, b.thumbprint())
         );
         let ec = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
         assert_eq!(
-            DpopKey::from_pkcs8(ec.as_ref()).unwrap().algorithm(),
+            ClientKey::from_pkcs8(ec.as_ref()).unwrap().algorithm(),
             Algorithm::ES256
         );
         assert_eq!(rsa().algorithm(), Algorithm::RS256);
-        assert!(DpopKey::from_pkcs8(b"not a key").is_err());
+        assert!(ClientKey::from_pkcs8(b"not a key").is_err());
     }
 
     #[test]
@@ -422,22 +365,22 @@ mod tests {
             "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
             lines.join("\n")
         );
-        let from_pem = DpopKey::from_pkcs8_pem(&pem).unwrap();
-        let from_der = DpopKey::from_pkcs8(der.as_ref()).unwrap();
+        let from_pem = ClientKey::from_pkcs8_pem(&pem).unwrap();
+        let from_der = ClientKey::from_pkcs8(der.as_ref()).unwrap();
         assert_eq!(from_pem.thumbprint(), from_der.thumbprint());
         // Another PEM type, or a damaged body, is refused.
         let sec1 = pem.replace("PRIVATE KEY", "EC PRIVATE KEY");
-        assert!(DpopKey::from_pkcs8_pem(&sec1).is_err());
+        assert!(ClientKey::from_pkcs8_pem(&sec1).is_err());
         let damaged = pem.replacen(&lines[0][..8], "!!!!!!!!", 1);
-        assert!(DpopKey::from_pkcs8_pem(&damaged).is_err());
-        assert!(DpopKey::from_pkcs8_pem("").is_err());
+        assert!(ClientKey::from_pkcs8_pem(&damaged).is_err());
+        assert!(ClientKey::from_pkcs8_pem("").is_err());
     }
 
     #[test]
     fn debug_shows_the_public_key_only() {
         let rng = SystemRandom::new();
         let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
-        let key = DpopKey::from_pkcs8(pkcs8.as_ref()).unwrap();
+        let key = ClientKey::from_pkcs8(pkcs8.as_ref()).unwrap();
         let printed = format!("{key:?}");
         assert!(printed.contains("[redacted]"), "{printed}");
         assert!(printed.contains(key.public_jwk()["x"].as_str().unwrap()));
@@ -455,7 +398,7 @@ mod tests {
 
     #[test]
     fn nonces_are_kept_per_server_and_bounded() {
-        let dpop = Dpop::new(DpopKey::generate_ed25519());
+        let dpop = Dpop::new(ClientKey::generate_ed25519());
         let mut headers = HeaderMap::new();
         assert!(!dpop.remember("https://a", &headers));
         headers.insert(NONCE_HEADER, HeaderValue::from_static("n-1"));

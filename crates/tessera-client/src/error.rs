@@ -1,4 +1,4 @@
-//! Errors: [`BuildError`] when a client cannot be built, [`DpopKeyError`] when a DPoP key
+//! Errors: [`BuildError`] when a client cannot be built, [`KeyError`](crate::KeyError) when a key
 //! cannot be read, [`Error`] when no token can be had.
 
 use std::sync::Arc;
@@ -46,11 +46,6 @@ pub enum BuildError {
     #[error("could not build the HTTP client")]
     Http(#[source] reqwest::Error),
 }
-
-/// Why [`DpopKey::from_pkcs8`](crate::DpopKey::from_pkcs8) refused a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-#[error("not an unencrypted PKCS #8 Ed25519, P-256 or RSA (2048 to 8192 bits) private key")]
-pub struct DpopKeyError;
 
 /// Why no token (or, from [`send_authorized`](crate::TokenClient::send_authorized), no API
 /// response) could be had.

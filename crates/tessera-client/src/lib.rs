@@ -14,8 +14,8 @@
 //!   DPoP nonce and once when it says the token is invalid (`authorized.rs`).
 //! - [`ClientAuth`] (`auth.rs`): how the client authenticates: its secret, its private key
 //!   (`private_key_jwt`, RFC 7523), or a JWT its platform writes to a file.
-//! - [`DpopKey`] (`dpop.rs`): the key DPoP proofs are signed with, the proofs, and the
-//!   nonces servers gave; a `private_key_jwt` client's key is one too.
+//! - [`ClientKey`] (`dpop.rs`): the client's own key (a `tessera_jose::KeyPair`), for DPoP
+//!   proofs and `private_key_jwt` assertions; the proofs, and the nonces servers gave.
 //! - [`Environment`] (`environment.rs`): production, staging or a URL of your own; where the
 //!   token endpoint is.
 //! - [`TokenCache`], [`CacheKey`], [`AccessToken`], [`RefreshSkew`] (`cache.rs`): lifetimes,
@@ -63,7 +63,7 @@
 //! can be replayed at another. With [`dpop`](TokenClientBuilder::dpop), every token request
 //! carries a proof signed with a key that never leaves the process (RFC 9449 section 4.2),
 //! and the server binds the token to that key (section 5; its `cnf.jkt` is the key's RFC
-//! 7638 [thumbprint](DpopKey::thumbprint), section 6.1). [`TokenClient::send_authorized`]
+//! 7638 [thumbprint](ClientKey::thumbprint), section 6.1). [`TokenClient::send_authorized`]
 //! then sends `Authorization: DPoP <token>` with a new proof for each request, naming its
 //! method and URL and carrying the token's hash (section 7.1); an API that checks them
 //! refuses the token from anyone else.
@@ -77,12 +77,12 @@
 //!
 //! ```no_run
 //! use tessera_client::{
-//!     ClientId, ClientSecret, DpopKey, Environment, ScopeSet, TokenClient, TokenType,
+//!     ClientId, ClientSecret, ClientKey, Environment, ScopeSet, TokenClient, TokenType,
 //! };
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! // A new key per process; `DpopKey::from_pkcs8` reads one kept on disk.
-//! let key = DpopKey::generate_ed25519();
+//! // A new key per process; `ClientKey::from_pkcs8` reads one kept on disk.
+//! let key = ClientKey::generate_ed25519();
 //! let tokens = TokenClient::builder()
 //!     .environment(Environment::Production)
 //!     .from_env()
@@ -121,11 +121,11 @@
 //! say), read again for every request.
 //!
 //! ```no_run
-//! use tessera_client::{ClientAuth, ClientId, DpopKey, Environment, ScopeSet, TokenClient};
+//! use tessera_client::{ClientAuth, ClientId, ClientKey, Environment, ScopeSet, TokenClient};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! // Written by `tessera keys generate-client-key --out client.pem --kid k1`.
-//! let key = DpopKey::from_pkcs8_pem(&std::fs::read_to_string("client.pem")?)?;
+//! let key = ClientKey::from_pkcs8_pem(&std::fs::read_to_string("client.pem")?)?;
 //! let tokens = TokenClient::builder()
 //!     .environment(Environment::Production)
 //!     .from_env()
@@ -201,10 +201,11 @@ mod retry;
 pub use auth::ClientAuth;
 pub use cache::{AccessToken, CacheKey, RefreshSkew, TokenCache};
 pub use client::{TokenClient, TokenClientBuilder};
-pub use dpop::DpopKey;
+pub use dpop::ClientKey;
 pub use environment::{Environment, PRODUCTION_URL_VAR, STAGING_URL_VAR};
-pub use error::{BuildError, DpopKeyError, Error, OAuthError};
+pub use error::{BuildError, Error, OAuthError};
 pub use retry::RetryPolicy;
+pub use tessera_jose::KeyError;
 
 pub use reqwest::Url;
 pub use tessera_proto::token::TokenType;

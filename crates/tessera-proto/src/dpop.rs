@@ -2,8 +2,8 @@
 //!
 //! A proof is a JWS the client signs for one request with a key of its own, whose public half
 //! rides in the header (RFC 9449 section 4.2). [`parse_proof`] checks the form and the header
-//! (section 4.3 steps 2 to 7, except the signature) and hands back the public key, its
-//! RFC 7638 thumbprint input and the bytes the signature covers; the caller verifies the
+//! (section 4.3 steps 2 to 7, except the signature) and hands back the public key
+//! ([`PublicKey`], with its RFC 7638 thumbprint input) and the bytes the signature covers; the caller verifies the
 //! signature, then reads [`ProofClaims`] with [`crate::jws::decode_claims`] and checks them
 //! against the request. [`htu`] is the comparison form of a request URI (section 4.3 step 9).
 
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::jwk::Algorithm;
+use crate::jwk::{Algorithm, PublicKey};
 use crate::jws::{present, split, JwsError};
 
 /// The proof's `typ` (RFC 9449 section 4.2).
@@ -50,90 +50,6 @@ pub enum ProofError {
     /// `jku`, `x5u`, `x5c` or `crit` is present.
     #[error("the DPoP proof header names other keys or critical extensions")]
     ForbiddenHeader,
-}
-
-/// The public key of a proof's `jwk` header: an Ed25519 or P-256 point, or an RSA modulus
-/// and exponent, each base64url as in the JWK (RFC 8037 section 2, RFC 7518 section 6).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PublicKey {
-    /// `OKP` / `Ed25519`: `x`.
-    Ed25519 {
-        /// The public key.
-        x: String,
-    },
-    /// `EC` / `P-256`: `x`, `y`.
-    P256 {
-        /// The x coordinate.
-        x: String,
-        /// The y coordinate.
-        y: String,
-    },
-    /// `RSA`: `n`, `e`.
-    Rsa {
-        /// The modulus.
-        n: String,
-        /// The public exponent.
-        e: String,
-    },
-}
-
-impl PublicKey {
-    /// The RFC 7638 section 3 input whose SHA-256 is the key's thumbprint (`cnf.jkt`,
-    /// RFC 9449 section 6.1): the required members in lexicographic order, no white space.
-    /// The values are base64url or fixed names, so none needs JSON escaping.
-    pub fn thumbprint_input(&self) -> String {
-        match self {
-            Self::Ed25519 { x } => format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#),
-            Self::P256 { x, y } => {
-                format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#)
-            }
-            Self::Rsa { n, e } => format!(r#"{{"e":"{e}","kty":"RSA","n":"{n}"}}"#),
-        }
-    }
-
-    /// The key as a [`crate::Jwk`] for `alg`, named `kid`.
-    pub fn to_jwk(&self, alg: Algorithm, kid: &str) -> crate::Jwk {
-        let mut jwk = crate::Jwk {
-            kty: String::new(),
-            crv: String::new(),
-            x: String::new(),
-            y: None,
-            n: None,
-            e: None,
-            kid: kid.to_owned(),
-            alg: alg.as_str().to_owned(),
-            use_: "sig".to_owned(),
-        };
-        match self {
-            Self::Ed25519 { x } => {
-                (jwk.kty, jwk.crv, jwk.x) = ("OKP".into(), "Ed25519".into(), x.clone())
-            }
-            Self::P256 { x, y } => {
-                (jwk.kty, jwk.crv, jwk.x, jwk.y) =
-                    ("EC".into(), "P-256".into(), x.clone(), Some(y.clone()));
-            }
-            Self::Rsa { n, e } => {
-                (jwk.kty, jwk.n, jwk.e) = ("RSA".into(), Some(n.clone()), Some(e.clone()))
-            }
-        }
-        jwk
-    }
-
-    /// The public key of a JWK object, or `None` when it has a private or symmetric member
-    /// or is not a complete Ed25519, P-256 or RSA public key of base64url members.
-    pub fn from_jwk(jwk: &Map<String, Value>) -> Option<Self> {
-        public_key(jwk)
-    }
-
-    /// Whether this is a key of `alg`'s type (RFC 8725 section 3.1: the key decides).
-    pub fn fits(&self, alg: Algorithm) -> bool {
-        matches!(
-            (self, alg),
-            (Self::Ed25519 { .. }, Algorithm::EdDSA)
-                | (Self::P256 { .. }, Algorithm::ES256)
-                | (Self::Rsa { .. }, Algorithm::RS256 | Algorithm::PS256)
-        )
-    }
 }
 
 /// A proof whose form and header passed; its signature is not checked yet.
@@ -211,7 +127,7 @@ pub fn parse_proof(proof: &str) -> Result<UnverifiedProof<'_>, ProofError> {
     let key = header
         .jwk
         .as_ref()
-        .and_then(public_key)
+        .and_then(PublicKey::from_jwk)
         .filter(|key| key.fits(alg))
         .ok_or(ProofError::BadKey)?;
     Ok(UnverifiedProof {
@@ -221,44 +137,6 @@ pub fn parse_proof(proof: &str) -> Result<UnverifiedProof<'_>, ProofError> {
         alg,
         key,
     })
-}
-
-/// The public key of a JWK object, or `None` when it has a private or symmetric member
-/// (RFC 7518 sections 6.2.2, 6.3.2 and 6.4, RFC 8037 section 2), or is not a complete
-/// Ed25519, P-256 or RSA public key of base64url members.
-fn public_key(jwk: &Map<String, Value>) -> Option<PublicKey> {
-    const PRIVATE: [&str; 8] = ["d", "p", "q", "dp", "dq", "qi", "oth", "k"];
-    if PRIVATE.iter().any(|m| jwk.contains_key(*m)) {
-        return None;
-    }
-    let member = |name: &str| {
-        jwk.get(name)
-            .and_then(Value::as_str)
-            .filter(|v| is_base64url(v))
-            .map(str::to_owned)
-    };
-    match (
-        jwk.get("kty").and_then(Value::as_str)?,
-        jwk.get("crv").and_then(Value::as_str),
-    ) {
-        ("OKP", Some("Ed25519")) => Some(PublicKey::Ed25519 { x: member("x")? }),
-        ("EC", Some("P-256")) => Some(PublicKey::P256 {
-            x: member("x")?,
-            y: member("y")?,
-        }),
-        ("RSA", None) => Some(PublicKey::Rsa {
-            n: member("n")?,
-            e: member("e")?,
-        }),
-        _ => None,
-    }
-}
-
-fn is_base64url(value: &str) -> bool {
-    !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The form in which `htu` is compared with a request URI (RFC 9449 section 4.3 step 9,

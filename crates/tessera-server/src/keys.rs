@@ -7,18 +7,8 @@
 
 use std::sync::Arc;
 
-use aws_lc_rs::digest;
-use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
-use aws_lc_rs::rand::SystemRandom;
-use aws_lc_rs::rsa::KeySize;
-use aws_lc_rs::signature::{
-    EcdsaKeyPair, Ed25519KeyPair, KeyPair, RsaKeyPair, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED,
-    ECDSA_P256_SHA256_FIXED_SIGNING, ED25519, RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_SHA256,
-    RSA_PSS_2048_8192_SHA256, RSA_PSS_SHA256,
-};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use serde::Serialize;
+use tessera_jose::KeyPair;
 use tessera_proto::{jws, AccessTokenClaims, Algorithm, Jwk};
 use tessera_store::{SigningKey, Store, Timestamp, MAX_TOKEN_TTL};
 use thiserror::Error;
@@ -42,13 +32,6 @@ pub enum KeyError {
     Invalid(String),
 }
 
-enum Pair {
-    Ed25519(Ed25519KeyPair),
-    Es256(EcdsaKeyPair),
-    /// RS256 or PS256 (the algorithm says which padding).
-    Rsa(RsaKeyPair),
-}
-
 /// A signing key ready for use, with its JWT header encoded once.
 pub struct LoadedKey {
     /// The key identifier: the RFC 7638 thumbprint of the public key.
@@ -63,7 +46,7 @@ pub struct LoadedKey {
     pub activates_at: Timestamp,
     /// `base64url(header) + "."`, computed once per key.
     header_prefix: String,
-    pair: Pair,
+    pair: KeyPair,
 }
 
 impl std::fmt::Debug for LoadedKey {
@@ -83,23 +66,15 @@ pub fn generate(
     now: Timestamp,
     activates_at: Timestamp,
 ) -> SigningKey {
-    let rng = SystemRandom::new();
-    let pkcs8: Vec<u8> = match alg {
-        Algorithm::EdDSA => Ed25519KeyPair::generate_pkcs8(&rng).map(|d| d.as_ref().to_vec()),
-        Algorithm::ES256 => EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
-            .map(|d| d.as_ref().to_vec()),
-        Algorithm::RS256 | Algorithm::PS256 => RsaKeyPair::generate(KeySize::Rsa2048)
-            .and_then(|pair| AsDer::<Pkcs8V1Der>::as_der(&pair))
-            .map(|d| d.as_ref().to_vec()),
-    }
-    .expect("key generation");
-    let pair = parse_pair(alg, pkcs8.as_ref()).expect("a key just generated parses");
-    let jwk = public_jwk(alg, &pair);
+    let pkcs8 = KeyPair::generate_pkcs8(alg);
+    let pair = KeyPair::from_pkcs8_for(alg, &pkcs8).expect("a key just generated parses");
+    // The RFC 7638 thumbprint is the key's `kid`.
+    let jwk = pair.public_jwk(pair.thumbprint());
     SigningKey {
         kid: jwk.kid.clone(),
         alg,
         public_jwk: serde_json::to_string(&jwk).expect("JWK serializes"),
-        private_sealed: secrets.seal(&jwk.kid, pkcs8.as_ref()),
+        private_sealed: secrets.seal(&jwk.kid, &pkcs8),
         created_at: now,
         activates_at,
     }
@@ -125,14 +100,16 @@ pub fn load(secrets: &Secrets, record: &SigningKey) -> Result<LoadedKey, KeyErro
             kid: record.kid.clone(),
             source,
         })?;
-    let pair =
-        parse_pair(record.alg, &pkcs8).ok_or_else(|| KeyError::Invalid(record.kid.clone()))?;
-    let jwk = public_jwk(record.alg, &pair);
-    if jwk.kid != record.kid {
+    let pair = KeyPair::from_pkcs8_for(record.alg, &pkcs8)
+        .map_err(|_| KeyError::Invalid(record.kid.clone()))?;
+    if pair.thumbprint() != record.kid {
         return Err(KeyError::Invalid(record.kid.clone()));
     }
-    let header = serde_json::json!({ "alg": record.alg.as_str(), "typ": "at+jwt", "kid": jwk.kid });
-    let header_prefix = format!("{}.", URL_SAFE_NO_PAD.encode(header.to_string()));
+    let jwk = pair.public_jwk(&record.kid);
+    let mut header = serde_json::Map::new();
+    header.insert("typ".into(), "at+jwt".into());
+    header.insert("kid".into(), jwk.kid.clone().into());
+    let header_prefix = pair.header_prefix(header);
     Ok(LoadedKey {
         kid: jwk.kid.clone(),
         alg: record.alg,
@@ -144,115 +121,11 @@ pub fn load(secrets: &Secrets, record: &SigningKey) -> Result<LoadedKey, KeyErro
     })
 }
 
-fn parse_pair(alg: Algorithm, pkcs8: &[u8]) -> Option<Pair> {
-    match alg {
-        Algorithm::EdDSA => Ed25519KeyPair::from_pkcs8(pkcs8).ok().map(Pair::Ed25519),
-        Algorithm::ES256 => EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8)
-            .ok()
-            .map(Pair::Es256),
-        Algorithm::RS256 | Algorithm::PS256 => RsaKeyPair::from_pkcs8(pkcs8).ok().map(Pair::Rsa),
-    }
-}
-
-/// The public JWK, with the RFC 7638 thumbprint as its `kid`.
-fn public_jwk(alg: Algorithm, pair: &Pair) -> Jwk {
-    let mut jwk = Jwk {
-        kty: String::new(),
-        crv: String::new(),
-        x: String::new(),
-        y: None,
-        n: None,
-        e: None,
-        kid: String::new(),
-        alg: alg.as_str().into(),
-        use_: "sig".into(),
-    };
-    // RFC 7638 3.2: the required members in lexicographic order, no white space.
-    let canonical = match pair {
-        Pair::Ed25519(p) => {
-            let x = URL_SAFE_NO_PAD.encode(p.public_key().as_ref());
-            let canonical = format!(r#"{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}"#);
-            (jwk.kty, jwk.crv, jwk.x) = ("OKP".into(), "Ed25519".into(), x);
-            canonical
-        }
-        Pair::Es256(p) => {
-            // Uncompressed SEC1 point: 0x04 || x || y.
-            let point = p.public_key().as_ref();
-            let (x, y) = point[1..].split_at(32);
-            let (x, y) = (URL_SAFE_NO_PAD.encode(x), URL_SAFE_NO_PAD.encode(y));
-            let canonical = format!(r#"{{"crv":"P-256","kty":"EC","x":"{x}","y":"{y}"}}"#);
-            (jwk.kty, jwk.crv, jwk.x, jwk.y) = ("EC".into(), "P-256".into(), x, Some(y));
-            canonical
-        }
-        Pair::Rsa(p) => {
-            let (n, e) = tessera_proto::jwk::rsa_der::decode(p.public_key().as_ref())
-                .expect("an RSA public key is DER RSAPublicKey");
-            let (n, e) = (URL_SAFE_NO_PAD.encode(n), URL_SAFE_NO_PAD.encode(e));
-            let canonical = format!(r#"{{"e":"{e}","kty":"RSA","n":"{n}"}}"#);
-            (jwk.kty, jwk.n, jwk.e) = ("RSA".into(), Some(n), Some(e));
-            canonical
-        }
-    };
-    jwk.kid = URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, canonical.as_bytes()));
-    jwk
-}
-
 impl LoadedKey {
     /// Signs `claims` as a compact JWS (RFC 7515 section 7.1) with the `at+jwt` header.
     pub fn sign_jwt<C: Serialize>(&self, claims: &C) -> String {
         let payload = serde_json::to_vec(claims).expect("claims serialize");
-        let mut jwt = String::with_capacity(self.header_prefix.len() + payload.len() * 4 / 3 + 100);
-        jwt.push_str(&self.header_prefix);
-        URL_SAFE_NO_PAD.encode_string(&payload, &mut jwt);
-        let signature = self.sign(jwt.as_bytes());
-        jwt.push('.');
-        URL_SAFE_NO_PAD.encode_string(signature, &mut jwt);
-        jwt
-    }
-
-    /// Signs `message`, the JWS signing input (RFC 7515 section 5.1 step 5).
-    fn sign(&self, message: &[u8]) -> Vec<u8> {
-        match &self.pair {
-            Pair::Ed25519(p) => p.sign(message).as_ref().to_vec(),
-            Pair::Es256(p) => p
-                .sign(&SystemRandom::new(), message)
-                .expect("ECDSA signing")
-                .as_ref()
-                .to_vec(),
-            Pair::Rsa(p) => {
-                let padding: &dyn aws_lc_rs::signature::RsaEncoding = match self.alg {
-                    Algorithm::PS256 => &RSA_PSS_SHA256,
-                    _ => &RSA_PKCS1_SHA256,
-                };
-                let mut signature = vec![0; p.public_modulus_len()];
-                p.sign(padding, &SystemRandom::new(), message, &mut signature)
-                    .expect("RSA signing");
-                signature
-            }
-        }
-    }
-
-    /// Checks a signature made by this key.
-    fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
-        match &self.pair {
-            Pair::Ed25519(p) => UnparsedPublicKey::new(&ED25519, p.public_key().as_ref())
-                .verify(message, signature)
-                .is_ok(),
-            Pair::Es256(p) => {
-                UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, p.public_key().as_ref())
-                    .verify(message, signature)
-                    .is_ok()
-            }
-            Pair::Rsa(p) => {
-                let params = match self.alg {
-                    Algorithm::PS256 => &RSA_PSS_2048_8192_SHA256,
-                    _ => &RSA_PKCS1_2048_8192_SHA256,
-                };
-                UnparsedPublicKey::new(params, p.public_key().as_ref())
-                    .verify(message, signature)
-                    .is_ok()
-            }
-        }
+        self.pair.sign_compact(&self.header_prefix, &payload)
     }
 }
 
@@ -320,7 +193,7 @@ impl KeyRing {
     pub fn verify(&self, token: &str) -> Option<AccessTokenClaims> {
         let jws = jws::parse(token, MAX_TOKEN_LEN, ALL_ALGORITHMS).ok()?;
         let key = self.keys.iter().find(|k| k.kid == jws.kid)?;
-        if key.alg != jws.alg || !key.verify(jws.signing_input, &jws.signature) {
+        if key.alg != jws.alg || !key.pair.verify(jws.signing_input, &jws.signature) {
             return None;
         }
         jws::decode_claims(&jws.payload)
@@ -369,6 +242,8 @@ pub async fn bootstrap(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
 
     fn secrets() -> Secrets {
         Secrets::from_bytes(&[3; 32])
@@ -433,7 +308,7 @@ mod tests {
                 URL_SAFE_NO_PAD.encode(header.to_string()),
                 URL_SAFE_NO_PAD.encode(claims.to_string())
             );
-            let signature = URL_SAFE_NO_PAD.encode(key.sign(input.as_bytes()));
+            let signature = URL_SAFE_NO_PAD.encode(key.pair.sign(input.as_bytes()));
             format!("{input}.{signature}")
         };
         let plain = serde_json::json!({"alg": "EdDSA", "typ": "at+jwt", "kid": key.kid});

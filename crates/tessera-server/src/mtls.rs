@@ -49,7 +49,7 @@ impl PeerCertificate {
 
 /// `x5t#S256` of a DER certificate.
 pub(crate) fn thumbprint(cert: &[u8]) -> String {
-    URL_SAFE_NO_PAD.encode(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, cert))
+    tessera_jose::sha256_b64(cert)
 }
 
 /// A [`CertificateMatch`] as bytes, for the registry entry: a kind byte and the text.

@@ -5,7 +5,7 @@
 //! from the header the proxy sets ([`ClientCertificate::from_header`]; only from the proxy:
 //! anyone else could send the header).
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 
 /// The DER client certificate a request presented.
@@ -15,10 +15,7 @@ pub struct ClientCertificate(pub Vec<u8>);
 impl ClientCertificate {
     /// `x5t#S256`: base64url SHA-256 of the DER certificate.
     pub fn thumbprint(&self) -> String {
-        URL_SAFE_NO_PAD.encode(aws_lc_rs::digest::digest(
-            &aws_lc_rs::digest::SHA256,
-            &self.0,
-        ))
+        tessera_jose::sha256_b64(&self.0)
     }
 
     /// Reads a proxy's header: a PEM certificate, URL-escaped as nginx's

@@ -5,10 +5,7 @@
 //! caller records the proof in a [`ReplayCache`](crate::replay::ReplayCache) (or a shared
 //! store) only once it passed, so that invalid proofs cannot fill the cache (section 11.1).
 
-use aws_lc_rs::digest;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use tessera_proto::dpop::{parse_proof, ProofClaims, ProofError, PublicKey};
+use tessera_proto::dpop::{parse_proof, ProofClaims, ProofError};
 use tessera_proto::jws::decode_claims;
 use tessera_proto::ErrorCode;
 use thiserror::Error;
@@ -145,16 +142,9 @@ pub fn proof_header(headers: &axum::http::HeaderMap) -> Result<Option<&str>, Dpo
         .map_err(|_| DpopError::Header(tessera_proto::dpop::ProofError::MalformedHeader))
 }
 
-/// base64url SHA-256 of `input`, as a thumbprint (RFC 7638 section 3) or `ath` (RFC 9449
-/// section 4.2) is written.
-pub fn sha256_b64(input: &[u8]) -> String {
-    URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, input))
-}
-
-/// The RFC 7638 thumbprint of a proof key: its `cnf.jkt` (RFC 9449 section 6.1).
-pub fn thumbprint(key: &PublicKey) -> String {
-    sha256_b64(key.thumbprint_input().as_bytes())
-}
+/// base64url SHA-256, as `ath` (RFC 9449 section 4.2) is written; and the RFC 7638
+/// thumbprint of a proof key, its `cnf.jkt` (section 6.1).
+pub use tessera_jose::{sha256_b64, thumbprint};
 
 /// Checks a proof against the request it came with (RFC 9449 section 4.3, all steps but the
 /// replay check, which is [`ReplayCache::first_use`](crate::replay::ReplayCache::first_use)'s). `now` is the verifier's clock, in

@@ -19,16 +19,10 @@ use std::time::Duration;
 
 use tessera_proto::Clock;
 
-use aws_lc_rs::signature::{
-    ParsedPublicKey, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, ED25519,
-    RSA_PKCS1_2048_8192_SHA256, RSA_PSS_2048_8192_SHA256,
-};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tessera_proto::jws::is_reasonable_kid;
-use tessera_proto::{Algorithm, Jwk};
+use tessera_proto::{Algorithm, Jwk, PublicKey};
 
 use crate::error::KeySourceError;
 
@@ -41,70 +35,26 @@ pub(crate) struct VerifyingKey {
     pub alg: Algorithm,
     /// The `kid` it was published under, so that a cached token can find its key again.
     pub kid: String,
-    key: ParsedPublicKey,
+    /// Parsed once here, which validates the point and spares it on every verification.
+    key: tessera_jose::VerifyingKey,
 }
 
 impl VerifyingKey {
     /// Builds a key from a JWK, or `None` when the JWK is not one this verifier uses: RFC 7517
     /// section 5 asks to ignore keys that are not understood. The JWK's `kty`, `crv` and `alg`
-    /// must agree (RFC 8037 section 2, RFC 7518 sections 6.2 and 6.3), so a token's `alg` is matched
-    /// against a key whose type cannot be reinterpreted.
+    /// must agree (RFC 8037 section 2, RFC 7518 sections 6.2 and 6.3), so a token's `alg` is
+    /// matched against a key whose type cannot be reinterpreted; an RSA key has at least 2048
+    /// bits.
     pub(crate) fn from_jwk(jwk: &Jwk) -> Option<Self> {
         if jwk.use_ != "sig" || !is_reasonable_kid(&jwk.kid) {
             return None;
         }
-        let coordinate = |b64: &str| {
-            URL_SAFE_NO_PAD
-                .decode(b64)
-                .ok()
-                .filter(|bytes| bytes.len() == 32)
-        };
-        let (alg, key) = match (jwk.kty.as_str(), jwk.crv.as_str(), jwk.alg.as_str()) {
-            ("OKP", "Ed25519", "EdDSA") => {
-                let x = coordinate(&jwk.x)?;
-                (
-                    Algorithm::EdDSA,
-                    UnparsedPublicKey::new(&ED25519, x).parse(),
-                )
-            }
-            ("EC", "P-256", "ES256") => {
-                // SEC1 uncompressed point: 0x04 || x || y.
-                let mut point = vec![0x04];
-                point.extend(coordinate(&jwk.x)?);
-                point.extend(coordinate(jwk.y.as_deref()?)?);
-                (
-                    Algorithm::ES256,
-                    UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, point).parse(),
-                )
-            }
-            ("RSA", "", alg @ ("RS256" | "PS256")) => {
-                // RFC 7518 section 6.3.1: unsigned big-endian, base64url; at least 2048 bits.
-                let part = |b64: Option<&str>| URL_SAFE_NO_PAD.decode(b64?).ok();
-                let (n, e) = (part(jwk.n.as_deref())?, part(jwk.e.as_deref())?);
-                // Refused here rather than at each verification: fewer than 2048 bits.
-                let bits = n.iter().skip_while(|&&b| b == 0).count() * 8;
-                if bits < 2048 {
-                    return None;
-                }
-                let der = tessera_proto::jwk::rsa_der::encode(&n, &e);
-                match alg {
-                    "RS256" => (
-                        Algorithm::RS256,
-                        UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, der).parse(),
-                    ),
-                    _ => (
-                        Algorithm::PS256,
-                        UnparsedPublicKey::new(&RSA_PSS_2048_8192_SHA256, der).parse(),
-                    ),
-                }
-            }
-            _ => return None,
-        };
-        // Parsing once here validates the point and spares it on every verification.
+        let alg: Algorithm = jwk.alg.parse().ok()?;
+        let key = tessera_jose::VerifyingKey::new(&PublicKey::of(jwk)?, alg)?;
         Some(Self {
             alg,
             kid: jwk.kid.clone(),
-            key: key.ok()?,
+            key,
         })
     }
 
@@ -114,28 +64,13 @@ impl VerifyingKey {
         std::ptr::eq(self, other)
             || (self.kid == other.kid
                 && self.alg == other.alg
-                && self.key.as_ref() == other.key.as_ref())
+                && self.key.public_bytes() == other.key.public_bytes())
     }
 
     /// Whether `signature` is this key's signature of `message`.
     pub(crate) fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
-        self.key.verify_sig(message, signature).is_ok()
+        self.key.verify(message, signature)
     }
-}
-
-/// Whether `signature` over `message` verifies with the public `key` under `alg`: for keys
-/// that come with the request or the client rather than from the issuer (a DPoP proof's
-/// `jwk`, RFC 9449 section 4.3; a `private_key_jwt` client's keys, RFC 7523 section 3). The
-/// key must be of `alg`'s type, and an RSA key at least 2048 bits.
-pub fn verify_signature(
-    key: &tessera_proto::dpop::PublicKey,
-    alg: Algorithm,
-    message: &[u8],
-    signature: &[u8],
-) -> bool {
-    key.fits(alg)
-        && VerifyingKey::from_jwk(&key.to_jwk(alg, "key"))
-            .is_some_and(|k| k.verify(message, signature))
 }
 
 /// The usable keys of one JWK Set, by `kid`.
@@ -484,6 +419,8 @@ fn parse_json<T: DeserializeOwned>(url: &str, body: &[u8]) -> Result<T, KeySourc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine;
 
     fn jwk(kty: &str, crv: &str, alg: &str, x: &str, y: Option<&str>) -> Jwk {
         Jwk {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, Method, Uri};
 use serde_json::{Map, Value};
-use tessera_client::{DpopKey, ManualClock, TokenType};
+use tessera_client::{ClientKey, ManualClock, TokenType};
 use tessera_server::registrar::PlanSettings;
 use tessera_store::DpopPolicy;
 use tessera_testkit::claims_of;
@@ -63,11 +63,11 @@ async fn set_dpop(server: &TestServer, policy: DpopPolicy) {
     server.app.sync().await;
 }
 
-fn rsa_key() -> DpopKey {
+fn rsa_key() -> ClientKey {
     use aws_lc_rs::encoding::{AsDer, Pkcs8V1Der};
     let pair =
         aws_lc_rs::signature::RsaKeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap();
-    DpopKey::from_pkcs8(AsDer::<Pkcs8V1Der>::as_der(&pair).unwrap().as_ref()).unwrap()
+    ClientKey::from_pkcs8(AsDer::<Pkcs8V1Der>::as_der(&pair).unwrap().as_ref()).unwrap()
 }
 
 #[tokio::test]
@@ -78,8 +78,8 @@ async fn a_token_requested_with_a_key_is_bound_to_it() {
     let (id, secret) = server.client().await;
     let endpoint = tessera_proto::dpop::htu(&server.app.url("/connect/token")).unwrap();
     for key in [
-        DpopKey::generate_ed25519(),
-        DpopKey::generate_p256(),
+        ClientKey::generate_ed25519(),
+        ClientKey::generate_p256(),
         rsa_key(),
     ] {
         let client = server
@@ -147,7 +147,7 @@ async fn a_nonce_the_server_asks_for_is_sent_at_once_and_remembered() {
     let (id, secret) = server.client().await;
     let client = server
         .builder(&id, &secret, "news-api")
-        .dpop(DpopKey::generate_p256())
+        .dpop(ClientKey::generate_p256())
         .build()
         .unwrap();
     let last_nonce = || {
@@ -192,7 +192,7 @@ async fn a_server_that_keeps_asking_for_a_nonce_is_asked_once_more_only() {
     let (id, secret) = server.client().await;
     let client = server
         .builder(&id, &secret, "news-api")
-        .dpop(DpopKey::generate_ed25519())
+        .dpop(ClientKey::generate_ed25519())
         .build()
         .unwrap();
     let use_nonce = r#"{"error":"use_dpop_nonce"}"#;
@@ -225,7 +225,7 @@ async fn a_plan_that_requires_dpop_refuses_a_client_without_a_key() {
 
     let with_key = server
         .builder(&id, &secret, "news-api")
-        .dpop(DpopKey::generate_ed25519())
+        .dpop(ClientKey::generate_ed25519())
         .build()
         .unwrap();
     assert_eq!(
@@ -253,7 +253,7 @@ async fn a_plan_without_dpop_gives_a_bearer_token_to_a_client_with_a_key() {
         let (id, secret) = server.client().await;
         server
             .builder(&id, &secret, "news-api")
-            .dpop(DpopKey::generate_ed25519())
+            .dpop(ClientKey::generate_ed25519())
             .build()
             .unwrap()
     };
@@ -391,7 +391,7 @@ async fn dpop_client(server: &TestServer) -> TokenClient {
     let (id, secret) = server.client().await;
     server
         .builder(&id, &secret, "market-data-api")
-        .dpop(DpopKey::generate_ed25519())
+        .dpop(ClientKey::generate_ed25519())
         .build()
         .unwrap()
 }

@@ -5,7 +5,7 @@
 //! (`tessera_testkit::dpop::ProofKey`), not by the client kit.
 
 use serde_json::{json, Value};
-use tessera_client::{ClientAuth, DpopKey};
+use tessera_client::{ClientAuth, ClientKey};
 use tessera_store::{AuthMethod, CertificateMatch};
 use tessera_testkit::claims_of;
 use tessera_testkit::dpop::ProofKey;
@@ -51,7 +51,7 @@ fn assertions(server: &TestServer) -> Vec<String> {
 #[tokio::test]
 async fn a_private_key_client_signs_a_new_assertion_for_each_request() {
     let server = TestServer::spawn(3600).await;
-    for key in [DpopKey::generate_ed25519(), DpopKey::generate_p256()] {
+    for key in [ClientKey::generate_ed25519(), ClientKey::generate_p256()] {
         let alg = key.algorithm().as_str();
         let id = register(&server, jwks(key.public_jwk(), "k1", alg)).await;
         let client = server
@@ -150,17 +150,17 @@ async fn an_assertion_file_is_read_again_for_every_request() {
 #[tokio::test]
 async fn a_wrong_key_is_invalid_client_at_once() {
     let server = TestServer::spawn(3600).await;
-    let registered = DpopKey::generate_ed25519();
+    let registered = ClientKey::generate_ed25519();
     let id = register(&server, jwks(registered.public_jwk(), "k1", "EdDSA")).await;
     let cases = [
         (
-            DpopKey::generate_ed25519(),
+            ClientKey::generate_ed25519(),
             Some("k1"),
             "signature does not verify",
         ),
-        (DpopKey::generate_p256(), Some("k1"), "has not registered"),
+        (ClientKey::generate_p256(), Some("k1"), "has not registered"),
         (
-            DpopKey::generate_ed25519(),
+            ClientKey::generate_ed25519(),
             None,
             "signature does not verify",
         ),

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tessera_proto::dpop::PublicKey;
+use tessera_proto::jwk::{public_keys, PublicJwk};
 use tessera_proto::jws::{decode_claims, parse_assertion};
 use tessera_proto::Algorithm;
 use tessera_store::CertificateMatch;
@@ -241,46 +241,13 @@ pub(crate) fn subject_matches(pattern: &str, subject: &str) -> bool {
     }
 }
 
-/// One registered key: its `kid` and `alg` when the JWK names them.
-#[derive(Debug)]
-pub(crate) struct ClientKey {
-    kid: Option<String>,
-    alg: Option<String>,
-    key: PublicKey,
-}
-
-/// The usable public keys of a JWK Set; private, symmetric and unknown keys are skipped.
-pub(crate) fn keys_of(jwks: &str) -> Vec<ClientKey> {
-    let Ok(set) = serde_json::from_str::<Value>(jwks) else {
-        return Vec::new();
-    };
-    set["keys"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_object)
-        .filter(|jwk| {
-            jwk.get("use")
-                .and_then(Value::as_str)
-                .is_none_or(|u| u == "sig")
-        })
-        .filter_map(|jwk| {
-            Some(ClientKey {
-                kid: jwk.get("kid").and_then(Value::as_str).map(str::to_owned),
-                alg: jwk.get("alg").and_then(Value::as_str).map(str::to_owned),
-                key: PublicKey::from_jwk(jwk)?,
-            })
-        })
-        .collect()
-}
-
 /// Whether one of `keys` verifies the assertion: `None` when none has its `kid` (if it
 /// names one) and fits its algorithm, else whether one of those verifies the signature.
 fn pick(
-    keys: &[ClientKey],
+    keys: &[PublicJwk],
     unverified: &tessera_proto::jws::UnverifiedAssertion<'_>,
 ) -> Option<bool> {
-    let candidates: Vec<&ClientKey> = keys
+    let candidates: Vec<&PublicJwk> = keys
         .iter()
         .filter(|k| match (&unverified.kid, &k.kid) {
             (Some(wanted), Some(kid)) => wanted == kid,
@@ -298,7 +265,7 @@ fn pick(
         return None;
     }
     Some(candidates.iter().any(|k| {
-        tessera_verify::verify_signature(
+        tessera_jose::verify_signature(
             &k.key,
             unverified.alg,
             unverified.signing_input,
@@ -391,7 +358,7 @@ fn policy_admits<'c>(
 
 /// Whether a JWK Set has at least one key an assertion could be verified with.
 pub(crate) fn has_usable_key(jwks: &str) -> bool {
-    !keys_of(jwks).is_empty()
+    !public_keys(jwks).is_empty()
 }
 
 /// What checking one request's assertion works with.
@@ -601,9 +568,9 @@ impl Assertions {
                 tessera_proto::jws::JwsError::AlgorithmNotAllowed => AssertionError::Algorithm,
                 _ => AssertionError::Malformed,
             })?;
-        let pick = |keys: &[ClientKey]| pick(keys, &unverified);
+        let pick = |keys: &[PublicJwk]| pick(keys, &unverified);
         let verified = match registered {
-            CertificateMatch::Jwks(jwks) => pick(&keys_of(jwks)),
+            CertificateMatch::Jwks(jwks) => pick(&public_keys(jwks)),
             CertificateMatch::JwksUri(url) => self
                 .verified_at(checking, &Source::Jwks(url.clone()), &unverified)
                 .await?
@@ -693,7 +660,7 @@ mod tests {
         ] {
             let (token, jwks) = signed(&claims, "k1", alg);
             let unverified = parse_assertion(&token, MAX_ASSERTION_LEN, &ALGORITHMS).unwrap();
-            assert_eq!(pick(&keys_of(&jwks), &unverified), verified, "{alg:?}");
+            assert_eq!(pick(&public_keys(&jwks), &unverified), verified, "{alg:?}");
         }
     }
 

@@ -19,9 +19,9 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use tessera_proto::jwk::{public_keys, PublicJwk};
 use tokio::sync::watch;
 
-use super::assertion::{keys_of, ClientKey};
 use crate::clock::Clock;
 use crate::fetch::{FetchError, Fetcher};
 use crate::limits::{AuthThrottle, Busy, Slot};
@@ -98,7 +98,7 @@ pub(crate) struct Outbound<'a> {
 #[derive(Debug)]
 struct Entry {
     /// The keys of the last successful fetch; empty before one.
-    keys: Arc<Vec<ClientKey>>,
+    keys: Arc<Vec<PublicJwk>>,
     /// When they were fetched; `None` before any fetch succeeded.
     at: Option<i64>,
     /// When the last fetch started, or ended if it is over.
@@ -121,7 +121,7 @@ impl Entry {
     }
 
     /// The keys last fetched, however old, if a fetch ever succeeded.
-    fn last_keys(&self) -> Option<Arc<Vec<ClientKey>>> {
+    fn last_keys(&self) -> Option<Arc<Vec<PublicJwk>>> {
         self.at.map(|_| self.keys.clone())
     }
 
@@ -140,11 +140,11 @@ impl Entry {
 /// What a request does about a source's keys, decided under the lock.
 enum Step {
     /// Use these (or none).
-    Answer(Option<Arc<Vec<ClientKey>>>),
+    Answer(Option<Arc<Vec<PublicJwk>>>),
     /// Wait for the fetch in flight.
     Wait(watch::Receiver<bool>),
     /// A fetch is due; the request may start it if its caller may cause one.
-    Due(Option<Arc<Vec<ClientKey>>>),
+    Due(Option<Arc<Vec<PublicJwk>>>),
 }
 
 /// The keys of every source, held and fetched as the module says.
@@ -174,7 +174,7 @@ impl KeySets {
         source: &Source,
         again: bool,
         outbound: Outbound<'_>,
-    ) -> Result<Option<Arc<Vec<ClientKey>>>, Busy> {
+    ) -> Result<Option<Arc<Vec<PublicJwk>>>, Busy> {
         let name = source.name();
         let mut may_start = false;
         let done = loop {
@@ -272,8 +272,11 @@ impl KeySets {
             entry.tried = now;
             match answer {
                 Ok(body) => {
-                    entry.keys =
-                        Arc::new(std::str::from_utf8(&body).map(keys_of).unwrap_or_default());
+                    entry.keys = Arc::new(
+                        std::str::from_utf8(&body)
+                            .map(public_keys)
+                            .unwrap_or_default(),
+                    );
                     entry.at = Some(now);
                     entry.failures = 0;
                 }
