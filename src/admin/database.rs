@@ -2,9 +2,10 @@
 //! [`tessera_server::registrar::Registrar`], the same code the server's admin API calls.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tessera_proto::admin::{
     self as api, Client, ClientInput, ClientPatch, ClientWithSecret, Key, Plan, TrustPolicy,
     UsageDay,
@@ -16,7 +17,7 @@ use tessera_server::secrets::Secrets;
 use tessera_store::{AuthMethod, Store};
 
 use super::progress::Progress;
-use super::{OnCreated, Operations};
+use super::{created_before, OnCreated, Operations};
 use crate::{Access, DataArgs};
 
 /// The store named by `--database`, dated by the system clock.
@@ -60,6 +61,37 @@ impl<'a> Database<'a> {
     }
 }
 
+/// Clients committed together, as `client create` prints them, secrets included.
+fn with_secrets(created: CreatedClients) -> impl Iterator<Item = ClientWithSecret> {
+    let CreatedClients {
+        plan,
+        label,
+        auth_method,
+        created_at,
+        credentials,
+    } = created;
+    credentials
+        .into_iter()
+        .map(move |(client_id, secret)| ClientWithSecret {
+            client: Client {
+                client_id,
+                plan: plan.clone(),
+                name: label.clone(),
+                enabled: true,
+                token_endpoint_auth_method: auth_method.as_str().to_owned(),
+                previous_secret_valid_until: None,
+                created_at,
+                updated_at: created_at,
+                tls_client_auth_subject_dn: None,
+                tls_client_auth_san_dns: None,
+                tls_client_auth_san_uri: None,
+                jwks: None,
+                jwks_uri: None,
+            },
+            client_secret: Some(secret),
+        })
+}
+
 impl Operations for Database<'_> {
     async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan> {
         let written = self
@@ -87,8 +119,11 @@ impl Operations for Database<'_> {
             .collect())
     }
 
-    /// All or none, in one transaction; the secrets are handed to `on_created` only once it
-    /// is committed, so none is printed for a client that does not exist.
+    /// In batches of `CREATE_BATCH`, one transaction each, so that the registry's lock is
+    /// held for one batch at a time (other writes, on every instance, wait for one batch at
+    /// most); each batch's secrets are handed to `on_created` once it is committed, so none
+    /// is printed for a client that does not exist, and none of those that do is lost when
+    /// a later batch fails: the error then says how many were created.
     async fn create_clients(
         &self,
         new: &ClientInput,
@@ -103,7 +138,7 @@ impl Operations for Database<'_> {
             .map_or(Some(AuthMethod::ClientSecretBasic), AuthMethod::parse)
             .expect("the command line parsed the method");
         if let Some(certificate) = views::certificate_match(new)? {
-            for _ in 0..count {
+            for made in 0..count {
                 let c = self
                     .registrar()
                     .create_certificate_client(
@@ -113,13 +148,16 @@ impl Operations for Database<'_> {
                         method,
                         certificate.clone(),
                     )
-                    .await?;
+                    .await
+                    .with_context(|| created_before(made, count))?;
                 progress.advance(1);
                 on_created(&mut std::iter::once(views::with_secret(&c, None)))?;
             }
             return Ok(());
         }
-        let created = self
+        let mut made = 0;
+        let mut unprinted = None;
+        let outcome = self
             .registrar()
             .create_clients(
                 &secrets,
@@ -127,40 +165,28 @@ impl Operations for Database<'_> {
                 &new.name,
                 method,
                 count as usize,
-                &|n| progress.advance(n),
+                &mut |batch| {
+                    let n = batch.credentials.len() as u32;
+                    progress.advance(n as usize);
+                    made += n;
+                    match on_created(&mut with_secrets(batch)) {
+                        Ok(()) => ControlFlow::Continue(()),
+                        Err(e) => {
+                            unprinted = Some((e, n));
+                            ControlFlow::Break(())
+                        }
+                    }
+                },
             )
             .await;
         progress.finish();
-        let created = created?;
-        let CreatedClients {
-            plan,
-            label,
-            auth_method,
-            created_at,
-            credentials,
-        } = created;
-        on_created(
-            &mut credentials
-                .into_iter()
-                .map(|(client_id, secret)| ClientWithSecret {
-                    client: Client {
-                        client_id,
-                        plan: plan.clone(),
-                        name: label.clone(),
-                        enabled: true,
-                        token_endpoint_auth_method: auth_method.as_str().to_owned(),
-                        previous_secret_valid_until: None,
-                        created_at,
-                        updated_at: created_at,
-                        tls_client_auth_subject_dn: None,
-                        tls_client_auth_san_dns: None,
-                        tls_client_auth_san_uri: None,
-                        jwks: None,
-                        jwks_uri: None,
-                    },
-                    client_secret: Some(secret),
-                }),
-        )
+        if let Some((error, n)) = unprinted {
+            return Err(error.context(format!(
+                "{made} of {count} clients created, the last {n} of them without their \
+                 secrets printed (delete them: `client list` shows them), then"
+            )));
+        }
+        outcome.with_context(|| created_before(made, count))
     }
 
     /// By client id, as the admin API lists them.

@@ -25,7 +25,7 @@ use tessera_server::registrar::{views, PlanSettings};
 use tokio::sync::OnceCell;
 
 use super::progress::Progress;
-use super::{OnCreated, Operations};
+use super::{created_before, OnCreated, Operations};
 
 /// Requests a create is sent at most, with the same `Idempotency-Key`, when the answer is
 /// lost or the server is briefly unavailable.
@@ -371,13 +371,10 @@ impl Operations for Http {
         on_created: &mut OnCreated<'_>,
     ) -> Result<()> {
         for made in 0..count {
-            let created = self.create_one(new).await.with_context(|| {
-                if made == 0 {
-                    String::from("no client created")
-                } else {
-                    format!("{made} of {count} clients created (printed above), then")
-                }
-            })?;
+            let created = self
+                .create_one(new)
+                .await
+                .with_context(|| created_before(made, count))?;
             progress.advance(1);
             on_created(&mut std::iter::once(created))?;
         }

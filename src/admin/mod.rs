@@ -301,6 +301,20 @@ impl AdminCommand {
     }
 }
 
+/// The context of a failure after `made` of `count` clients were created (and printed):
+/// how many exist, and that running the command again makes `count` more, not the rest.
+pub(crate) fn created_before(made: u32, count: u32) -> String {
+    if made == 0 {
+        String::from("no client created")
+    } else {
+        format!(
+            "{made} of {count} clients created (printed above; `--count {}` makes the rest), \
+             then",
+            count - made
+        )
+    }
+}
+
 /// What receives clients just created, with their secrets: those committed together.
 pub(crate) type OnCreated<'a> =
     dyn FnMut(&mut dyn Iterator<Item = ClientWithSecret>) -> Result<()> + 'a;
@@ -601,8 +615,8 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                 );
             }
             // Clients are printed (and flushed) as soon as they exist, those committed
-            // together at once, so that a failure part way over HTTP (one client per
-            // request) loses no secret.
+            // together at once, so that a failure part way (on the database, after some
+            // batches; over HTTP, one client per request) loses no secret.
             let progress = Progress::clients(count);
             let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
             let mut print = |created: &mut dyn Iterator<Item = ClientWithSecret>| {

@@ -1,6 +1,6 @@
 //! `tessera client create --count N` on the embedded SQLite file (issue 17): N distinct
-//! clients whose secrets work, written all or none, and a progress bar on stderr only when
-//! stderr is a terminal.
+//! clients whose secrets work, written a batch (5,000) to a transaction, each batch printed
+//! once committed (issue 24), and a progress bar on stderr only when stderr is a terminal.
 
 use std::collections::HashSet;
 
@@ -85,10 +85,12 @@ async fn client_create_count_makes_that_many_usable_clients() {
     );
 }
 
-/// A failure after some batches were written leaves no client and prints no secret: the
-/// test makes SQLite refuse the 7,001st row, in the second batch.
+/// A failure part way (the test makes SQLite refuse the 7,001st row, in the second batch)
+/// keeps the first batch, committed before it, and prints it; the second batch, and its
+/// change for the servers to read, is not written; the error says how many were created
+/// and how to make the rest.
 #[tokio::test]
-async fn client_create_count_is_all_or_none_when_the_insert_fails_midway() {
+async fn client_create_count_keeps_and_prints_the_batches_committed_before_a_failure() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(d, &["plan", "set", "bulk", "--scopes", "news-api"]);
@@ -121,20 +123,36 @@ async fn client_create_count_is_all_or_none_when_the_insert_fails_midway() {
     );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("refused by the test"), "{stderr}");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "",
-        "no secret printed"
+    assert!(
+        stderr.contains(
+            "5000 of 10000 clients created (printed above; `--count 5000` makes the rest), \
+             then: "
+        ) && stderr.contains("refused by the test"),
+        "{stderr}"
     );
-    assert_eq!(listed(d), 1, "only the client made before");
+    let printed = created(std::str::from_utf8(&out.stdout).unwrap());
+    assert_eq!(printed.len(), 5000, "the first batch, printed");
+    assert_eq!(
+        listed(d),
+        5001,
+        "the client made before and the first batch"
+    );
     assert_eq!(
         changes().await,
-        logged,
-        "no change left for a server to read"
+        logged + 5000,
+        "the first batch's changes only"
     );
+    // The printed secrets are the stored ones.
+    let server = serve(d, &[]);
+    let last = &printed[4999];
+    let (id, secret) = (
+        last["client_id"].as_str().unwrap(),
+        last["client_secret"].as_str().unwrap(),
+    );
+    let (status, body) = answer(token(&server.base, id, secret, "news-api").await).await;
+    assert_eq!(status, 200, "{body}");
 
-    // Without the fault the same command writes them all.
+    // Without the fault, the rest as the error said.
     sqlx::query("DROP TRIGGER refuse_late")
         .execute(&mut db)
         .await
@@ -142,10 +160,10 @@ async fn client_create_count_is_all_or_none_when_the_insert_fails_midway() {
     let out = ok(
         d,
         &[
-            "client", "create", "--plan", "bulk", "--count", "10000", "--json",
+            "client", "create", "--plan", "bulk", "--count", "5000", "--json",
         ],
     );
-    assert_eq!(created(&out).len(), 10_000);
+    assert_eq!(created(&out).len(), 5000);
     assert_eq!(listed(d), 10_001);
     assert!(ok(d, &["client", "list"]).contains(
         serde_json::from_str::<serde_json::Value>(before.trim()).unwrap()["client_id"]

@@ -1,5 +1,5 @@
 //! The `tessera` binary as an operator uses it, one file per concern: the admin commands
-//! (`commands`, `bulk`, `operator`, `remote`), the keys (`keys`, `client_keys`), `serve`
+//! (`commands`, `bulk`, `locks`, `operator`, `remote`), the keys (`keys`, `client_keys`), `serve`
 //! (`serve`, `config`, `tls`, `subject_dn`, `signals`), the data it keeps (`data`,
 //! `database`, `redis`) and `token` (`token_command`). The process harness is the test kit's
 //! ([`tessera_testkit::binary`]); here are the shortcuts to it and the helpers several files
@@ -19,6 +19,7 @@ mod config;
 mod data;
 mod database;
 mod keys;
+mod locks;
 mod operator;
 mod redis;
 mod remote;

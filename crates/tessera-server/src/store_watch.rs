@@ -112,7 +112,9 @@ impl Episodes {
     }
 }
 
-/// Whether the store failed (rather than refusing the caller's input).
+/// Whether the store failed (rather than refusing the caller's input). A write that gave
+/// up waiting for a lock another session holds, or was cancelled, is not: the store works,
+/// and writes that take no such lock (usage, a revocation) go on.
 fn is_fault(error: &StoreError) -> bool {
     matches!(
         error,
@@ -244,14 +246,6 @@ impl Store for WatchedStore {
     async fn clients_per_plan(&self) -> Result<Vec<(String, u64)>> {
         self.read("clients per plan", self.inner.clients_per_plan().await)
             .await
-    }
-
-    async fn insert_client_batches(
-        &self,
-        batches: &mut (dyn Iterator<Item = Vec<Client>> + Send),
-    ) -> Result<()> {
-        let outcome = self.inner.insert_client_batches(batches).await;
-        self.write("clients", outcome, always).await
     }
 
     async fn clients(&self) -> Result<Vec<Client>> {

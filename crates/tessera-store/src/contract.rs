@@ -421,9 +421,9 @@ async fn postgres_keeps_the_admin_contract() {
     admin_contract(crate::open(&schema.url).await.unwrap().as_ref()).await;
 }
 
-/// Clients written batch by batch in one transaction, more than one statement's worth in
-/// each batch: all of them, each as given and with its change; or, when a later batch
-/// fails, none of them and no change.
+/// Clients written together, more than one statement's worth (1,000): in one transaction,
+/// all of them, each as given and with its change; or, when a later statement fails (an
+/// unknown plan, a duplicate id), none of them and no change.
 async fn batches(store: &dyn Store) {
     store.put_plan(&plan("bulk", "news-api")).await.unwrap();
     let batch = |prefix: &str, n: usize, plan: &str| -> Vec<Client> {
@@ -436,52 +436,193 @@ async fn batches(store: &dyn Store) {
             .collect()
     };
     let seen = store.latest_change().await.unwrap();
-    let mut failing = vec![batch("x", 2500, "bulk"), batch("y", 10, "nope")].into_iter();
-    let err = store.insert_client_batches(&mut failing).await.unwrap_err();
+    // The third statement's clients are on a plan that does not exist.
+    let failing = [batch("x", 2000, "bulk"), batch("y", 10, "nope")].concat();
+    let err = store.insert_clients(&failing).await.unwrap_err();
     assert!(
         matches!(&err, StoreError::UnknownPlan(p) if p == "nope"),
         "{err}"
     );
-    // A duplicate id in the second statement of a later batch.
-    let mut again = batch("z", 1500, "bulk");
+    // A duplicate id in the second statement.
+    let mut again = [batch("w", 10, "bulk"), batch("z", 1500, "bulk")].concat();
     again[1200].id = again[3].id.clone();
-    let mut failing = vec![batch("w", 10, "bulk"), again].into_iter();
-    let err = store.insert_client_batches(&mut failing).await.unwrap_err();
+    let err = store.insert_clients(&again).await.unwrap_err();
     assert!(matches!(err, StoreError::Duplicate(_)), "{err}");
     assert!(store.clients().await.unwrap().is_empty());
     assert_eq!(store.latest_change().await.unwrap(), seen);
 
-    let written = [
-        batch("a", 2500, "bulk"),
-        Vec::new(),
-        batch("b", 1001, "bulk"),
-    ];
-    store
-        .insert_client_batches(&mut written.clone().into_iter())
-        .await
-        .unwrap();
+    let written = [batch("a", 2500, "bulk"), batch("b", 1001, "bulk")].concat();
+    store.insert_clients(&written).await.unwrap();
     let mut stored = store.clients().await.unwrap();
     stored.sort_unstable_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
-    assert_eq!(stored, written.concat());
+    assert_eq!(stored, written);
     let changes = read_changes(store, seen, 1000).await.unwrap();
     assert_eq!(changes.clients.len(), 3501);
 }
 
 #[tokio::test]
-async fn sqlite_writes_client_batches_all_or_none() {
+async fn sqlite_writes_many_clients_all_or_none() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("t.db").display());
     batches(crate::open(&url).await.unwrap().as_ref()).await;
 }
 
 #[tokio::test]
-async fn postgres_writes_client_batches_all_or_none() {
+async fn postgres_writes_many_clients_all_or_none() {
     let schema = crate::testing::scratch_postgres().await;
     batches(crate::open(&schema.url).await.unwrap().as_ref()).await;
 }
 
-/// The changes after `after`, read to the end in pages of `limit`, merged: each id with its
-/// last state.
+/// A bound for a write that must fail rather than wait: far above
+/// [`crate::WRITE_LOCK_TIMEOUT`], so that it only catches a write that waits for as long as
+/// the lock is held.
+const NOT_FOREVER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Issue 24 item 3: a registry write whose client went away mid-transaction leaves its
+/// session idle in transaction, holding the registry's lock (and its row's) until
+/// PostgreSQL drops it. The writes behind it, on every instance, fail with
+/// [`StoreError::LockTimeout`] after [`crate::WRITE_LOCK_TIMEOUT`], writing nothing,
+/// instead of waiting that long; reads and revocations (a lock of their own) go on; once
+/// the session is gone, writes work. In a scratch database: the lock is the database's.
+#[tokio::test]
+async fn postgres_a_stuck_writer_fails_the_writes_behind_it_instead_of_holding_them() {
+    use sqlx::Connection;
+    let db = crate::testing::scratch_database().await;
+    let store = crate::open(&db.url).await.unwrap();
+    store.put_plan(&plan("p", "news-api")).await.unwrap();
+    store.insert_client(&client("tc_held", "p")).await.unwrap();
+    let seen = store.latest_change().await.unwrap();
+
+    let mut session = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut stuck = session.begin().await.unwrap();
+    sqlx::query("UPDATE clients SET label = 'stuck' WHERE id = 'tc_held'")
+        .execute(&mut *stuck)
+        .await
+        .unwrap();
+
+    // Each waits on another lock the stuck write holds: the registry's, or its row's.
+    let mut held = client("tc_held", "p");
+    held.enabled = false;
+    let new = client("tc_new", "p");
+    let other_plan = plan("q", "news-api");
+    let blocked = async {
+        tokio::join!(
+            store.insert_client(&new),
+            store.update_client(&held),
+            store.put_plan(&other_plan),
+        )
+    };
+    let (insert, update, plan_put) = tokio::time::timeout(NOT_FOREVER, blocked)
+        .await
+        .expect("the writes fail instead of waiting for the stuck one");
+    for outcome in [insert.map(|_| ()), update.map(|_| ()), plan_put] {
+        let err = outcome.unwrap_err();
+        assert!(matches!(err, StoreError::LockTimeout), "{err}");
+        assert!(err.is_timeout());
+        let said = err.to_string();
+        assert!(
+            said.contains("idle in transaction") && said.contains("nothing was written"),
+            "{said}"
+        );
+    }
+    // Meanwhile reads answer, a revocation is written, and nothing above was.
+    assert!(store.client(&new.id).await.unwrap().is_none());
+    assert!(store.client(&held.id).await.unwrap().unwrap().enabled);
+    assert_eq!(store.latest_change().await.unwrap(), seen);
+    let revoked = Revoked {
+        jti: "j-during".into(),
+        client_id: held.id.to_string(),
+        exp: now() + 60,
+    };
+    store.revoke(&revoked).await.unwrap();
+
+    // The stuck session is gone: every write goes through.
+    stuck.rollback().await.unwrap();
+    store.insert_client(&new).await.unwrap();
+    assert!(store.update_client(&held).await.unwrap());
+    store.put_plan(&other_plan).await.unwrap();
+    assert!(!store.client(&held.id).await.unwrap().unwrap().enabled);
+}
+
+/// Each write runs under [`crate::WRITE_LOCK_TIMEOUT`] and
+/// [`crate::WRITE_STATEMENT_TIMEOUT`], seen from inside it by a trigger; a statement that
+/// PostgreSQL cancels (here by the test, as its `statement_timeout` would) is
+/// [`StoreError::Cancelled`] and writes nothing.
+#[tokio::test]
+async fn postgres_writes_run_under_their_bounds_and_a_cancelled_one_says_so() {
+    use sqlx::Connection;
+    let schema = crate::testing::scratch_postgres().await;
+    let store = crate::open(&schema.url).await.unwrap();
+    store.put_plan(&plan("p", "news-api")).await.unwrap();
+    let mut db = sqlx::PgConnection::connect(&schema.url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE seen_bounds (lock_timeout TEXT, statement_timeout TEXT);
+         CREATE FUNCTION note_bounds() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             INSERT INTO seen_bounds VALUES
+                 (current_setting('lock_timeout'), current_setting('statement_timeout'));
+             IF NEW.label = 'slow' THEN PERFORM pg_sleep(600); END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER note_bounds BEFORE INSERT OR UPDATE ON clients
+             FOR EACH ROW EXECUTE FUNCTION note_bounds();",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let seen = || async {
+        sqlx::query_as::<_, (String, String)>("SELECT * FROM seen_bounds")
+            .fetch_all(&mut sqlx::PgConnection::connect(&schema.url).await.unwrap())
+            .await
+            .unwrap()
+    };
+
+    store.insert_client(&client("tc_quick", "p")).await.unwrap();
+    assert_eq!(seen().await, [("3s".to_owned(), "5s".to_owned())]);
+    // The session's own settings are back after the write: a read is not bounded.
+    let mut disabled = client("tc_quick", "p");
+    disabled.enabled = false;
+    assert!(store.update_client(&disabled).await.unwrap());
+    assert_eq!(seen().await.len(), 2);
+    assert!(seen()
+        .await
+        .iter()
+        .all(|b| *b == ("3s".into(), "5s".into())));
+
+    let mut slow = client("tc_slow", "p");
+    slow.label = "slow".into();
+    let write = tokio::spawn({
+        let store = crate::open(&schema.url).await.unwrap();
+        async move { store.insert_client(&slow).await }
+    });
+    // The write is running (asleep in the trigger): cancel it.
+    let pid = loop {
+        let sleeping: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' \
+             AND query LIKE 'INSERT INTO clients%' AND datname = current_database() \
+             AND pid IN (SELECT pid FROM pg_locks WHERE relation = 'clients'::regclass)",
+        )
+        .fetch_optional(&mut db)
+        .await
+        .unwrap();
+        if let Some(pid) = sleeping {
+            break pid;
+        }
+        assert!(!write.is_finished(), "{:?}", write.await);
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    sqlx::query("SELECT pg_cancel_backend($1)")
+        .bind(pid)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let err = write.await.unwrap().unwrap_err();
+    assert!(matches!(err, StoreError::Cancelled), "{err}");
+    assert!(err.to_string().contains("nothing was written"), "{err}");
+    let slow_id = ClientId::parse("tc_slow").unwrap();
+    assert!(store.client(&slow_id).await.unwrap().is_none());
+}
+
 async fn read_changes(store: &dyn Store, mut after: i64, limit: u32) -> Option<Changes> {
     let mut all = Changes::default();
     loop {

@@ -47,7 +47,26 @@ pub enum StoreError {
     UnsupportedUrl(String),
     /// The backend failed.
     #[error("database error: {0}")]
-    Backend(#[from] sqlx::Error),
+    Backend(#[source] sqlx::Error),
+    /// A write waited [`WRITE_LOCK_TIMEOUT`] for a lock another database session holds
+    /// (PostgreSQL's `lock_timeout`, SQLSTATE 55P03): the registry's lock, which every change
+    /// holds until it commits, kept by a long write or by a session left idle in
+    /// transaction. Nothing was written.
+    #[error(
+        "the write waited {} s for a lock another database session holds (a long write, or \
+         a session left idle in transaction: see pg_stat_activity); nothing was written, retry \
+         later",
+        WRITE_LOCK_TIMEOUT.as_secs()
+    )]
+    LockTimeout,
+    /// PostgreSQL cancelled a statement (SQLSTATE 57014): it ran past `statement_timeout`
+    /// ([`WRITE_STATEMENT_TIMEOUT`] for a write), or an operator cancelled it. Nothing was
+    /// written.
+    #[error(
+        "PostgreSQL cancelled the statement (it ran past statement_timeout, or was cancelled); \
+         nothing was written, retry later"
+    )]
+    Cancelled,
     /// Applying the embedded migrations failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -120,6 +139,33 @@ pub enum ConnectionFault {
     },
 }
 
+/// What sqlx reports becomes [`StoreError::Backend`], except PostgreSQL's two timeouts,
+/// which get their own variants: the write did not happen, and the caller may retry.
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        let code = error
+            .as_database_error()
+            .and_then(|e| e.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+            .map(|e| e.code());
+        match code {
+            // lock_not_available
+            Some("55P03") => Self::LockTimeout,
+            // query_canceled
+            Some("57014") => Self::Cancelled,
+            _ => Self::Backend(error),
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether the store refused to wait rather than failed: another write held a lock
+    /// past [`WRITE_LOCK_TIMEOUT`], or a statement was cancelled. Nothing was written, the
+    /// store itself works, and the same write may succeed when retried.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::LockTimeout | Self::Cancelled)
+    }
+}
+
 fn no_answer(accepted: bool) -> &'static str {
     if accepted {
         "accepted the connection but did not answer"
@@ -130,6 +176,17 @@ fn no_answer(accepted: bool) -> &'static str {
 
 /// A shorthand for store results.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// How long a write to the registry (a plan, client, key or trust policy) or a revocation
+/// waits for a lock that another database session holds before it fails with
+/// [`StoreError::LockTimeout`], instead of queueing behind a stuck writer for as long as
+/// that one lives (PostgreSQL's `lock_timeout`, set for the write's own transaction).
+pub const WRITE_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How long one statement of such a write may run before PostgreSQL cancels it
+/// ([`StoreError::Cancelled`]): `statement_timeout`, for the write's own transaction. Its
+/// statements each write at most 1,000 clients.
+pub const WRITE_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The token lifetime of a new plan: the seed's sample of one hour.
 pub const DEFAULT_TOKEN_TTL: u32 = 3600;
@@ -508,17 +565,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn insert_client(&self, client: &Client) -> Result<()> {
         self.insert_clients(std::slice::from_ref(client)).await
     }
-    /// Adds several clients in one transaction: all of them or none.
+    /// Adds several clients in one transaction: all of them or none. Many clients are
+    /// better written a few thousand at a time, each batch in a call of its own (as
+    /// `Registrar::create_clients` in tessera-server does): a transaction holds the registry's
+    /// lock from its first client until it commits, and every other write waits for it.
     async fn insert_clients(&self, clients: &[Client]) -> Result<()> {
         self.insert_clients_once(clients, None).await.map(|_| ())
     }
-    /// Adds the clients of every batch `batches` yields, in one transaction: all of them or
-    /// none. A batch is asked for once the one before is written, so that a million clients
-    /// need not be held at once (`tessera client create --count`).
-    async fn insert_client_batches(
-        &self,
-        batches: &mut (dyn Iterator<Item = Vec<Client>> + Send),
-    ) -> Result<()>;
     /// All clients, oldest first.
     async fn clients(&self) -> Result<Vec<Client>>;
     /// One client.

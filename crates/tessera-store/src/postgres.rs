@@ -203,6 +203,11 @@ impl Dialect for Postgres {
     const CHECKPOINT: Option<&'static str> = None;
     // Rows come off the connection's socket buffer on the caller's thread: cheap as they are.
     const PACKED_CLIENTS: Option<&'static str> = None;
+    // For the transaction only (`set_config(…, true)`, as `SET LOCAL`): the role's own
+    // settings hold for everything else, migrations and long reads included.
+    const WRITE_BOUNDS: Option<&'static str> = Some(
+        "SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)",
+    );
     fn bulk_param(n: usize) -> String {
         format!("${n}")
     }

@@ -323,5 +323,5 @@ pub(crate) fn constraint(err: sqlx::Error, what: &str, plan: &str) -> StoreError
             return StoreError::UnknownPlan(plan.to_owned());
         }
     }
-    StoreError::Backend(err)
+    err.into()
 }

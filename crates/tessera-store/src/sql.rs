@@ -24,7 +24,7 @@ use tessera_proto::ClientId;
 
 use crate::{
     rows, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey, Store,
-    StoreError, Timestamp, Usage,
+    StoreError, Timestamp, Usage, WRITE_LOCK_TIMEOUT, WRITE_STATEMENT_TIMEOUT,
 };
 
 /// The statements one database needs in its own words.
@@ -55,6 +55,35 @@ pub(crate) trait Dialect: Database {
         let _ = pool;
         std::future::ready(error)
     }
+    /// A statement that bounds the rest of its transaction: how long it waits for a lock
+    /// another session holds (`$1`, [`WRITE_LOCK_TIMEOUT`]) and how long one statement runs
+    /// (`$2`, [`WRITE_STATEMENT_TIMEOUT`]), both as text such as `3000ms`; `None` where the
+    /// database bounds the wait itself (SQLite's busy timeout).
+    const WRITE_BOUNDS: Option<&'static str>;
+}
+
+/// Begins the transaction of a write to the registry or of a revocation, bounded by
+/// [`Dialect::WRITE_BOUNDS`]: such a write takes a lock every other one takes too (the
+/// registry's, so that changes commit in number order), and one held by a stuck session
+/// (idle in transaction, its client gone) must fail the writes behind it
+/// ([`StoreError::LockTimeout`]), not hold them for as long as that session lives.
+async fn begin_write<DB>(pool: &Pool<DB>) -> Result<sqlx::Transaction<'static, DB>>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+{
+    let mut tx = pool.begin().await?;
+    if let Some(bounds) = DB::WRITE_BOUNDS {
+        let millis = |d: std::time::Duration| format!("{}ms", d.as_millis());
+        sqlx::query(bounds)
+            .bind(millis(WRITE_LOCK_TIMEOUT))
+            .bind(millis(WRITE_STATEMENT_TIMEOUT))
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(tx)
 }
 
 /// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
@@ -246,6 +275,7 @@ where
     }
 
     async fn put_trust_policy(&self, policy: &crate::TrustPolicy) -> Result<()> {
+        let mut tx = begin_write(&self.pool).await?;
         sqlx::query(
             "INSERT INTO trust_policies (name, client_id, issuer, jwks_uri, audience, subject, \
              claims, max_assertion_ttl, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
@@ -261,9 +291,10 @@ where
         .bind(policy.claims.as_str())
         .bind(policy.max_assertion_ttl.map(i64::from))
         .bind(policy.created_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| rows::constraint(e, &format!("trust policy {}", policy.name), ""))?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -287,14 +318,17 @@ where
     }
 
     async fn delete_trust_policy(&self, name: &str) -> Result<bool> {
+        let mut tx = begin_write(&self.pool).await?;
         let gone = sqlx::query("DELETE FROM trust_policies WHERE name = $1 RETURNING name")
             .bind(name)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(!gone.is_empty())
     }
 
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
+        let mut tx = begin_write(&self.pool).await?;
         sqlx::query(
             "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
              rate_count, rate_period, rate_burst, reuse_percent, introspect_any, dpop) \
@@ -314,8 +348,9 @@ where
         .bind(plan.reuse_percent.map(i64::from))
         .bind(plan.introspect_any)
         .bind(plan.dpop.as_str())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -329,15 +364,17 @@ where
     }
 
     async fn delete_plan(&self, name: &str) -> Result<PlanRemoval> {
+        let mut tx = begin_write(&self.pool).await?;
         let gone = sqlx::query(
             "DELETE FROM plans WHERE name = $1 \
              AND NOT EXISTS (SELECT 1 FROM clients WHERE plan = $1) RETURNING name",
         )
         .bind(name)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await
         // A client added to the plan meanwhile (PostgreSQL checks the reference).
         .map_err(|e| rows::constraint(e, "", name))?;
+        tx.commit().await?;
         if !gone.is_empty() {
             return Ok(PlanRemoval::Removed);
         }
@@ -405,24 +442,12 @@ where
         Ok(clients)
     }
 
-    async fn insert_client_batches(
-        &self,
-        batches: &mut (dyn Iterator<Item = Vec<Client>> + Send),
-    ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        for batch in batches {
-            insert_client_rows(&mut tx, &batch).await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
     async fn insert_clients_once(
         &self,
         clients: &[Client],
         answer: Option<&IdempotentAnswer>,
     ) -> Result<Option<IdempotentAnswer>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = begin_write(&self.pool).await?;
         if let Some(answer) = answer {
             let claimed = sqlx::query(
                 "INSERT INTO idempotent_answers (owner, key, fingerprint, answer, created_at) \
@@ -512,6 +537,7 @@ where
     async fn update_client(&self, client: &Client) -> Result<bool> {
         let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
         let [dn, dns, uri, jwks, jwks_uri] = rows::certificate_columns(client);
+        let mut tx = begin_write(&self.pool).await?;
         let changed = sqlx::query(
             "UPDATE clients SET plan = $2, label = $3, secret_hash = $4, \
              previous_secret_hash = $5, previous_secret_expires_at = $6, auth_method = $7, \
@@ -532,21 +558,25 @@ where
         .bind(uri)
         .bind(jwks)
         .bind(jwks_uri)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
+        tx.commit().await?;
         Ok(!changed.is_empty())
     }
 
     async fn delete_client(&self, id: &ClientId) -> Result<bool> {
+        let mut tx = begin_write(&self.pool).await?;
         let gone = sqlx::query("DELETE FROM clients WHERE id = $1 RETURNING id")
             .bind(id.as_str())
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(!gone.is_empty())
     }
 
     async fn insert_key(&self, key: &SigningKey) -> Result<()> {
+        let mut tx = begin_write(&self.pool).await?;
         sqlx::query(
             "INSERT INTO signing_keys (kid, alg, public_jwk, private_sealed, created_at, activates_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -557,9 +587,10 @@ where
         .bind(key.private_sealed.as_slice())
         .bind(key.created_at)
         .bind(key.activates_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| rows::constraint(e, &format!("key {}", key.kid), ""))?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -573,10 +604,12 @@ where
     }
 
     async fn delete_key(&self, kid: &str) -> Result<bool> {
+        let mut tx = begin_write(&self.pool).await?;
         let gone = sqlx::query("DELETE FROM signing_keys WHERE kid = $1 RETURNING kid")
             .bind(kid)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(!gone.is_empty())
     }
 
@@ -677,7 +710,7 @@ where
 
     async fn revoke(&self, revoked: &Revoked) -> Result<()> {
         // Numbered and committed in one order, so that an incremental reader misses none.
-        let mut tx = self.pool.begin().await?;
+        let mut tx = begin_write(&self.pool).await?;
         if let Some(lock) = DB::REVOKE_LOCK {
             sqlx::query(lock).execute(&mut *tx).await?;
         }

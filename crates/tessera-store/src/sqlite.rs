@@ -149,6 +149,8 @@ impl Dialect for Sqlite {
     // sqlx binds a numbered parameter after asking SQLite its name, which SQLite finds by
     // scanning the statement's list of names: 15,000 `$N` made each statement quadratic
     // (30 s of CPU for 100,000 clients). Plain `?` has no name and binds in order.
+    // One writer at a time, waited for up to the busy timeout (5 s) and no longer.
+    const WRITE_BOUNDS: Option<&'static str> = None;
     fn bulk_param(_: usize) -> String {
         "?".to_owned()
     }

@@ -1,5 +1,6 @@
 //! Test support (feature `test-support`): a scratch PostgreSQL schema per test, so tests can
-//! share one database server without seeing each other's rows; and a small disk to fill.
+//! share one database server without seeing each other's rows, or a scratch database for a
+//! test that holds the database's locks; and a small disk to fill.
 
 use std::str::FromStr;
 
@@ -59,6 +60,77 @@ impl Drop for ScratchSchema {
                         let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
                             .execute(&mut admin)
                             .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// A database created for one test and dropped (with any session still on it) when this is
+/// dropped. For a test that holds a lock shared by every schema of a database (the
+/// advisory locks of the change log and of revocations): in a scratch schema it would
+/// hold up the tests running beside it.
+#[derive(Debug)]
+pub struct ScratchDatabase {
+    /// A URL of the scratch database.
+    pub url: String,
+    name: String,
+    base: String,
+}
+
+/// Creates a fresh database beside the one `TESSERA_TEST_POSTGRES_URL` names; panics with
+/// a clear message when PostgreSQL is not reachable or the role may not create databases.
+pub async fn scratch_database() -> ScratchDatabase {
+    let base = postgres_base_url();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let name = format!("tessera_test_{}_{nanos}", std::process::id());
+    let mut admin = PgConnectOptions::from_str(&base)
+        .expect("TESSERA_TEST_POSTGRES_URL is a postgres:// URL")
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {base} is needed by this test: {e}"));
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap_or_else(|e| panic!("this test creates a scratch database: {e}"));
+    admin.close().await.ok();
+    // The path of the URL names the database: replace it, keep any query.
+    let (address, query) = match base.split_once('?') {
+        Some((address, query)) => (address, Some(query)),
+        None => (base.as_str(), None),
+    };
+    let host_from = address.find("://").map_or(0, |i| i + 3);
+    let path_at = address[host_from..]
+        .find('/')
+        .map_or(address.len(), |i| host_from + i);
+    let mut url = format!("{}/{name}", &address[..path_at]);
+    if let Some(query) = query {
+        url.push('?');
+        url.push_str(query);
+    }
+    ScratchDatabase { url, name, base }
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        let (base, name) = (self.base.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(async {
+                    if let Ok(mut admin) =
+                        PgConnectOptions::from_str(&base).unwrap().connect().await
+                    {
+                        let _ =
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                                .execute(&mut admin)
+                                .await;
                     }
                 });
             }

@@ -243,6 +243,22 @@ impl Problem {
         .header(header::RETRY_AFTER, "1")
     }
 
+    /// 503: the store gave up a write that waited for a lock another database session
+    /// holds, or cancelled it (`detail` says which); nothing was written. Retry after as
+    /// long as the write waited: a long write will have moved on, a stuck session not.
+    pub(crate) fn write_gave_up(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "Unavailable",
+            detail,
+        )
+        .header(
+            header::RETRY_AFTER,
+            &tessera_store::WRITE_LOCK_TIMEOUT.as_secs().to_string(),
+        )
+    }
+
     /// The status.
     pub(crate) fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.body.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
@@ -286,6 +302,10 @@ impl From<RegistrarError> for Problem {
             }
             RegistrarError::Store(StoreError::Duplicate(what)) => {
                 Problem::conflict(format!("{what} already exists"))
+            }
+            RegistrarError::Store(error) if error.is_timeout() => {
+                tracing::warn!(%error, "an admin write was not made");
+                Problem::write_gave_up(detail)
             }
             RegistrarError::Store(other) => {
                 tracing::debug!(error = %other, "an admin request failed in the store");

@@ -12,6 +12,7 @@ mod dpop;
 mod federation;
 mod inflight;
 mod limits;
+mod locks;
 mod outage;
 mod promises;
 mod redis_faults;
