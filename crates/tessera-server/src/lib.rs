@@ -15,7 +15,9 @@
 //!   and flags; [`Runtime`]: the issuer, clock and TLS handles beside them; [`AppState`]
 //!   (`state.rs`): what every request shares and how a server is prepared; `housekeeping.rs`: usage written, limiter state
 //!   and expired rows pruned, every interval and on stop.
-//! - [`clock`]: where every decision by time reads it, settable in tests.
+//! - [`clock`]: where every decision by time reads it, settable in tests; `deadline.rs`:
+//!   the request timeout of the admin API and the console, which never cuts a request
+//!   whose write may have committed.
 //! - `routes/`: one module per endpoint family; `routes/admin/` the admin API,
 //!   `routes/console/` the operator console over it, `routes/openapi.rs` the whole surface.
 //! - `grant/`: the client credentials grant as a domain call, no HTTP in it: a parsed token
@@ -50,6 +52,7 @@
 mod audit;
 pub mod clock;
 mod config;
+mod deadline;
 mod dn;
 mod error;
 mod fetch;

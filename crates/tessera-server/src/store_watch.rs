@@ -148,14 +148,17 @@ impl WatchedStore {
         }
     }
 
-    /// Records a write named `what`; `wrote` says whether its success surely wrote.
+    /// Makes a write named `what` and records its outcome; `wrote` says whether its success
+    /// surely wrote. The request it serves, if any, is past its commit point from here on
+    /// (`deadline.rs`).
     async fn write<T>(
         &self,
         what: &'static str,
-        outcome: Result<T>,
+        write: impl std::future::Future<Output = Result<T>>,
         wrote: fn(&T) -> bool,
     ) -> Result<T> {
-        let outcome = self.explained(outcome).await;
+        crate::deadline::writing();
+        let outcome = self.explained(write.await).await;
         match &outcome {
             Ok(value) if wrote(value) => {
                 if let Some(episode) = self.health.writes.succeeded() {
@@ -229,8 +232,7 @@ impl Store for WatchedStore {
     }
 
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
-        self.write("plan", self.inner.put_plan(plan).await, always)
-            .await
+        self.write("plan", self.inner.put_plan(plan), always).await
     }
 
     async fn plans(&self) -> Result<Vec<Plan>> {
@@ -238,8 +240,8 @@ impl Store for WatchedStore {
     }
 
     async fn delete_plan(&self, name: &str) -> Result<PlanRemoval> {
-        let outcome = self.inner.delete_plan(name).await;
-        self.write("plan removal", outcome, |r| *r == PlanRemoval::Removed)
+        let write = self.inner.delete_plan(name);
+        self.write("plan removal", write, |r| *r == PlanRemoval::Removed)
             .await
     }
 
@@ -271,9 +273,9 @@ impl Store for WatchedStore {
         clients: &[Client],
         answer: Option<&IdempotentAnswer>,
     ) -> Result<Option<IdempotentAnswer>> {
-        let outcome = self.inner.insert_clients_once(clients, answer).await;
+        let write = self.inner.insert_clients_once(clients, answer);
         // An earlier answer returned: nothing was written.
-        self.write("clients", outcome, Option::is_none).await
+        self.write("clients", write, Option::is_none).await
     }
 
     async fn idempotent_answer(&self, owner: &str, key: &str) -> Result<Option<IdempotentAnswer>> {
@@ -282,28 +284,23 @@ impl Store for WatchedStore {
     }
 
     async fn prune_idempotent_answers(&self, before: Timestamp) -> Result<()> {
-        let outcome = self.inner.prune_idempotent_answers(before).await;
-        self.write("idempotent answers pruned", outcome, never)
-            .await
+        let write = self.inner.prune_idempotent_answers(before);
+        self.write("idempotent answers pruned", write, never).await
     }
 
     async fn update_client(&self, client: &Client) -> Result<bool> {
-        self.write("client", self.inner.update_client(client).await, if_true)
+        self.write("client", self.inner.update_client(client), if_true)
             .await
     }
 
     async fn delete_client(&self, id: &ClientId) -> Result<bool> {
-        self.write(
-            "client removal",
-            self.inner.delete_client(id).await,
-            if_true,
-        )
-        .await
+        self.write("client removal", self.inner.delete_client(id), if_true)
+            .await
     }
 
     async fn put_trust_policy(&self, policy: &TrustPolicy) -> Result<()> {
-        let outcome = self.inner.put_trust_policy(policy).await;
-        self.write("trust policy", outcome, always).await
+        let write = self.inner.put_trust_policy(policy);
+        self.write("trust policy", write, always).await
     }
 
     async fn trust_policies(&self) -> Result<Vec<TrustPolicy>> {
@@ -317,12 +314,12 @@ impl Store for WatchedStore {
     }
 
     async fn delete_trust_policy(&self, name: &str) -> Result<bool> {
-        let outcome = self.inner.delete_trust_policy(name).await;
-        self.write("trust policy removal", outcome, if_true).await
+        let write = self.inner.delete_trust_policy(name);
+        self.write("trust policy removal", write, if_true).await
     }
 
     async fn insert_key(&self, key: &SigningKey) -> Result<()> {
-        self.write("signing key", self.inner.insert_key(key).await, always)
+        self.write("signing key", self.inner.insert_key(key), always)
             .await
     }
 
@@ -331,12 +328,8 @@ impl Store for WatchedStore {
     }
 
     async fn delete_key(&self, kid: &str) -> Result<bool> {
-        self.write(
-            "signing key removal",
-            self.inner.delete_key(kid).await,
-            if_true,
-        )
-        .await
+        self.write("signing key removal", self.inner.delete_key(kid), if_true)
+            .await
     }
 
     async fn latest_change(&self) -> Result<i64> {
@@ -350,13 +343,13 @@ impl Store for WatchedStore {
     }
 
     async fn prune_changes(&self, through: i64) -> Result<()> {
-        let outcome = self.inner.prune_changes(through).await;
-        self.write("changes pruned", outcome, never).await
+        let write = self.inner.prune_changes(through);
+        self.write("changes pruned", write, never).await
     }
 
     async fn revoke(&self, revoked: &Revoked) -> Result<()> {
         // A token revoked before is not written again.
-        self.write("revocation", self.inner.revoke(revoked).await, never)
+        self.write("revocation", self.inner.revoke(revoked), never)
             .await
     }
 
@@ -366,8 +359,8 @@ impl Store for WatchedStore {
     }
 
     async fn prune_revoked(&self, now: Timestamp) -> Result<()> {
-        let outcome = self.inner.prune_revoked(now).await;
-        self.write("revocations pruned", outcome, never).await
+        let write = self.inner.prune_revoked(now);
+        self.write("revocations pruned", write, never).await
     }
 
     async fn is_empty(&self) -> Result<bool> {
@@ -375,29 +368,29 @@ impl Store for WatchedStore {
     }
 
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
-        let outcome = self.inner.check_value(name, proposed).await;
-        self.write("check value", outcome, never).await
+        let write = self.inner.check_value(name, proposed);
+        self.write("check value", write, never).await
     }
 
     async fn replace_value(&self, name: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
-        let outcome = self.inner.replace_value(name, value).await;
-        self.write("note", outcome, always).await
+        let write = self.inner.replace_value(name, value);
+        self.write("note", write, always).await
     }
 
     async fn checkpoint(&self) -> Result<bool> {
-        self.write("checkpoint", self.inner.checkpoint().await, never)
+        self.write("checkpoint", self.inner.checkpoint(), never)
             .await
     }
 
     async fn add_usage(&self, usage: &[Usage]) -> Result<()> {
         let wrote = if usage.is_empty() { never } else { always };
-        self.write("usage", self.inner.add_usage(usage).await, wrote)
+        self.write("usage", self.inner.add_usage(usage), wrote)
             .await
     }
 
     async fn add_hourly_usage(&self, hour: &str, issued: u64, refused: u64) -> Result<()> {
-        let outcome = self.inner.add_hourly_usage(hour, issued, refused).await;
-        self.write("hourly usage", outcome, always).await
+        let write = self.inner.add_hourly_usage(hour, issued, refused);
+        self.write("hourly usage", write, always).await
     }
 
     async fn hourly_usage(&self, from: &str) -> Result<Vec<(String, u64, u64)>> {
@@ -406,8 +399,8 @@ impl Store for WatchedStore {
     }
 
     async fn prune_hourly_usage(&self, before: &str) -> Result<()> {
-        let outcome = self.inner.prune_hourly_usage(before).await;
-        self.write("hourly usage pruned", outcome, never).await
+        let write = self.inner.prune_hourly_usage(before);
+        self.write("hourly usage pruned", write, never).await
     }
 
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {

@@ -32,30 +32,39 @@ pub(crate) mod token;
 pub(crate) fn router(state: AppState) -> Router {
     let config = state.config();
     let timeout = config.request_timeout;
-    Router::new()
+    // The OAuth endpoints: a request not done in time is cut off (408), a client that
+    // sends its request too slowly among them.
+    let oauth = Router::new()
         .merge(token::router())
         .merge(introspection::router())
         .merge(revocation::router())
         .merge(discovery::router())
         .merge(health::router())
         .merge(openapi::router())
+        .merge(if config.metrics_on_main_listener() {
+            metrics::router()
+        } else {
+            Router::new()
+        })
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ));
+    // The routes that change the registry: cut off the same way, but never once they have
+    // sent a write to the store (`deadline.rs`), which is answered with its outcome.
+    let writes = Router::new()
         .nest("/admin/v1", admin::router())
         .merge(if config.console() {
             console::router(&state)
         } else {
             Router::new()
         })
-        .merge(if config.metrics_on_main_listener() {
-            metrics::router()
-        } else {
-            Router::new()
-        })
+        .layer(axum::middleware::from_fn(move |request, next| {
+            crate::deadline::bounded(timeout, request, next)
+        }));
+    oauth
+        .merge(writes)
         .with_state(state)
-        // A client that sends its request too slowly is cut off (408).
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
         ]))

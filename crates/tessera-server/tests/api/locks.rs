@@ -1,7 +1,8 @@
 //! Issue 24 item 3 at the admin API, on PostgreSQL in a scratch database of its own (the
 //! registry's lock is the database's, shared by every schema in it): a write behind a
 //! stuck writer is answered 503 with `Retry-After` once it gave up waiting, not held for as
-//! long as that writer lives.
+//! long as that writer lives; and a write that commits after the request timeout is
+//! answered with its success, not with 408.
 
 use std::time::Duration;
 
@@ -132,4 +133,55 @@ async fn a_write_behind_a_stuck_writer_is_503_with_retry_after_instead_of_a_wait
     assert!(created.headers().get("idempotent-replayed").is_none());
     let rotated = admin(&app, Method::POST, "/keys/rotate", &token, json!({})).await;
     assert_eq!(rotated.status(), 201);
+}
+
+/// The fault on main: a create that waited 7 s for the lock committed, and was answered
+/// 408 at the 10 s request timeout, its secret lost. Here the request timeout is 500 ms and
+/// the write waits for the test's stuck writer: the timeout passes with the write in
+/// flight (the server logs it), no answer comes, and once the writer is gone the write
+/// commits and the answer is its 201, with a secret that works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_commits_after_the_request_timeout_is_answered_with_its_success() {
+    let db = tessera_store::testing::scratch_database().await;
+    let app = spawn_with(|s| {
+        s.database_url = Some(db.url.clone());
+        s.config.request_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let (_, token) = app.admin_token("tessera-admin").await;
+    let stuck = StuckWriter::start(&db.url).await;
+
+    let create = tokio::spawn({
+        let request = app
+            .http
+            .post(app.url("/admin/v1/clients"))
+            .bearer_auth(&token)
+            .header("idempotency-key", "k-late")
+            .json(&json!({"plan": "pro", "name": "late"}));
+        async move {
+            let answer = request.send().await.unwrap();
+            let status = answer.status().as_u16();
+            (status, answer.text().await.unwrap())
+        }
+    });
+    until(
+        "the request timeout passed with the write in flight",
+        || async {
+            create.is_finished() || app.log().contains("while its store write was in flight")
+        },
+    )
+    .await;
+    assert!(
+        !create.is_finished(),
+        "answered while its write was waiting: {:?}",
+        create.await
+    );
+
+    stuck.release().await;
+    let (status, body) = create.await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let created: Value = serde_json::from_str(&body).unwrap();
+    let id = tessera_proto::ClientId::parse(created["client_id"].as_str().unwrap()).unwrap();
+    let secret = tessera_proto::ClientSecret::new(created["client_secret"].as_str().unwrap());
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
 }
