@@ -274,7 +274,9 @@ async fn problem(response: Response) -> anyhow::Error {
 }
 
 /// Whether a create that failed so may have gone unanswered or unserved: no answer, or a
-/// 502, 503 or 504.
+/// 408 (a proxy's or an older server's timeout, which may have cut it after it was made),
+/// 502, 503 or 504. The retry carries the same `Idempotency-Key`: a client the first try
+/// made is answered again, not made twice.
 fn worth_retrying(error: &anyhow::Error) -> bool {
     let unanswered = error.chain().any(|e| {
         e.downcast_ref::<reqwest::Error>().is_some()
@@ -286,6 +288,7 @@ fn worth_retrying(error: &anyhow::Error) -> bool {
     unanswered
         || refused_with(error).is_some_and(|s| {
             [
+                StatusCode::REQUEST_TIMEOUT,
                 StatusCode::BAD_GATEWAY,
                 StatusCode::SERVICE_UNAVAILABLE,
                 StatusCode::GATEWAY_TIMEOUT,

@@ -1,6 +1,8 @@
 //! `tessera --admin-url URL`: the admin commands through a running server's admin API, with
 //! the same output as on the database, and the ways to authenticate.
 
+use std::sync::{Arc, Mutex};
+
 use super::*;
 
 /// A database in `d` with plan `admin` (scope `tessera-admin`) and one client on it,
@@ -429,4 +431,94 @@ async fn admin_url_tokens_scopes_and_refusals() {
 
     let left: Vec<_> = std::fs::read_dir(r).unwrap().collect();
     assert!(left.is_empty(), "the remote commands wrote {left:?}");
+}
+
+/// A stand-in for a load balancer whose own timeout is shorter than the server's: it
+/// forwards every request to `upstream`, but answers the first `POST /admin/v1/clients`
+/// 408 once the server has made the client, as a timeout past the commit would. Returns
+/// its base URL and the `Idempotency-Key` of each create it forwarded.
+async fn timing_out_proxy(upstream: String) -> (String, Arc<Mutex<Vec<String>>>) {
+    use axum::body::{to_bytes, Body};
+    use axum::extract::Request;
+    use axum::response::Response;
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let seen = keys.clone();
+    let http = reqwest::Client::new();
+    let forward = move |request: Request| {
+        let (http, upstream, seen) = (http.clone(), upstream.clone(), seen.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = to_bytes(body, 1 << 20).await.unwrap();
+            let create = parts.method == "POST" && parts.uri.path() == "/admin/v1/clients";
+            if create {
+                let key = parts.headers["idempotency-key"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                seen.lock().unwrap().push(key);
+            }
+            let mut headers = parts.headers.clone();
+            headers.remove("host");
+            let answer = http
+                .request(parts.method, format!("{upstream}{}", parts.uri))
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status();
+            let headers = answer.headers().clone();
+            let body = answer.bytes().await.unwrap();
+            if create && seen.lock().unwrap().len() == 1 {
+                assert_eq!(status, 201, "the server made the client");
+                return Response::builder().status(408).body(Body::empty()).unwrap();
+            }
+            let mut response = Response::new(Body::from(body));
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            response
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().fallback(forward);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, keys)
+}
+
+/// A create answered 408 (a proxy's timeout, or an older server's, after the client was
+/// made) is sent again with the same `Idempotency-Key`, as after 502, 503 or 504: the
+/// server answers with the client it made, whose secret is printed and works, and no
+/// second client is made.
+// Multi-threaded: the proxy answers on the runtime while the test waits for the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_answered_408_is_retried_with_its_idempotency_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (admin_id, admin_secret) = bootstrap_admin(d);
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let server = serve(d, &[]);
+    let (proxy, keys) = timing_out_proxy(server.base.clone()).await;
+    let env = [
+        ("TESSERA_ADMIN_URL", proxy.as_str()),
+        ("TESSERA_CLIENT_ID", admin_id.as_str()),
+        ("TESSERA_CLIENT_SECRET", admin_secret.as_str()),
+    ];
+    let created = json_of(d, &env, &["client", "create", "--plan", "pro", "--json"]);
+
+    let keys = keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 2, "the create and its retry");
+    assert_eq!(keys[0], keys[1], "one Idempotency-Key");
+    let listed = json_of(d, &[], &["client", "list", "--json"]);
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        2,
+        "the admin and one client"
+    );
+    let (id, secret) = (
+        created["client_id"].as_str().unwrap(),
+        created["client_secret"].as_str().unwrap(),
+    );
+    let (status, body) = answer(token(&server.base, id, secret, "news-api").await).await;
+    assert_eq!(status, 200, "{body}");
 }
