@@ -29,7 +29,8 @@ pub mod views;
 pub(crate) const IDEMPOTENCY_WINDOW: Timestamp = 86_400;
 
 /// How many clients [`Registrar::create_clients`] writes in one transaction: on
-/// PostgreSQL, about 0.1-0.2 s of holding the registry's lock.
+/// PostgreSQL, a change made during an import waited at most 0.23 s for the registry's lock
+/// (measured with a debug build of the CLI importing 100,000 clients).
 pub const CREATE_BATCH: usize = 5000;
 
 /// Clients registered together, in one transaction, by [`Registrar::create_clients`]: one

@@ -151,7 +151,9 @@ pub(crate) enum WriteErrors {
     /// `If-Match` names an older version.
     #[response(status = 412, content_type = "application/problem+json")]
     PreconditionFailed(Problem),
-    /// The request was sent too slowly (the server's request timeout, 10 s by default).
+    /// The request was not done within the server's request timeout (10 s by default), as
+    /// when it is sent too slowly; never once it has sent its write, which is answered with
+    /// its outcome.
     #[response(status = 408)]
     Timeout,
     /// Body over 64 KiB.
@@ -160,7 +162,8 @@ pub(crate) enum WriteErrors {
     /// Body not `application/json`.
     #[response(status = 415, content_type = "application/problem+json")]
     UnsupportedMediaType(Problem),
-    /// The store does not answer.
+    /// The store does not answer, failed the write, or gave up waiting 3 s for a lock
+    /// another database session holds (`detail` says which): nothing was changed.
     #[response(status = 503, content_type = "application/problem+json")]
     Unavailable(Problem),
 }
