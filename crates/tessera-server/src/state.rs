@@ -16,10 +16,20 @@ use crate::metrics::Metrics;
 use crate::registrar::Registrar;
 use crate::registry::{Live, LoadError, Registry, Synced, Trigger};
 use crate::reuse::ReuseCache;
-use crate::routes::admin::AdminGuard;
 use crate::secrets::Secrets;
 use crate::store_watch::{StoreHealth, WatchedStore};
 use crate::usage::UsageCounter;
+
+/// What the admin API keeps between requests (its logic is in `routes/admin`): the verifier
+/// of this server's own tokens, rebuilt when the published keys change, and one lock that
+/// orders this instance's writes, so that an `If-Match` check and the write it guards are
+/// not interleaved with another request's here.
+#[derive(Debug, Default)]
+pub(crate) struct AdminGuard {
+    /// The key ids the verifier was built for, and the verifier.
+    pub(crate) verifier: std::sync::Mutex<Option<(Vec<String>, tessera_verify::Verifier)>>,
+    pub(crate) writes: tokio::sync::Mutex<()>,
+}
 
 /// Shared state of every request: cheap to clone.
 #[derive(Debug, Clone)]

@@ -12,17 +12,17 @@
 //! [`Caller<Write>`] argument, checked before any other part of the request is read.
 
 use std::marker::PhantomData;
-use std::sync::Mutex;
 
 use axum::extract::{FromRequestParts, OriginalUri};
 use axum::http::request::Parts;
 use axum::http::Uri;
+use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::JwkSet;
 use tessera_verify::{AccessRequest, ClientCertificate, Verifier};
 
 use crate::error::problem::Problem;
+use crate::state::AdminGuard;
 use crate::AppState;
-use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 
 /// The `realm` of the admin API's challenges.
 pub(crate) const REALM: &str = "tessera-admin";
@@ -67,15 +67,6 @@ impl<R: Right> FromRequestParts<AppState> for Caller<R> {
             right: PhantomData,
         })
     }
-}
-
-/// The admin API's own state: the verifier, rebuilt when the published keys change, and
-/// one lock that orders this instance's writes, so that an `If-Match` check and the write
-/// it guards are not interleaved with another request's here.
-#[derive(Debug, Default)]
-pub(crate) struct AdminGuard {
-    verifier: Mutex<Option<(Vec<String>, Verifier)>>,
-    pub(crate) writes: tokio::sync::Mutex<()>,
 }
 
 impl AdminGuard {

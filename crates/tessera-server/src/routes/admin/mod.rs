@@ -29,8 +29,6 @@ pub(crate) mod keys;
 pub(crate) mod plans;
 pub(crate) mod trust;
 
-pub(crate) use auth::AdminGuard;
-
 /// The largest request body the admin API reads.
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 

@@ -14,12 +14,12 @@ use base64::Engine;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use tessera_proto::admin::Problem;
+use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::{ErrorCode, ErrorResponse, TokenResponse};
 use tower::ServiceExt;
 
 use crate::routes::{admin, token};
 use crate::AppState;
-use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 
 /// The token endpoint and the admin API, as a router of their own.
 #[derive(Clone)]
