@@ -1,21 +1,18 @@
 //! `/admin/v1/clients`: registered clients, their secrets (shown once) and their usage.
 
-use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use tessera_proto::admin as api;
 use tessera_proto::ClientId;
-use tessera_store::{AuthMethod, Client, IdempotentAnswer};
+use tessera_store::{AuthMethod, Client};
 
 use super::auth::{Caller, Read, Write};
-use super::{
-    day_range, etag, if_match, in_force, json, number_param, param, parse_json, path, query,
-    read_body, read_json, run, usage_within,
-};
+use super::extract::{ApiJson, ApiPath, IfMatch, JsonOrDefault, Query};
+use super::idempotency::Idempotent;
+use super::{etag, in_force, json, usage_within};
 use crate::audit;
 use crate::error::problem::Problem;
 use crate::registrar::{views, RegistrarError};
@@ -52,22 +49,19 @@ pub(crate) fn router() -> Router<AppState> {
 pub(crate) async fn client_refusals(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
-    run(async {
-        let client = load(&state, &path(id)?).await?;
-        let refusals = state
-            .refusals()
-            .of(client.id.as_str())
-            .into_iter()
-            .map(|(at, code)| api::Refusal {
-                at,
-                error: code.as_str().to_owned(),
-            })
-            .collect();
-        Ok(json(StatusCode::OK, &api::RefusalList { refusals }, None))
-    })
-    .await
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, Problem> {
+    let client = load(&state, &id).await?;
+    let refusals = state
+        .refusals()
+        .of(client.id.as_str())
+        .into_iter()
+        .map(|(at, code)| api::Refusal {
+            at,
+            error: code.as_str().to_owned(),
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &api::RefusalList { refusals }, None))
 }
 
 /// The clients this instance refused for their plan's rate within the last `within`
@@ -80,29 +74,25 @@ pub(crate) async fn client_refusals(
 pub(crate) async fn rate_limited(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    RawQuery(raw): RawQuery,
-) -> Response {
-    run(async {
-        let pairs = query(raw.as_deref())?;
-        let within = number_param(&pairs, "within", 300, 1..=86_400)?;
-        let since = state.clock().now() - within;
-        let clients = state
-            .refusals()
-            .rate_limited_since(since)
-            .into_iter()
-            .map(|(client_id, refused, last_at)| api::RateLimited {
-                client_id,
-                refused,
-                last_at,
-            })
-            .collect();
-        Ok(json(
-            StatusCode::OK,
-            &api::RateLimitedList { clients },
-            None,
-        ))
-    })
-    .await
+    query: Query,
+) -> Result<Response, Problem> {
+    let within = query.number("within", 300, 1..=86_400)?;
+    let since = state.clock().now() - within;
+    let clients = state
+        .refusals()
+        .rate_limited_since(since)
+        .into_iter()
+        .map(|(client_id, refused, last_at)| api::RateLimited {
+            client_id,
+            refused,
+            last_at,
+        })
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &api::RateLimitedList { clients },
+        None,
+    ))
 }
 
 fn check_name(name: &str) -> Result<(), Problem> {
@@ -115,8 +105,21 @@ fn check_name(name: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-fn location(id: &ClientId) -> String {
-    format!("/admin/v1/clients/{id}")
+/// 201 with the new client's `Location`: with its `ETag` when just made, or marked
+/// `Idempotent-Replayed` when it is an earlier request's answer again.
+fn created(answer: &api::ClientWithSecret, tag: Option<&str>) -> Response {
+    let mut response = json(StatusCode::CREATED, answer, tag);
+    let location = format!("/admin/v1/clients/{}", answer.client.client_id);
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if tag.is_none() {
+        response.headers_mut().insert(
+            header::HeaderName::from_static("idempotent-replayed"),
+            HeaderValue::from_static("true"),
+        );
+    }
+    response
 }
 
 async fn load(state: &AppState, id: &str) -> Result<Client, Problem> {
@@ -127,12 +130,12 @@ async fn load(state: &AppState, id: &str) -> Result<Client, Problem> {
 /// the guard is dropped) and checked against `If-Match`.
 async fn load_for_write<'s>(
     state: &'s AppState,
-    headers: &HeaderMap,
+    if_match: &IfMatch,
     id: &str,
 ) -> Result<(tokio::sync::MutexGuard<'s, ()>, Client), Problem> {
     let guard = state.admin_guard().writes.lock().await;
     let before = load(state, id).await?;
-    if_match(headers, Some(&etag(&before)))?;
+    if_match.check(Some(&etag(&before)))?;
     Ok((guard, before))
 }
 
@@ -147,39 +150,35 @@ async fn load_for_write<'s>(
 pub(crate) async fn list_clients(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    RawQuery(raw): RawQuery,
-) -> Response {
-    run(async {
-        let pairs = query(raw.as_deref())?;
-        let limit = number_param(&pairs, "limit", 100, 1..=MAX_PAGE)?;
-        let cursor = match param(&pairs, "cursor")? {
-            None => None,
-            Some(c) => Some(ClientId::parse(c).ok_or_else(|| {
-                Problem::invalid_parameter("cursor", "cursor is not one this API gave")
-            })?),
-        };
-        let plan = param(&pairs, "plan")?;
-        // One more than asked tells whether a next page exists.
-        let mut page = state
-            .store()
-            .clients_page(plan, cursor.as_ref().map(ClientId::as_str), limit + 1)
-            .await?;
-        let more = page.len() > limit as usize;
-        page.truncate(limit as usize);
-        let next_cursor = more
-            .then(|| page.last().map(|c| c.id.to_string()))
-            .flatten();
-        let clients = page.iter().map(views::client).collect();
-        Ok(json(
-            StatusCode::OK,
-            &api::ClientPage {
-                clients,
-                next_cursor,
-            },
-            None,
-        ))
-    })
-    .await
+    query: Query,
+) -> Result<Response, Problem> {
+    let limit = query.number("limit", 100, 1..=MAX_PAGE)?;
+    let cursor = match query.single("cursor")? {
+        None => None,
+        Some(c) => Some(ClientId::parse(c).ok_or_else(|| {
+            Problem::invalid_parameter("cursor", "cursor is not one this API gave")
+        })?),
+    };
+    let plan = query.single("plan")?;
+    // One more than asked tells whether a next page exists.
+    let mut page = state
+        .store()
+        .clients_page(plan, cursor.as_ref().map(ClientId::as_str), limit + 1)
+        .await?;
+    let more = page.len() > limit as usize;
+    page.truncate(limit as usize);
+    let next_cursor = more
+        .then(|| page.last().map(|c| c.id.to_string()))
+        .flatten();
+    let clients = page.iter().map(views::client).collect();
+    Ok(json(
+        StatusCode::OK,
+        &api::ClientPage {
+            clients,
+            next_cursor,
+        },
+        None,
+    ))
 }
 
 /// Register a client. The secret is in this answer only. With an `Idempotency-Key`, a
@@ -198,147 +197,69 @@ pub(crate) async fn list_clients(
 pub(crate) async fn create_client(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(async {
-        let key = idempotency_key(&headers)?;
-        let bytes = read_body(body).await?;
-        let input: api::ClientInput = parse_json(&headers, &bytes)?;
-        check_name(&input.name)?;
-        let method = match input.token_endpoint_auth_method.as_deref() {
-            None => AuthMethod::ClientSecretBasic,
-            Some(name) => AuthMethod::parse(name).ok_or_else(|| {
-                Problem::invalid_field(
-                    "token_endpoint_auth_method",
-                    "use client_secret_basic, client_secret_post, tls_client_auth or \
-                     self_signed_tls_client_auth",
-                )
-            })?,
-        };
-        let certificate = views::certificate_match(&input)?;
-        let fingerprint = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &bytes)
-            .as_ref()
-            .to_vec();
-        if let Some(key) = &key {
-            if let Some(first) = state
-                .store()
-                .idempotent_answer(&caller.client_id, key)
-                .await?
-            {
-                return replay(&state, &first, &fingerprint);
-            }
-        }
-        let (client, secret) = match certificate {
-            Some(certificate) => (
-                state.registrar().new_certificate_client(
-                    state.secrets(),
-                    &input.plan,
-                    &input.name,
-                    method,
-                    certificate,
-                )?,
-                None,
-            ),
-            None if method.is_keyed() => {
-                return Err(Problem::invalid_field(
-                    "token_endpoint_auth_method",
-                    "tls_client_auth needs a tls_client_auth_* field; \
-                     self_signed_tls_client_auth needs jwks; private_key_jwt needs jwks or \
-                     jwks_uri",
-                ))
-            }
-            None => {
-                let (client, secret) =
-                    state
-                        .registrar()
-                        .new_client(state.secrets(), &input.plan, &input.name, method);
-                (client, Some(secret))
-            }
-        };
-        let answer = views::with_secret(&client, secret);
-        let remembered = key.map(|key| IdempotentAnswer {
-            owner: caller.client_id.clone(),
-            key,
-            fingerprint: fingerprint.clone(),
-            answer: state.secrets().seal(
-                SEALED_ANSWER,
-                &serde_json::to_vec(&answer).unwrap_or_default(),
-            ),
-            created_at: state.clock().now(),
-        });
-        let earlier = state
-            .store()
-            .insert_clients_once(std::slice::from_ref(&client), remembered.as_ref())
-            .await
-            .map_err(RegistrarError::from)?;
-        if let Some(first) = earlier {
-            // A retry that raced the first try here.
-            return replay(&state, &first, &fingerprint);
-        }
-        in_force(&state).await;
-        audit::admin_change(
-            &caller.client_id,
-            &format!("client:{}", client.id),
-            &format!("created on plan {}", client.plan),
-        );
-        Ok(created(&client.id, &answer, &etag(&client), false))
-    })
-    .await
-}
-
-/// The context the remembered answers are sealed under.
-const SEALED_ANSWER: &str = "tessera idempotent answer";
-
-fn created(id: &ClientId, answer: &api::ClientWithSecret, tag: &str, replayed: bool) -> Response {
-    let mut response = json(StatusCode::CREATED, answer, (!replayed).then_some(tag));
-    if let Ok(location) = HeaderValue::from_str(&location(id)) {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    if replayed {
-        response.headers_mut().insert(
-            header::HeaderName::from_static("idempotent-replayed"),
-            HeaderValue::from_static("true"),
-        );
-    }
-    response
-}
-
-/// The first answer again, if the retry is the same request.
-fn replay(
-    state: &AppState,
-    first: &IdempotentAnswer,
-    fingerprint: &[u8],
+    request: Idempotent<api::ClientInput>,
 ) -> Result<Response, Problem> {
-    if first.fingerprint != fingerprint {
-        return Err(Problem::idempotency_key_reused());
-    }
-    let opened = state
-        .secrets()
-        .open(SEALED_ANSWER, &first.answer)
-        .map_err(|e| Problem::unavailable(&e))?;
-    let answer: api::ClientWithSecret =
-        serde_json::from_slice(&opened).map_err(|e| Problem::unavailable(&e))?;
-    Ok(created(&answer.client.client_id, &answer, "", true))
-}
-
-/// The `Idempotency-Key` header (draft-ietf-httpapi-idempotency-key-header): 1 to 255
-/// visible ASCII characters.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
-    let mut values = headers.get_all("idempotency-key").iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
+    let input = &request.input;
+    check_name(&input.name)?;
+    let method = match input.token_endpoint_auth_method.as_deref() {
+        None => AuthMethod::ClientSecretBasic,
+        Some(name) => AuthMethod::parse(name).ok_or_else(|| {
+            Problem::invalid_field(
+                "token_endpoint_auth_method",
+                "use client_secret_basic, client_secret_post, tls_client_auth or \
+                 self_signed_tls_client_auth",
+            )
+        })?,
     };
-    let key = value.to_str().ok().map(str::trim).filter(|k| {
-        (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
-    });
-    match (key, values.next()) {
-        (Some(key), None) => Ok(Some(key.to_owned())),
-        _ => Err(Problem::invalid_parameter(
-            "Idempotency-Key",
-            "Idempotency-Key must be one value of 1 to 255 visible ASCII characters",
-        )),
+    let certificate = views::certificate_match(input)?;
+    if let Some(first) = request.earlier(&state, &caller.client_id).await? {
+        return Ok(created(&first, None));
     }
+    let (client, secret) = match certificate {
+        Some(certificate) => (
+            state.registrar().new_certificate_client(
+                state.secrets(),
+                &input.plan,
+                &input.name,
+                method,
+                certificate,
+            )?,
+            None,
+        ),
+        None if method.is_keyed() => {
+            return Err(Problem::invalid_field(
+                "token_endpoint_auth_method",
+                "tls_client_auth needs a tls_client_auth_* field; \
+                 self_signed_tls_client_auth needs jwks; private_key_jwt needs jwks or \
+                 jwks_uri",
+            ))
+        }
+        None => {
+            let (client, secret) =
+                state
+                    .registrar()
+                    .new_client(state.secrets(), &input.plan, &input.name, method);
+            (client, Some(secret))
+        }
+    };
+    let answer = views::with_secret(&client, secret);
+    let remembered = request.remember(&state, &caller.client_id, &answer);
+    let earlier = state
+        .store()
+        .insert_clients_once(std::slice::from_ref(&client), remembered.as_ref())
+        .await
+        .map_err(RegistrarError::from)?;
+    if let Some(first) = earlier {
+        // A retry that raced the first try here.
+        return Ok(created(&request.replay(&state, &first)?, None));
+    }
+    in_force(&state).await;
+    audit::admin_change(
+        &caller.client_id,
+        &format!("client:{}", client.id),
+        &format!("created on plan {}", client.plan),
+    );
+    Ok(created(&answer, Some(&etag(&client))))
 }
 
 /// Show one client.
@@ -353,17 +274,14 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
 pub(crate) async fn get_client(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
-    run(async {
-        let client = load(&state, &path(id)?).await?;
-        Ok(json(
-            StatusCode::OK,
-            &views::client(&client),
-            Some(&etag(&client)),
-        ))
-    })
-    .await
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, Problem> {
+    let client = load(&state, &id).await?;
+    Ok(json(
+        StatusCode::OK,
+        &views::client(&client),
+        Some(&etag(&client)),
+    ))
 }
 
 /// Change a client's name, plan or whether it is enabled. Applies to its next token
@@ -380,39 +298,34 @@ pub(crate) async fn get_client(
 pub(crate) async fn patch_client(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(async {
-        let id = path(id)?;
-        let patch: api::ClientPatch = read_json(&headers, body, false).await?;
-        if let Some(name) = &patch.name {
-            check_name(name)?;
-        }
-        let (_one_writer, before) = load_for_write(&state, &headers, &id).await?;
-        let client = state
-            .registrar()
-            .patch_client(
-                &id,
-                patch.name.as_deref(),
-                patch.plan.as_deref(),
-                patch.enabled,
-            )
-            .await?;
-        in_force(&state).await;
-        audit::admin_change(
-            &caller.client_id,
-            &format!("client:{id}"),
-            &changes(&before, &client),
-        );
-        Ok(json(
-            StatusCode::OK,
-            &views::client(&client),
-            Some(&etag(&client)),
-        ))
-    })
-    .await
+    ApiPath(id): ApiPath<String>,
+    if_match: IfMatch,
+    ApiJson(patch): ApiJson<api::ClientPatch>,
+) -> Result<Response, Problem> {
+    if let Some(name) = &patch.name {
+        check_name(name)?;
+    }
+    let (_one_writer, before) = load_for_write(&state, &if_match, &id).await?;
+    let client = state
+        .registrar()
+        .patch_client(
+            &id,
+            patch.name.as_deref(),
+            patch.plan.as_deref(),
+            patch.enabled,
+        )
+        .await?;
+    in_force(&state).await;
+    audit::admin_change(
+        &caller.client_id,
+        &format!("client:{id}"),
+        &changes(&before, &client),
+    );
+    Ok(json(
+        StatusCode::OK,
+        &views::client(&client),
+        Some(&etag(&client)),
+    ))
 }
 
 /// What a patch changed, for the audit trail.
@@ -446,18 +359,14 @@ fn changes(before: &Client, after: &Client) -> String {
 pub(crate) async fn delete_client(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-) -> Response {
-    run(async {
-        let id = path(id)?;
-        let (_one_writer, _) = load_for_write(&state, &headers, &id).await?;
-        state.registrar().delete_client(&id).await?;
-        in_force(&state).await;
-        audit::admin_change(&caller.client_id, &format!("client:{id}"), "deleted");
-        Ok(StatusCode::NO_CONTENT.into_response())
-    })
-    .await
+    ApiPath(id): ApiPath<String>,
+    if_match: IfMatch,
+) -> Result<Response, Problem> {
+    let (_one_writer, _) = load_for_write(&state, &if_match, &id).await?;
+    state.registrar().delete_client(&id).await?;
+    in_force(&state).await;
+    audit::admin_change(&caller.client_id, &format!("client:{id}"), "deleted");
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// Give a client a new secret; the previous one works for `grace_secs` more.
@@ -473,38 +382,33 @@ pub(crate) async fn delete_client(
 pub(crate) async fn rotate_secret(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(async {
-        let id = path(id)?;
-        let rotation: api::Rotation = read_json(&headers, body, true).await?;
-        let grace = rotation.grace_secs.unwrap_or(86_400);
-        if !(0..=MAX_GRACE).contains(&grace) {
-            return Err(Problem::invalid_field(
-                "grace_secs",
-                format!("grace_secs must be between 0 and {MAX_GRACE}"),
-            ));
-        }
-        let (_one_writer, _) = load_for_write(&state, &headers, &id).await?;
-        let (client, secret) = state
-            .registrar()
-            .rotate_secret(state.secrets(), &id, grace)
-            .await?;
-        in_force(&state).await;
-        audit::admin_change(
-            &caller.client_id,
-            &format!("client:{id}"),
-            &format!("secret rotated, previous valid for {grace} s"),
-        );
-        Ok(json(
-            StatusCode::OK,
-            &views::with_secret(&client, Some(secret)),
-            Some(&etag(&client)),
-        ))
-    })
-    .await
+    ApiPath(id): ApiPath<String>,
+    if_match: IfMatch,
+    JsonOrDefault(rotation): JsonOrDefault<api::Rotation>,
+) -> Result<Response, Problem> {
+    let grace = rotation.grace_secs.unwrap_or(86_400);
+    if !(0..=MAX_GRACE).contains(&grace) {
+        return Err(Problem::invalid_field(
+            "grace_secs",
+            format!("grace_secs must be between 0 and {MAX_GRACE}"),
+        ));
+    }
+    let (_one_writer, _) = load_for_write(&state, &if_match, &id).await?;
+    let (client, secret) = state
+        .registrar()
+        .rotate_secret(state.secrets(), &id, grace)
+        .await?;
+    in_force(&state).await;
+    audit::admin_change(
+        &caller.client_id,
+        &format!("client:{id}"),
+        &format!("secret rotated, previous valid for {grace} s"),
+    );
+    Ok(json(
+        StatusCode::OK,
+        &views::with_secret(&client, Some(secret)),
+        Some(&etag(&client)),
+    ))
 }
 
 /// Token requests of one client per UTC day.
@@ -520,15 +424,11 @@ pub(crate) async fn rotate_secret(
 pub(crate) async fn client_usage(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    id: Result<Path<String>, PathRejection>,
-    RawQuery(raw): RawQuery,
-) -> Response {
-    run(async {
-        let id = path(id)?;
-        let range = day_range(raw.as_deref())?;
-        let client = load(&state, &id).await?;
-        let usage = state.store().usage(&client.id).await?;
-        Ok(json(StatusCode::OK, &usage_within(range, usage), None))
-    })
-    .await
+    ApiPath(id): ApiPath<String>,
+    query: Query,
+) -> Result<Response, Problem> {
+    let range = query.day_range()?;
+    let client = load(&state, &id).await?;
+    let usage = state.store().usage(&client.id).await?;
+    Ok(json(StatusCode::OK, &usage_within(range, usage), None))
 }

@@ -1,8 +1,7 @@
 //! `/admin/v1/keys`: the signing keys, and rotation to a new one.
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
@@ -11,7 +10,8 @@ use tessera_proto::clock::rfc3339;
 use tessera_proto::Algorithm;
 
 use super::auth::{Caller, Read, Write};
-use super::{in_force, json, read_json, run};
+use super::extract::JsonOrDefault;
+use super::{in_force, json};
 use crate::audit;
 use crate::error::problem::Problem;
 use crate::registrar::views;
@@ -31,13 +31,13 @@ pub(crate) fn router() -> Router<AppState> {
 #[utoipa::path(get, path = "/admin/v1/keys", tag = "keys",
     responses((status = 200, description = "The signing keys", body = api::KeyList), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
-pub(crate) async fn list_keys(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
-    run(async {
-        let keys = state.store().keys().await?;
-        let keys = views::keys(&keys, state.clock().now());
-        Ok(json(StatusCode::OK, &api::KeyList { keys }, None))
-    })
-    .await
+pub(crate) async fn list_keys(
+    State(state): State<AppState>,
+    _caller: Caller<Read>,
+) -> Result<Response, Problem> {
+    let keys = state.store().keys().await?;
+    let keys = views::keys(&keys, state.clock().now());
+    Ok(json(StatusCode::OK, &api::KeyList { keys }, None))
 }
 
 /// Add a key that is published now and signs after `activate_in_secs`; keys no longer
@@ -49,41 +49,36 @@ pub(crate) async fn list_keys(State(state): State<AppState>, _caller: Caller<Rea
 pub(crate) async fn rotate_keys(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(async {
-        let rotation: api::KeyRotation = read_json(&headers, body, true).await?;
-        let activate_in = rotation.activate_in_secs.unwrap_or(600);
-        if !(0..=MAX_ACTIVATE_IN).contains(&activate_in) {
-            return Err(Problem::invalid_field(
-                "activate_in_secs",
-                format!("activate_in_secs must be between 0 and {MAX_ACTIVATE_IN}"),
-            ));
-        }
-        let alg = match rotation.alg.as_deref() {
-            None => state.config().signing_alg,
-            Some(name) => name.parse::<Algorithm>().map_err(|_| {
-                Problem::invalid_field("alg", "alg must be EdDSA, ES256, RS256 or PS256")
-            })?,
-        };
-        let _one_writer = state.admin_guard().writes.lock().await;
-        let key = state
-            .registrar()
-            .rotate_keys(state.secrets(), alg, activate_in)
-            .await?;
-        in_force(&state).await;
-        audit::admin_change(
-            &caller.client_id,
-            &format!("key:{}", key.kid),
-            &format!("created, signs from {}", rfc3339(key.activates_at)),
-        );
-        let all = state.store().keys().await?;
-        let view = views::keys(&all, state.clock().now())
-            .into_iter()
-            .find(|k| k.kid == key.kid)
-            .ok_or_else(|| Problem::unavailable(&"the new key was not read back"))?;
-        Ok(json(StatusCode::CREATED, &view, None))
-    })
-    .await
+    JsonOrDefault(rotation): JsonOrDefault<api::KeyRotation>,
+) -> Result<Response, Problem> {
+    let activate_in = rotation.activate_in_secs.unwrap_or(600);
+    if !(0..=MAX_ACTIVATE_IN).contains(&activate_in) {
+        return Err(Problem::invalid_field(
+            "activate_in_secs",
+            format!("activate_in_secs must be between 0 and {MAX_ACTIVATE_IN}"),
+        ));
+    }
+    let alg = match rotation.alg.as_deref() {
+        None => state.config().signing_alg,
+        Some(name) => name.parse::<Algorithm>().map_err(|_| {
+            Problem::invalid_field("alg", "alg must be EdDSA, ES256, RS256 or PS256")
+        })?,
+    };
+    let _one_writer = state.admin_guard().writes.lock().await;
+    let key = state
+        .registrar()
+        .rotate_keys(state.secrets(), alg, activate_in)
+        .await?;
+    in_force(&state).await;
+    audit::admin_change(
+        &caller.client_id,
+        &format!("key:{}", key.kid),
+        &format!("created, signs from {}", rfc3339(key.activates_at)),
+    );
+    let all = state.store().keys().await?;
+    let view = views::keys(&all, state.clock().now())
+        .into_iter()
+        .find(|k| k.kid == key.kid)
+        .ok_or_else(|| Problem::unavailable(&"the new key was not read back"))?;
+    Ok(json(StatusCode::CREATED, &view, None))
 }

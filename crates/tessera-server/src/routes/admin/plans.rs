@@ -1,9 +1,7 @@
 //! `/admin/v1/plans`: the scopes a client may request, its token lifetime, rate and reuse.
 
-use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -11,7 +9,8 @@ use tessera_proto::admin as api;
 use tessera_store::{DpopPolicy, Plan, PlanRemoval, RateLimit};
 
 use super::auth::{Caller, Read, Write};
-use super::{day_range, etag, if_match, in_force, json, path, read_json, run, usage_within};
+use super::extract::{ApiJson, ApiPath, IfMatch, Query};
+use super::{etag, in_force, json, usage_within};
 use crate::audit;
 use crate::error::problem::Problem;
 use crate::registrar::{views, Change, PlanSettings, DEFAULT_TOKEN_TTL};
@@ -34,23 +33,23 @@ pub(crate) fn router() -> Router<AppState> {
 #[utoipa::path(get, path = "/admin/v1/usage/hourly", tag = "plans",
     responses((status = 200, description = "Issued and refused per hour", body = api::HourlyUsage), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
-pub(crate) async fn hourly_usage(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
-    run(async {
-        let from = tessera_proto::clock::utc_hour(state.clock().now() - 23 * 3600);
-        let hours = state
-            .store()
-            .hourly_usage(&from)
-            .await?
-            .into_iter()
-            .map(|(hour, issued, refused)| api::Hour {
-                hour,
-                issued,
-                refused,
-            })
-            .collect();
-        Ok(json(StatusCode::OK, &api::HourlyUsage { hours }, None))
-    })
-    .await
+pub(crate) async fn hourly_usage(
+    State(state): State<AppState>,
+    _caller: Caller<Read>,
+) -> Result<Response, Problem> {
+    let from = tessera_proto::clock::utc_hour(state.clock().now() - 23 * 3600);
+    let hours = state
+        .store()
+        .hourly_usage(&from)
+        .await?
+        .into_iter()
+        .map(|(hour, issued, refused)| api::Hour {
+            hour,
+            issued,
+            refused,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &api::HourlyUsage { hours }, None))
 }
 
 async fn find(state: &AppState, name: &str) -> Result<Option<Plan>, Problem> {
@@ -76,23 +75,23 @@ async fn count(state: &AppState, name: &str) -> Result<u64, Problem> {
 #[utoipa::path(get, path = "/admin/v1/plans", tag = "plans",
     responses((status = 200, description = "All plans, by name", body = api::PlanList), ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
-pub(crate) async fn list_plans(State(state): State<AppState>, _caller: Caller<Read>) -> Response {
-    run(async {
-        let counts = state.store().clients_per_plan().await?;
-        let plans = state.store().plans().await?;
-        let plans = plans
-            .iter()
-            .map(|p| {
-                let n = counts
-                    .iter()
-                    .find(|(name, _)| *name == p.name)
-                    .map_or(0, |c| c.1);
-                views::plan(p, n)
-            })
-            .collect();
-        Ok(json(StatusCode::OK, &api::PlanList { plans }, None))
-    })
-    .await
+pub(crate) async fn list_plans(
+    State(state): State<AppState>,
+    _caller: Caller<Read>,
+) -> Result<Response, Problem> {
+    let counts = state.store().clients_per_plan().await?;
+    let plans = state.store().plans().await?;
+    let plans = plans
+        .iter()
+        .map(|p| {
+            let n = counts
+                .iter()
+                .find(|(name, _)| *name == p.name)
+                .map_or(0, |c| c.1);
+            views::plan(p, n)
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &api::PlanList { plans }, None))
 }
 
 /// Show one plan.
@@ -107,21 +106,17 @@ pub(crate) async fn list_plans(State(state): State<AppState>, _caller: Caller<Re
 pub(crate) async fn get_plan(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    name: Result<Path<String>, PathRejection>,
-) -> Response {
-    run(async {
-        let name = path(name)?;
-        let plan = find(&state, &name)
-            .await?
-            .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
-        let n = count(&state, &name).await?;
-        Ok(json(
-            StatusCode::OK,
-            &views::plan(&plan, n),
-            Some(&etag(&plan)),
-        ))
-    })
-    .await
+    ApiPath(name): ApiPath<String>,
+) -> Result<Response, Problem> {
+    let plan = find(&state, &name)
+        .await?
+        .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
+    let n = count(&state, &name).await?;
+    Ok(json(
+        StatusCode::OK,
+        &views::plan(&plan, n),
+        Some(&etag(&plan)),
+    ))
 }
 
 /// Create a plan or replace one. A change applies to each of its clients' next token
@@ -138,64 +133,59 @@ pub(crate) async fn get_plan(
 pub(crate) async fn put_plan(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(async {
-        let name = path(name)?;
-        let input: api::PlanInput = read_json(&headers, body, false).await?;
-        if let Some(bad) = input
-            .scopes
-            .iter()
-            .find(|s| s.is_empty() || s.contains(' '))
-        {
-            return Err(Problem::invalid_field(
-                "scopes",
-                format!("{bad:?} is not one scope name"),
-            ));
-        }
-        let token_rate = match input.token_rate {
-            None => Change::Clear,
-            Some(r) => Change::Set(RateLimit {
-                count: r.count,
-                period_secs: r.period_secs,
-                burst: r.burst.unwrap_or(r.count),
-            }),
-        };
-        let settings = PlanSettings {
-            token_ttl: Some(input.token_ttl.unwrap_or(DEFAULT_TOKEN_TTL)),
-            token_rate,
-            reuse_percent: input.reuse_percent.map_or(Change::Clear, Change::Set),
-            introspect_any: Some(input.introspect_any.unwrap_or(false)),
-            dpop: Some(input.dpop.map_or(DpopPolicy::Allowed, views::dpop_policy)),
-        };
-        let _one_writer = state.admin_guard().writes.lock().await;
-        let before = find(&state, &name).await?;
-        if_match(&headers, before.as_ref().map(etag).as_deref())?;
-        let plan = state
-            .registrar()
-            .set_plan_with(&name, &input.scopes.join(" "), &settings)
-            .await?;
-        in_force(&state).await;
-        audit::admin_change(
-            &caller.client_id,
-            &format!("plan:{name}"),
-            if before.is_some() {
-                "replaced"
-            } else {
-                "created"
-            },
-        );
-        let n = count(&state, &name).await?;
-        let status = if before.is_some() {
-            StatusCode::OK
+    ApiPath(name): ApiPath<String>,
+    if_match: IfMatch,
+    ApiJson(input): ApiJson<api::PlanInput>,
+) -> Result<Response, Problem> {
+    if let Some(bad) = input
+        .scopes
+        .iter()
+        .find(|s| s.is_empty() || s.contains(' '))
+    {
+        return Err(Problem::invalid_field(
+            "scopes",
+            format!("{bad:?} is not one scope name"),
+        ));
+    }
+    let token_rate = match input.token_rate {
+        None => Change::Clear,
+        Some(r) => Change::Set(RateLimit {
+            count: r.count,
+            period_secs: r.period_secs,
+            burst: r.burst.unwrap_or(r.count),
+        }),
+    };
+    let settings = PlanSettings {
+        token_ttl: Some(input.token_ttl.unwrap_or(DEFAULT_TOKEN_TTL)),
+        token_rate,
+        reuse_percent: input.reuse_percent.map_or(Change::Clear, Change::Set),
+        introspect_any: Some(input.introspect_any.unwrap_or(false)),
+        dpop: Some(input.dpop.map_or(DpopPolicy::Allowed, views::dpop_policy)),
+    };
+    let _one_writer = state.admin_guard().writes.lock().await;
+    let before = find(&state, &name).await?;
+    if_match.check(before.as_ref().map(etag).as_deref())?;
+    let plan = state
+        .registrar()
+        .set_plan_with(&name, &input.scopes.join(" "), &settings)
+        .await?;
+    in_force(&state).await;
+    audit::admin_change(
+        &caller.client_id,
+        &format!("plan:{name}"),
+        if before.is_some() {
+            "replaced"
         } else {
-            StatusCode::CREATED
-        };
-        Ok(json(status, &views::plan(&plan, n), Some(&etag(&plan))))
-    })
-    .await
+            "created"
+        },
+    );
+    let n = count(&state, &name).await?;
+    let status = if before.is_some() {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(json(status, &views::plan(&plan, n), Some(&etag(&plan))))
 }
 
 /// Delete a plan no client is on.
@@ -211,32 +201,26 @@ pub(crate) async fn put_plan(
 pub(crate) async fn delete_plan(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-) -> Response {
-    run(async {
-        let name = path(name)?;
-        let _one_writer = state.admin_guard().writes.lock().await;
-        let before = find(&state, &name)
-            .await?
-            .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
-        if_match(&headers, Some(&etag(&before)))?;
-        match state.store().delete_plan(&name).await? {
-            PlanRemoval::Removed => {}
-            PlanRemoval::Unknown => {
-                return Err(Problem::not_found(format!("no plan named {name:?}")))
-            }
-            PlanRemoval::InUse => {
-                return Err(Problem::conflict(format!(
-                    "clients are on plan {name:?}: move or delete them first"
-                )))
-            }
+    ApiPath(name): ApiPath<String>,
+    if_match: IfMatch,
+) -> Result<Response, Problem> {
+    let _one_writer = state.admin_guard().writes.lock().await;
+    let before = find(&state, &name)
+        .await?
+        .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
+    if_match.check(Some(&etag(&before)))?;
+    match state.store().delete_plan(&name).await? {
+        PlanRemoval::Removed => {}
+        PlanRemoval::Unknown => return Err(Problem::not_found(format!("no plan named {name:?}"))),
+        PlanRemoval::InUse => {
+            return Err(Problem::conflict(format!(
+                "clients are on plan {name:?}: move or delete them first"
+            )))
         }
-        in_force(&state).await;
-        audit::admin_change(&caller.client_id, &format!("plan:{name}"), "deleted");
-        Ok(StatusCode::NO_CONTENT.into_response())
-    })
-    .await
+    }
+    in_force(&state).await;
+    audit::admin_change(&caller.client_id, &format!("plan:{name}"), "deleted");
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// Token requests of the plan's clients per UTC day.
@@ -252,17 +236,13 @@ pub(crate) async fn delete_plan(
 pub(crate) async fn plan_usage(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    name: Result<Path<String>, PathRejection>,
-    RawQuery(raw): RawQuery,
-) -> Response {
-    run(async {
-        let name = path(name)?;
-        let range = day_range(raw.as_deref())?;
-        find(&state, &name)
-            .await?
-            .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
-        let usage = state.store().plan_usage(&name).await?;
-        Ok(json(StatusCode::OK, &usage_within(range, usage), None))
-    })
-    .await
+    ApiPath(name): ApiPath<String>,
+    query: Query,
+) -> Result<Response, Problem> {
+    let range = query.day_range()?;
+    find(&state, &name)
+        .await?
+        .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
+    let usage = state.store().plan_usage(&name).await?;
+    Ok(json(StatusCode::OK, &usage_within(range, usage), None))
 }

@@ -1,10 +1,8 @@
 //! `/admin/v1/trust-policies`: workload identity federation, which external identities (a
 //! Kubernetes service account, a GitHub Actions job, a SPIFFE ID) may act as which client.
 
-use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -12,7 +10,8 @@ use tessera_proto::admin as api;
 use tessera_store::TrustPolicy;
 
 use super::auth::{Caller, Read, Write};
-use super::{json, path, read_json, run};
+use super::extract::{ApiJson, ApiPath};
+use super::json;
 use crate::audit;
 use crate::error::problem::Problem;
 use crate::registrar::views;
@@ -45,22 +44,19 @@ async fn find(state: &AppState, name: &str) -> Result<TrustPolicy, Problem> {
 pub(crate) async fn list_policies(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-) -> Response {
-    run(async {
-        let trust_policies = state
-            .store()
-            .trust_policies()
-            .await?
-            .iter()
-            .map(views::trust_policy)
-            .collect();
-        Ok(json(
-            StatusCode::OK,
-            &api::TrustPolicyList { trust_policies },
-            None,
-        ))
-    })
-    .await
+) -> Result<Response, Problem> {
+    let trust_policies = state
+        .store()
+        .trust_policies()
+        .await?
+        .iter()
+        .map(views::trust_policy)
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &api::TrustPolicyList { trust_policies },
+        None,
+    ))
 }
 
 /// Show one trust policy.
@@ -74,17 +70,13 @@ pub(crate) async fn list_policies(
 pub(crate) async fn get_policy(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    name: Result<Path<String>, PathRejection>,
-) -> Response {
-    run(async {
-        let name = path(name)?;
-        Ok(json(
-            StatusCode::OK,
-            &views::trust_policy(&find(&state, &name).await?),
-            None,
-        ))
-    })
-    .await
+    ApiPath(name): ApiPath<String>,
+) -> Result<Response, Problem> {
+    Ok(json(
+        StatusCode::OK,
+        &views::trust_policy(&find(&state, &name).await?),
+        None,
+    ))
 }
 
 /// Create or replace a trust policy.
@@ -100,32 +92,26 @@ pub(crate) async fn get_policy(
 pub(crate) async fn put_policy(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    name: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    run(async {
-        let name = path(name)?;
-        let input: api::TrustPolicyInput = read_json(&headers, body, false).await?;
-        let _one_writer = state.admin_guard().writes.lock().await;
-        let existed = find(&state, &name).await.is_ok();
-        let policy = state
-            .registrar()
-            .put_trust_policy(views::trust_policy_input(&name, input))
-            .await?;
-        audit::admin_change(
-            &caller.client_id,
-            &format!("trust-policy:{name}"),
-            if existed { "replaced" } else { "created" },
-        );
-        let status = if existed {
-            StatusCode::OK
-        } else {
-            StatusCode::CREATED
-        };
-        Ok(json(status, &views::trust_policy(&policy), None))
-    })
-    .await
+    ApiPath(name): ApiPath<String>,
+    ApiJson(input): ApiJson<api::TrustPolicyInput>,
+) -> Result<Response, Problem> {
+    let _one_writer = state.admin_guard().writes.lock().await;
+    let existed = find(&state, &name).await.is_ok();
+    let policy = state
+        .registrar()
+        .put_trust_policy(views::trust_policy_input(&name, input))
+        .await?;
+    audit::admin_change(
+        &caller.client_id,
+        &format!("trust-policy:{name}"),
+        if existed { "replaced" } else { "created" },
+    );
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(json(status, &views::trust_policy(&policy), None))
 }
 
 /// Delete a trust policy.
@@ -139,22 +125,18 @@ pub(crate) async fn put_policy(
 pub(crate) async fn delete_policy(
     State(state): State<AppState>,
     caller: Caller<Write>,
-    name: Result<Path<String>, PathRejection>,
-) -> Response {
-    run(async {
-        let name = path(name)?;
-        let _one_writer = state.admin_guard().writes.lock().await;
-        if !state.registrar().remove_trust_policy(&name).await? {
-            return Err(Problem::not_found(format!(
-                "no trust policy named {name:?}"
-            )));
-        }
-        audit::admin_change(
-            &caller.client_id,
-            &format!("trust-policy:{name}"),
-            "deleted",
-        );
-        Ok(StatusCode::NO_CONTENT.into_response())
-    })
-    .await
+    ApiPath(name): ApiPath<String>,
+) -> Result<Response, Problem> {
+    let _one_writer = state.admin_guard().writes.lock().await;
+    if !state.registrar().remove_trust_policy(&name).await? {
+        return Err(Problem::not_found(format!(
+            "no trust policy named {name:?}"
+        )));
+    }
+    audit::admin_change(
+        &caller.client_id,
+        &format!("trust-policy:{name}"),
+        "deleted",
+    );
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
