@@ -44,7 +44,7 @@
 # --auth:    how clients authenticate: secret (the default, HTTP Basic) or private_key_jwt
 #            (RFC 7523: the N clients share one Ed25519 key, and every request carries a
 #            fresh signed assertion, since each jti is single-use). The assertions are made
-#            by examples/mint_assertions.rs after each server start (their aud is its
+#            by bench/floor/src/mint_assertions.rs after each server start (their aud is its
 #            issuer), A for the measured run and as many per second for the warm-up, and
 #            sent once each by bench/assertion.lua. Not with node-oidc-provider or --tls.
 #            The server (no Redis) remembers at most 200,000 jtis per 12 minutes and refuses
@@ -233,11 +233,11 @@ if [ "$with_floor" = 1 ]; then
 	floor="$target_dir/release/floor"
 fi
 if [ "$auth_method" = private_key_jwt ]; then
-	# Built on its own: an example brings in dev-dependency features, which must not reach
-	# the measured binary.
-	log "building examples/mint_assertions.rs (release)"
-	cargo build --release --example mint_assertions --quiet
-	mint="$target_dir/release/examples/mint_assertions"
+	# Built on its own, with the floor's package: none of its features may reach the
+	# measured binary.
+	log "building bench/floor/src/mint_assertions.rs (release)"
+	cargo build --release -p tessera-bench-floor --bin mint_assertions --quiet
+	mint="$target_dir/release/mint_assertions"
 fi
 
 if [ "$with_node" = 1 ] && [ ! -d bench/node/node_modules ]; then

@@ -4,11 +4,11 @@
 //!
 //! ```sh
 //! # A new Ed25519 key (PKCS#8) in KEY; prints the JWK Set to register the client with.
-//! cargo run --release --example mint_assertions -- key KEY > jwks.json
+//! cargo run --release -p tessera-bench-floor --bin mint_assertions -- key KEY > jwks.json
 //! # COUNT assertions, one per line, cycling over the client ids in CLIENTS (one a line):
 //! # header {alg: EdDSA, kid: k1, typ: JWT}, iss = sub = the client id, aud = AUDIENCE (the
 //! # server's issuer), iat now, exp now + LIFETIME seconds, jti 128 random bits.
-//! cargo run --release --example mint_assertions -- mint KEY CLIENTS AUDIENCE COUNT LIFETIME > assertions.txt
+//! cargo run --release -p tessera-bench-floor --bin mint_assertions -- mint KEY CLIENTS AUDIENCE COUNT LIFETIME > assertions.txt
 //! ```
 
 use std::io::{BufWriter, Write};
