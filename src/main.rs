@@ -149,8 +149,8 @@ fn completions(shell: clap_complete::Shell) -> Result<()> {
     Ok(())
 }
 
-/// Parses `EdDSA` or `ES256`.
-fn parse_alg(s: &str) -> Result<Algorithm, String> {
+/// Parses `EdDSA`, `ES256`, `RS256` or `PS256`.
+fn parse_alg(s: &str) -> Result<Algorithm, tessera_proto::jwk::UnknownAlgorithm> {
     s.parse()
 }
 

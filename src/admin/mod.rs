@@ -519,7 +519,10 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
                 },
                 introspect_any,
                 dpop: dpop
-                    .map(|d| d.parse().map_err(|e: String| anyhow::anyhow!(e)))
+                    .map(|d| {
+                        d.parse()
+                            .map_err(|e: tessera_store::UnknownDpopPolicy| anyhow::anyhow!(e))
+                    })
                     .transpose()?,
             };
             let plan = ops.set_plan(&name, &scopes, &settings).await?;

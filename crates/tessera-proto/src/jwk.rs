@@ -41,17 +41,20 @@ impl fmt::Display for Algorithm {
     }
 }
 
+/// An `alg` name that is not one of the [`Algorithm`]s Tessera signs with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported algorithm {0:?}: use EdDSA, ES256, RS256 or PS256")]
+pub struct UnknownAlgorithm(pub String);
+
 impl FromStr for Algorithm {
-    type Err = String;
+    type Err = UnknownAlgorithm;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "EdDSA" => Ok(Self::EdDSA),
             "ES256" => Ok(Self::ES256),
             "RS256" => Ok(Self::RS256),
             "PS256" => Ok(Self::PS256),
-            other => Err(format!(
-                "unsupported algorithm {other:?}: use EdDSA, ES256, RS256 or PS256"
-            )),
+            other => Err(UnknownAlgorithm(other.to_owned())),
         }
     }
 }

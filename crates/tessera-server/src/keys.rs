@@ -10,10 +10,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use tessera_jose::KeyPair;
 use tessera_proto::{jws, AccessTokenClaims, Algorithm, Jwk};
-use tessera_store::{SigningKey, Store, Timestamp, MAX_TOKEN_TTL};
+use tessera_store::{SigningKey, Store, StoreError, Timestamp, MAX_TOKEN_TTL};
 use thiserror::Error;
 
-use crate::registry::LoadError;
 use crate::secrets::{Secrets, SecretsError};
 
 /// Why a stored key could not be used.
@@ -208,7 +207,7 @@ pub async fn bootstrap(
     secrets: &Secrets,
     alg: Algorithm,
     now: Timestamp,
-) -> Result<(), LoadError> {
+) -> Result<(), StoreError> {
     let records = store.keys().await?;
     let ring = KeyRing::new(
         records

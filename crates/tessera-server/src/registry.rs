@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::keys::{self, KeyRing};
+use crate::limits::redis::ConnectError;
 use crate::secrets::Secrets;
 
 /// Why the registry could not be loaded.
@@ -37,7 +38,7 @@ pub enum LoadError {
     Store(#[from] StoreError),
     /// The shared rate limiter could not be reached.
     #[error("rate limiter: {0}")]
-    Limiter(String),
+    Limiter(#[from] ConnectError),
 }
 
 /// Changes read from the store per query: a burst of changes (a bulk import) is applied in

@@ -75,9 +75,7 @@ impl AppState {
         let max_in_flight = config.max_in_flight;
         let redis = match &config.redis_url {
             Some(url) => Some(Arc::new(
-                RedisLimiter::connect(url, &config, clock.clone())
-                    .await
-                    .map_err(|e| LoadError::Limiter(e.to_string()))?,
+                RedisLimiter::connect(url, &config, clock.clone()).await?,
             )),
             None => None,
         };

@@ -249,14 +249,19 @@ impl std::fmt::Display for DpopPolicy {
     }
 }
 
+/// A DPoP policy name that is not `required`, `allowed` or `off`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0:?} is not required, allowed or off")]
+pub struct UnknownDpopPolicy(pub String);
+
 impl std::str::FromStr for DpopPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownDpopPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "required" => Ok(Self::Required),
             "allowed" => Ok(Self::Allowed),
             "off" => Ok(Self::Off),
-            other => Err(format!("{other:?} is not required, allowed or off")),
+            other => Err(UnknownDpopPolicy(other.to_owned())),
         }
     }
 }

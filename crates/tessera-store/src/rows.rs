@@ -64,7 +64,9 @@ where
         },
         reuse_percent: get_small::<R, u8>(row, "reuse_percent")?,
         introspect_any: get(row, "introspect_any")?,
-        dpop: dpop.parse().map_err(|e: String| corrupt("plans.dpop", e))?,
+        dpop: dpop
+            .parse()
+            .map_err(|e: crate::UnknownDpopPolicy| corrupt("plans.dpop", e))?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })

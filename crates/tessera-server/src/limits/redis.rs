@@ -136,7 +136,7 @@ enum Fault {
 /// Redis could not be used at start.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot use Redis at {url}: {fault}")]
-pub(crate) struct ConnectError {
+pub struct ConnectError {
     /// The URL without its password.
     url: String,
     fault: Fault,
