@@ -1,0 +1,392 @@
+//! The clients in memory, a million and more: a map in shards, each behind its own lock,
+//! that a change updates in place one entry at a time and that gives memory back after
+//! mass deletes. An entry holds what the token endpoint needs, in 48 bytes.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use tessera_store::{AuthMethod, Client, Timestamp};
+
+use super::snapshot::PlanSlot;
+
+/// Shards of the client map: a change locks one shard for an instant, and a shard that grows
+/// reallocates only its own share of the clients.
+const SHARDS: usize = 64;
+
+/// A client as the token endpoint needs it, in 48 bytes and no allocation of its own for a
+/// client with a secret (the common case). `Debug` leaves the hashes out.
+pub struct ClientEntry {
+    /// HMAC-SHA-256 of the current secret. When [`Extra::credential`] is set, it holds the
+    /// credential instead and this is zero.
+    hash: [u8; 32],
+    /// What few clients have: a certificate or key to match, a previous secret.
+    extra: Option<Box<Extra>>,
+    /// Its plan, in the registry snapshot.
+    pub plan: PlanSlot,
+    /// How it must authenticate.
+    pub auth_method: AuthMethod,
+    /// Whether it may get tokens.
+    pub enabled: bool,
+    /// The mark of the last full reload that read it, or that a change wrote: the reload
+    /// removes what it did not mark (deleted without a change it read). One byte where the
+    /// layout has padding, so it costs nothing.
+    mark: u8,
+}
+
+/// The rarer parts of a client, behind one pointer.
+struct Extra {
+    /// For a certificate or key method (RFC 8705, RFC 7523), what the certificate or
+    /// assertion must match, encoded by `mtls::encode_match`; or a secret's hash that is not
+    /// 32 bytes long.
+    credential: Option<Box<[u8]>>,
+    /// HMAC of the previous secret and when it stops working.
+    previous_secret: Option<(Box<[u8]>, Timestamp)>,
+}
+
+impl ClientEntry {
+    pub(super) fn new(client: Client, plan: PlanSlot, mark: u8) -> Self {
+        let credential = match &client.certificate {
+            Some(certificate) if client.auth_method.is_keyed() => {
+                crate::mtls::encode_match(certificate)
+            }
+            _ => client.secret_hash,
+        };
+        let (hash, credential) = match <[u8; 32]>::try_from(credential.as_slice()) {
+            Ok(hash) => (hash, None),
+            Err(_) => ([0; 32], Some(credential.into_boxed_slice())),
+        };
+        let previous_secret = client
+            .previous_secret
+            .map(|(hash, until)| (hash.into_boxed_slice(), until));
+        let extra = (credential.is_some() || previous_secret.is_some()).then(|| {
+            Box::new(Extra {
+                credential,
+                previous_secret,
+            })
+        });
+        Self {
+            hash,
+            extra,
+            plan,
+            auth_method: client.auth_method,
+            enabled: client.enabled,
+            mark,
+        }
+    }
+
+    /// HMAC of the current secret; for a certificate or key method, what the certificate
+    /// or assertion must match instead (see `mtls::decode_match`).
+    pub fn secret_hash(&self) -> &[u8] {
+        self.extra
+            .as_ref()
+            .and_then(|extra| extra.credential.as_deref())
+            .unwrap_or(&self.hash)
+    }
+
+    /// HMAC of the previous secret and when it stops working, after a rotation.
+    pub fn previous_secret(&self) -> Option<(&[u8], Timestamp)> {
+        let (hash, until) = self.extra.as_ref()?.previous_secret.as_ref()?;
+        Some((hash, *until))
+    }
+}
+
+impl std::fmt::Debug for ClientEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientEntry")
+            .field("plan", &self.plan)
+            .field("secret_hash", &"[redacted]")
+            .field(
+                "previous_secret_until",
+                &self.previous_secret().map(|(_, t)| t),
+            )
+            .field("auth_method", &self.auth_method)
+            .field("enabled", &self.enabled)
+            .finish()
+    }
+}
+
+/// A client id as a map key: inline when it is as short as generated ids are (`tc_` and 22
+/// characters), so that a client costs no allocation for its id; boxed otherwise. Hashed and
+/// compared as its bytes, so that a map of them is searched by `&[u8]`.
+#[derive(Clone)]
+pub(crate) enum ClientKey {
+    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    Boxed(Box<str>),
+}
+
+/// The longest id held inline: generated ids are 25 bytes.
+const INLINE_ID: usize = 30;
+
+impl ClientKey {
+    pub(crate) fn new(id: &str) -> Self {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= INLINE_ID => {
+                let mut bytes = [0; INLINE_ID];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Boxed(id.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Boxed(id) => id.as_bytes(),
+        }
+    }
+
+    /// The id. Made from a `&str`, so always UTF-8.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Self::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
+            Self::Boxed(id) => id,
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq for ClientKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for ClientKey {}
+
+impl std::hash::Hash for ClientKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `[u8]` hashes, which `Borrow` requires.
+        self.as_bytes().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for ClientKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// The shard of `id`: FNV-1a over its bytes, with a per-process seed. Only a lock stripe,
+/// never a search, depends on it (each shard's map hashes with its own random key), so a
+/// cheap function serves; the maps' SipHash is paid once per search, not twice.
+fn shard_of(id: &[u8], seed: u64) -> usize {
+    let hash = id
+        .iter()
+        .copied()
+        .fold(0xcbf2_9ce4_8422_2325 ^ seed, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    // The high bits mix best.
+    (hash >> 32) as usize % SHARDS
+}
+
+/// One shard of the clients: a map by id, and the room its table has.
+#[derive(Default)]
+struct Shard {
+    map: HashMap<ClientKey, ClientEntry>,
+    /// How many clients the map's table holds before it grows: what its memory is sized
+    /// by. Kept here because the map's own `capacity()` leaves out the slots that removed
+    /// entries left marked as deleted, and so understates the table after deletes, just
+    /// when it matters. Exact after the map grows or is rebuilt, which clears those marks.
+    room: usize,
+}
+
+impl Shard {
+    /// Notes the table's room after it may have grown.
+    fn grown(&mut self) {
+        self.room = self.room.max(self.map.capacity());
+    }
+
+    /// Gives memory back once the shard holds under a quarter of its room (clients deleted
+    /// en masse, a bulk import undone): the table is rebuilt with room for twice what it
+    /// holds. A map never shrinks by itself, so the memory of a peak would stay until
+    /// restart. The gap between growing (when full) and shrinking (at a quarter) keeps a
+    /// shard whose size hovers from being rebuilt back and forth: each rebuild, O(its
+    /// clients), follows at least as many removals, and holds the lock of this shard only.
+    fn shrink_if_sparse(&mut self) {
+        if self.map.len() < self.room / 4 {
+            self.map.shrink_to(self.map.len() * 2);
+            self.room = self.map.capacity();
+        }
+    }
+}
+
+/// The clients by id, in shards each behind its own lock: readers of one shard never wait
+/// for each other, and a change holds one shard's lock only while it writes one entry.
+pub struct Clients {
+    shards: Box<[RwLock<Shard>]>,
+    /// Mixed into the shard choice, per process.
+    seed: u64,
+}
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clients").field("len", &self.len()).finish()
+    }
+}
+
+impl Default for Clients {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            seed: std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                0u8,
+            ),
+        }
+    }
+}
+
+impl Clients {
+    fn shard(&self, id: &[u8]) -> &RwLock<Shard> {
+        &self.shards[shard_of(id, self.seed)]
+    }
+
+    /// Calls `read` with the client `id`, under its shard's read lock; `None` if unknown.
+    /// `read` must be quick: it holds up changes to the shard (never the other readers).
+    pub fn with<R>(&self, id: &str, read: impl FnOnce(&ClientEntry) -> R) -> Option<R> {
+        let shard = self
+            .shard(id.as_bytes())
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        shard.map.get(id.as_bytes()).map(read)
+    }
+
+    /// How many clients there are.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).map.len())
+            .sum()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many clients the shards' tables hold before they grow: what their memory is
+    /// sized by (an 80-byte slot each, see the tests), whatever they hold now.
+    pub fn capacity(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().unwrap_or_else(|p| p.into_inner()).room)
+            .sum()
+    }
+
+    pub(super) fn put(&self, id: ClientKey, entry: ClientEntry) {
+        let mut shard = self
+            .shard(id.as_bytes())
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        // One search: the key costs no allocation to make, and an existing one is kept.
+        shard.map.insert(id, entry);
+        shard.grown();
+    }
+
+    /// Makes room for `more` clients beyond those held, spread over the shards, so that a
+    /// first load grows no shard step by step.
+    pub(super) fn reserve(&self, more: usize) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.write().unwrap_or_else(|p| p.into_inner());
+            shard.map.reserve(more / SHARDS + 1);
+            shard.grown();
+        }
+    }
+
+    pub(super) fn remove(&self, id: &str) {
+        let mut shard = self
+            .shard(id.as_bytes())
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if shard.map.remove(id.as_bytes()).is_some() {
+            shard.shrink_if_sparse();
+        }
+    }
+
+    /// Removes every client not marked `mark`; returns how many.
+    pub(super) fn sweep(&self, mark: u8) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut shard = shard.write().unwrap_or_else(|p| p.into_inner());
+                let before = shard.map.len();
+                shard.map.retain(|_, entry| entry.mark == mark);
+                shard.shrink_if_sparse();
+                before - shard.map.len()
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Memory per client matters at a million clients: a generated id and a secret's hash
+    /// are held inline, the reload mark rides in padding, and the plan is a slot, not a
+    /// pointer: 80 bytes a map slot, nothing on the heap.
+    #[test]
+    fn a_client_costs_an_80_byte_map_slot() {
+        assert_eq!(std::mem::size_of::<ClientEntry>(), 48);
+        assert_eq!(std::mem::size_of::<ClientKey>(), 32);
+        let generated = crate::secrets::new_client_id();
+        assert!(matches!(
+            ClientKey::new(generated.as_str()),
+            ClientKey::Inline { .. }
+        ));
+        let long = "x".repeat(INLINE_ID + 1);
+        assert_eq!(ClientKey::new(&long).as_bytes(), long.as_bytes());
+        assert!(matches!(ClientKey::new(&long), ClientKey::Boxed(_)));
+    }
+
+    fn entry(mark: u8) -> ClientEntry {
+        ClientEntry {
+            hash: [0; 32],
+            extra: None,
+            plan: PlanSlot(0),
+            auth_method: AuthMethod::ClientSecretBasic,
+            enabled: true,
+            mark,
+        }
+    }
+
+    /// A shard gives memory back after deletes, removed one by one (the change log) or
+    /// swept (a full reload), and only once under a quarter full: a shard near its size is
+    /// not rebuilt at each change.
+    #[test]
+    fn shards_shrink_after_mass_deletes_but_not_at_each_removal() {
+        let clients = Clients::default();
+        let ids: Vec<String> = (0..10_000)
+            .map(|_| crate::secrets::new_client_id().as_str().to_owned())
+            .collect();
+        for id in &ids {
+            clients.put(ClientKey::new(id), entry(1));
+        }
+        let peak = clients.capacity();
+        assert!(peak >= 10_000, "{peak}");
+        // A quarter removed: no shard is under a quarter full, nothing is rebuilt.
+        for id in &ids[..2_500] {
+            clients.remove(id);
+        }
+        assert_eq!(clients.capacity(), peak);
+        for id in &ids[2_500..9_000] {
+            clients.remove(id);
+        }
+        let shrunk = clients.capacity();
+        assert_eq!(clients.len(), 1_000);
+        assert!(
+            shrunk <= 4 * 1_000 + 4 * SHARDS,
+            "{shrunk} slots for 1,000 of {peak}"
+        );
+        // The rest swept by a reload that marked none of them.
+        assert_eq!(clients.sweep(2), 1_000);
+        assert_eq!(clients.capacity(), 0);
+    }
+}
