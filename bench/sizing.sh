@@ -161,7 +161,7 @@ created=$SECONDS
 half=$((clients / 2))
 "$tessera" client create --plan open --count "$half" --json >"$work/open.jsonl"
 "$tessera" client create --plan limited --count "$((clients - half))" --json >"$work/limited.jsonl"
-echo "created $clients clients in $((SECONDS - created)) s (client create --count, two transactions)"
+echo "created $clients clients in $((SECONDS - created)) s (two client create --count runs)"
 for plan in open limited; do
 	jq -r '"Basic " + ("\(.client_id):\(.client_secret)" | @base64)' "$work/$plan.jsonl" >"$work/$plan.auth"
 done
@@ -195,7 +195,9 @@ one_core() {
 	local requests=${result% *} bad=${result#* }
 	[ "$bad" = 0 ] || echo "  ($label: $bad answers were not 2xx: INVALID)"
 	local cpu_us=$(( (cpu1 - cpu0) * 1000000 / tick ))
-	echo "$label: $((requests / duration)) tokens/s on one core, server CPU $((cpu_us / requests)) us per token"
+	# CPU time per token is what sizing rests on: unlike tokens/s, other work on the core
+	# does not shrink it much, and its inverse is what one fully used core issues.
+	echo "$label: $((requests / duration)) tokens/s measured; server CPU $(awk -v c="$cpu_us" -v n="$requests" 'BEGIN { printf "%.1f", c / n }') us per token, so $(( requests * 1000000 / cpu_us )) tokens/s per fully used core"
 	# Per token: each command's calls, and the round trips and Redis time of the top-level ones.
 	awk -v n="$requests" '
 		NR == FNR { calls[$1] = $2; usec[$1] = $3; next }
