@@ -171,7 +171,7 @@ impl Api {
 
     /// `GET path` with the session's token.
     pub(super) async fn get(&self, token: &str, path: &str) -> Result<Answer, ApiError> {
-        self.call(token, Method::GET, path, None, &[]).await
+        self.call(token, Method::GET, path, None::<&()>, &[]).await
     }
 
     /// A call with the session's token and, for writes, a JSON body and extra headers
@@ -181,7 +181,7 @@ impl Api {
         token: &str,
         method: Method,
         path: &str,
-        body: Option<serde_json::Value>,
+        body: Option<&impl serde::Serialize>,
         extra: &[(&'static str, &str)],
     ) -> Result<Answer, ApiError> {
         let mut request = Request::builder()
@@ -197,7 +197,9 @@ impl Api {
             }
         }
         let request = request
-            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .body(body.map_or_else(Body::empty, |b| {
+                Body::from(serde_json::to_vec(b).unwrap_or_default())
+            }))
             .map_err(ApiError::internal)?;
         let (status, headers, body) = self.send(request).await.map_err(ApiError::internal)?;
         if status.is_success() {

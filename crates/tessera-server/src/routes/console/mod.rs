@@ -9,14 +9,17 @@
 //! - `session.rs`: the in-memory sessions the tokens are kept in, server-side; cookies.
 //! - `api.rs`: the calls; their answers are the admin contract's objects
 //!   ([`tessera_proto::admin`]).
+//! - `extract.rs`: what a handler takes, the session (else the sign-in page) and a form of
+//!   its pages with the CSRF token checked, and the page it answers.
 //! - `view.rs`: the page frame and shared pieces (times, the SVG usage chart).
-//! - `pages.rs`: overview, plans, clients, keys.
-//! - here: the routes, sign-in and sign-out, CSRF checks, the assets and the security
-//!   headers every answer carries.
+//! - `pages/`: one module per resource: overview, plans, clients, keys.
+//! - here: the routes, sign-in and sign-out, the assets and the security headers every
+//!   answer carries.
 //!
 //! Every asset is compiled into the binary (`assets/`); nothing is fetched at run time.
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -24,18 +27,20 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use maud::{html, Markup};
+use maud::html;
 use std::sync::Arc;
 use zeroize::Zeroizing;
 
 use crate::AppState;
 
 mod api;
+mod extract;
 mod pages;
 mod session;
 mod view;
 
 use api::{Api, ApiError, SignIn};
+use extract::{html, Form};
 use session::{Session, Sessions};
 
 /// The policy of every console answer: only this origin's script, style and forms; no
@@ -71,28 +76,9 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
             "/console",
             get(|| async { Redirect::permanent("/console/") }),
         )
-        .route("/console/", get(pages::overview))
         .route("/console/sign-in", get(sign_in_form).post(sign_in))
         .route("/console/sign-out", post(sign_out))
-        .route("/console/plans", get(pages::plans).post(pages::create_plan))
-        .route(
-            "/console/plans/{name}",
-            get(pages::plan).post(pages::update_plan),
-        )
-        .route(
-            "/console/clients",
-            get(pages::clients).post(pages::create_client),
-        )
-        .route("/console/clients/new", get(pages::new_client))
-        .route("/console/clients/{id}", get(pages::client))
-        .route("/console/clients/{id}/rotate", post(pages::rotate_secret))
-        .route("/console/clients/{id}/change", post(pages::change_client))
-        .route(
-            "/console/clients/{id}/delete",
-            get(pages::confirm_delete).post(pages::delete_client),
-        )
-        .route("/console/keys", get(pages::keys))
-        .route("/console/keys/rotate", post(pages::rotate_keys))
+        .merge(pages::router())
         .route(
             "/console/assets/console.css",
             get(|| async { asset("text/css; charset=utf-8", CSS) }),
@@ -153,6 +139,8 @@ enum Fail {
     Api(Option<Box<Session>>, ApiError),
     /// A request the console cannot read.
     BadRequest(Option<Box<Session>>, String),
+    /// A body that could not be read (too large), refused as axum refuses it.
+    Body(BytesRejection),
 }
 
 impl IntoResponse for Fail {
@@ -161,6 +149,7 @@ impl IntoResponse for Fail {
             Fail::SignIn | Fail::Api(_, ApiError::SignedOut) => {
                 return Redirect::to("/console/sign-in").into_response()
             }
+            Fail::Body(rejection) => return rejection.into_response(),
             Fail::Csrf(session) => (
                 StatusCode::FORBIDDEN,
                 session,
@@ -184,19 +173,8 @@ impl IntoResponse for Fail {
                 detail,
             ),
         };
-        (
-            status,
-            html_page(view::problem(session.as_deref(), &title, &detail)),
-        )
-            .into_response()
+        html(status, view::problem(session.as_deref(), &title, &detail))
     }
-}
-
-fn html_page(markup: Markup) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        markup.into_string(),
-    )
 }
 
 impl Console {
@@ -207,25 +185,15 @@ impl Console {
             .ok_or(Fail::SignIn)
     }
 
-    /// A form posted by `session`'s pages: its fields, once its CSRF token is checked.
-    fn form(&self, session: &Session, body: &Bytes) -> Result<Vec<(String, String)>, Fail> {
-        let pairs =
-            read_form(body).map_err(|e| Fail::BadRequest(Some(Box::new(session.clone())), e))?;
-        match field(&pairs, "csrf") {
-            Some(token) if session::same(token, &session.csrf) => Ok(pairs),
-            _ => Err(Fail::Csrf(Some(Box::new(session.clone())))),
-        }
-    }
-
     /// Back to `to`, with a message on the page shown there.
-    fn redirect(&self, headers: &HeaderMap, to: &str, message: String) -> Response {
-        self.sessions.flash(headers, message, false);
+    fn redirect(&self, form: &Form, to: &str, message: String) -> Response {
+        self.sessions.flash(&form.id, message, false);
         Redirect::to(to).into_response()
     }
 
     /// Back to `to`, with what went wrong on the page shown there; a refused token signs
     /// out.
-    fn refused(&self, headers: &HeaderMap, to: &str, error: ApiError) -> Response {
+    fn refused(&self, form: &Form, to: &str, error: ApiError) -> Response {
         match error {
             ApiError::SignedOut => Fail::SignIn.into_response(),
             ApiError::Problem { title, detail, .. } => {
@@ -234,7 +202,7 @@ impl Console {
                 } else {
                     format!("{title}: {detail}")
                 };
-                self.sessions.flash(headers, message, true);
+                self.sessions.flash(&form.id, message, true);
                 Redirect::to(to).into_response()
             }
         }
@@ -242,7 +210,7 @@ impl Console {
 }
 
 /// A form body's fields (`application/x-www-form-urlencoded`).
-fn read_form(body: &Bytes) -> Result<Vec<(String, String)>, String> {
+fn read_form(body: &[u8]) -> Result<Vec<(String, String)>, String> {
     let body = std::str::from_utf8(body).map_err(|_| "the form is not UTF-8".to_owned())?;
     tessera_proto::form::parse(body).map_err(|e| e.to_string())
 }
@@ -255,13 +223,8 @@ fn field<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// An HTML answer.
-fn respond(markup: Markup) -> Response {
-    html_page(markup).into_response()
-}
-
-async fn sign_in_form(State(console): State<Console>, headers: HeaderMap) -> Response {
-    if console.session(&headers).is_ok() {
+async fn sign_in_form(State(console): State<Console>, session: Option<Session>) -> Response {
+    if session.is_some() {
         return Redirect::to("/console/").into_response();
     }
     sign_in_page(&console, StatusCode::OK, None)
@@ -295,7 +258,10 @@ fn sign_in_page(console: &Console, status: StatusCode, error: Option<&str>) -> R
     (
         status,
         [(header::SET_COOKIE, cookie)],
-        html_page(view::page("Sign in", view::Section::None, None, body)),
+        html(
+            StatusCode::OK,
+            view::page("Sign in", view::Section::None, None, body),
+        ),
     )
         .into_response()
 }
@@ -394,15 +360,8 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
     }
 }
 
-async fn sign_out(State(console): State<Console>, headers: HeaderMap, body: Bytes) -> Response {
-    let session = match console.session(&headers) {
-        Ok(session) => session,
-        Err(fail) => return fail.into_response(),
-    };
-    if let Err(fail) = console.form(&session, &body) {
-        return fail.into_response();
-    }
-    console.sessions.end(&headers);
+async fn sign_out(State(console): State<Console>, form: Form) -> Response {
+    console.sessions.end(&form.id);
     let mut response = Redirect::to("/console/sign-in").into_response();
     if let Ok(value) =
         HeaderValue::from_str(&session::set_cookie(session::COOKIE, "", 0, console.secure))

@@ -152,22 +152,18 @@ impl Sessions {
         }
     }
 
-    /// Leaves a message for the next page of the request's session.
-    pub(super) fn flash(&self, headers: &HeaderMap, message: String, error: bool) {
-        if let Some(id) = cookie(headers, COOKIE) {
-            let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((_, s)) = map.get_mut(&key(id)) {
-                s.flash = Some((message, error));
-            }
+    /// Leaves a message for the next page of session `id`.
+    pub(super) fn flash(&self, id: &str, message: String, error: bool) {
+        let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, s)) = map.get_mut(&key(id)) {
+            s.flash = Some((message, error));
         }
     }
 
-    /// Ends the request's session.
-    pub(super) fn end(&self, headers: &HeaderMap) {
-        if let Some(id) = cookie(headers, COOKIE) {
-            let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
-            map.remove(&key(id));
-        }
+    /// Ends session `id`.
+    pub(super) fn end(&self, id: &str) {
+        let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&key(id));
     }
 
     #[cfg(test)]
