@@ -11,13 +11,13 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tessera_proto::Algorithm;
 use tessera_server::secrets::{load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets};
 
-mod admin;
 mod backup;
-
-use admin::AdminCommand;
 mod client_key;
+mod manage;
 mod serve;
 mod token;
+
+use manage::ManageCommand;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -82,17 +82,17 @@ enum Command {
     Config(ConfigCommand),
     /// Manage plans: the scopes a client may request and its token lifetime.
     #[command(subcommand)]
-    Plan(admin::PlanCommand),
+    Plan(manage::PlanCommand),
     /// Manage clients.
     #[command(subcommand)]
-    Client(admin::ClientCommand),
+    Client(manage::ClientCommand),
     /// Manage signing keys; make a client's key.
     #[command(subcommand)]
     Keys(KeysCommand),
     /// Manage trust policies: which external identities (Kubernetes service accounts,
     /// GitHub Actions jobs, SPIFFE IDs) may act as which client, with no secret.
     #[command(subcommand)]
-    Trust(admin::TrustCommand),
+    Trust(manage::TrustCommand),
     /// Copy the SQLite database into a new file, consistently, also while `serve` runs.
     ///
     /// The master key is not in the copy: back it up apart, once.
@@ -119,7 +119,7 @@ enum ConfigCommand {
 #[derive(Debug, Subcommand)]
 enum KeysCommand {
     #[command(flatten)]
-    Signing(admin::KeysCommand),
+    Signing(manage::KeysCommand),
     /// Write a new Ed25519 private key for a private_key_jwt client (PKCS #8 PEM, mode 0600)
     /// and print its public JWK Set, for `client create --auth-method private_key_jwt
     /// --jwks-file`.
@@ -181,13 +181,13 @@ async fn main() -> std::process::ExitCode {
                 .expect("config check");
             serve::check(&cli.data, &args, matches)
         }
-        Command::Plan(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Plan(cmd)).await,
-        Command::Client(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Client(cmd)).await,
+        Command::Plan(cmd) => manage::run(&cli.data, admin_url, ManageCommand::Plan(cmd)).await,
+        Command::Client(cmd) => manage::run(&cli.data, admin_url, ManageCommand::Client(cmd)).await,
         Command::Keys(KeysCommand::Signing(cmd)) => {
-            admin::run(&cli.data, admin_url, AdminCommand::Keys(cmd)).await
+            manage::run(&cli.data, admin_url, ManageCommand::Keys(cmd)).await
         }
         Command::Keys(KeysCommand::GenerateClientKey(args)) => client_key::generate(args),
-        Command::Trust(cmd) => admin::run(&cli.data, admin_url, AdminCommand::Trust(cmd)).await,
+        Command::Trust(cmd) => manage::run(&cli.data, admin_url, ManageCommand::Trust(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
         Command::Completions { shell } => completions(shell),

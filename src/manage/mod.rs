@@ -1,0 +1,437 @@
+//! `tessera plan`, `client`, `keys` and `trust`, the commands that manage the registry:
+//! each command is one call of [`Operations`], served either by the database
+//! ([`Database`], through `tessera_server::registrar`) or, with `--admin-url`, by a
+//! Tessera's admin API ([`Http`]). Both answer with the admin API's objects, as the contract shared with the
+//! server defines them ([`tessera_proto::admin`]), so the printing below serves both, and
+//! `--json` prints those objects.
+//!
+//! # Layout
+//!
+//! - this file: the commands, the [`Operations`] they call, and what they print;
+//! - [`args`]: their command lines; [`output`]: text or `--json`, one way for all;
+//! - [`database`]: the operations on the store; [`http`]: the same over the admin API;
+//! - [`progress`]: the bar `client create --count` draws on a terminal.
+
+use std::io::Write;
+
+use anyhow::Result;
+use tessera_proto::admin::{
+    self as api, Client, ClientInput, ClientPatch, ClientWithSecret, Key, Plan, TrustPolicy,
+    UsageDay,
+};
+use tessera_proto::clock::{rfc3339, Clock};
+use tessera_proto::Algorithm;
+use tessera_server::registrar::{views, Change, PlanSettings};
+use tessera_store::{AuthMethod, RateLimit};
+
+use crate::{Access, DataArgs};
+
+mod args;
+mod database;
+mod http;
+mod output;
+mod progress;
+
+pub(crate) use args::{ClientCommand, KeysCommand, PlanCommand, TrustCommand};
+use database::Database;
+use http::Http;
+use output::Output;
+use progress::Progress;
+
+/// A management command: `plan`, `client`, `keys` or `trust`.
+#[derive(Debug)]
+pub(crate) enum ManageCommand {
+    Plan(PlanCommand),
+    Client(ClientCommand),
+    Keys(KeysCommand),
+    Trust(TrustCommand),
+}
+
+impl ManageCommand {
+    fn access(&self) -> Access {
+        match self {
+            Self::Plan(PlanCommand::List { .. })
+            | Self::Client(ClientCommand::List { .. })
+            | Self::Client(ClientCommand::Show { .. })
+            | Self::Client(ClientCommand::Usage { .. })
+            | Self::Keys(KeysCommand::List { .. })
+            | Self::Trust(TrustCommand::List { .. }) => Access::Read,
+            _ => Access::Write,
+        }
+    }
+}
+
+/// The context of a failure after `made` of `count` clients were created (and printed):
+/// how many exist, and that running the command again makes `count` more, not the rest.
+pub(crate) fn created_before(made: u32, count: u32) -> String {
+    if made == 0 {
+        String::from("no client created")
+    } else {
+        format!(
+            "{made} of {count} clients created (printed above; `--count {}` makes the rest), \
+             then",
+            count - made
+        )
+    }
+}
+
+/// What receives clients just created, with their secrets: those committed together.
+pub(crate) type OnCreated<'a> =
+    dyn FnMut(&mut dyn Iterator<Item = ClientWithSecret>) -> Result<()> + 'a;
+
+/// The admin operations, one implementation per backend. Each answers with the admin API's
+/// objects; an error says what was refused, in words for the operator.
+pub(crate) trait Operations {
+    /// Creates a plan or changes it; a setting not named keeps its value.
+    async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan>;
+    /// Every plan, by name.
+    async fn list_plans(&self) -> Result<Vec<Plan>>;
+    /// Registers `count` clients, handing them with their secrets to `on_created`, those
+    /// written in one transaction together and only once it is committed; `progress` counts
+    /// them as they are written.
+    async fn create_clients(
+        &self,
+        new: &ClientInput,
+        count: u32,
+        progress: &Progress,
+        on_created: &mut OnCreated<'_>,
+    ) -> Result<()>;
+    /// Every client.
+    async fn list_clients(&self) -> Result<Vec<Client>>;
+    /// One client.
+    async fn show_client(&self, id: &str) -> Result<Client>;
+    /// Changes a client's name, plan or whether it is enabled.
+    async fn update_client(&self, id: &str, patch: &ClientPatch) -> Result<Client>;
+    /// Gives a client a new secret; the old one works for `grace_secs` more.
+    async fn rotate_secret(&self, id: &str, grace_secs: i64) -> Result<ClientWithSecret>;
+    /// Removes a client, returning it as it was.
+    async fn delete_client(&self, id: &str) -> Result<Client>;
+    /// A client's token requests per UTC day.
+    async fn usage(&self, id: &str) -> Result<Vec<UsageDay>>;
+    /// The signing keys, oldest activation first.
+    async fn list_keys(&self) -> Result<Vec<Key>>;
+    /// Publishes a new key that signs from `activate_in_secs` on.
+    async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key>;
+    /// Creates or replaces a trust policy.
+    async fn put_trust_policy(
+        &self,
+        name: &str,
+        input: &api::TrustPolicyInput,
+    ) -> Result<TrustPolicy>;
+    /// Every trust policy, by name.
+    async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>>;
+    /// Removes a trust policy.
+    async fn remove_trust_policy(&self, name: &str) -> Result<()>;
+}
+
+/// Runs an admin command on the database, or with `admin_url` on that Tessera's admin API.
+pub(crate) async fn run(
+    data: &DataArgs,
+    admin_url: Option<&str>,
+    command: ManageCommand,
+) -> Result<()> {
+    match admin_url {
+        Some(url) => execute(&Http::connect(url)?, command).await,
+        None => execute(&Database::open(data, command.access()).await?, command).await,
+    }
+}
+
+async fn execute(ops: &impl Operations, command: ManageCommand) -> Result<()> {
+    match command {
+        ManageCommand::Plan(cmd) => plan(ops, cmd).await,
+        ManageCommand::Client(cmd) => client(ops, cmd).await,
+        ManageCommand::Keys(cmd) => keys(ops, cmd).await,
+        ManageCommand::Trust(cmd) => trust(ops, cmd).await,
+    }
+}
+
+async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
+    match cmd {
+        PlanCommand::Set {
+            name,
+            scopes,
+            token_ttl,
+            token_rate,
+            token_burst,
+            reuse_percent,
+            introspect_any,
+            dpop,
+            json,
+        } => {
+            let token_rate = match token_rate.as_deref() {
+                None => Change::Keep,
+                Some("none") => Change::Clear,
+                Some(spec) => {
+                    let mut rate = RateLimit::parse(spec).ok_or_else(|| {
+                        anyhow::anyhow!("bad --token-rate {spec:?}: use COUNT/UNIT, e.g. 60/min")
+                    })?;
+                    if let Some(burst) = token_burst {
+                        rate.burst = burst;
+                    }
+                    Change::Set(rate)
+                }
+            };
+            let settings = PlanSettings {
+                token_ttl,
+                token_rate,
+                reuse_percent: match reuse_percent {
+                    None => Change::Keep,
+                    Some(0) => Change::Clear,
+                    Some(p) => Change::Set(p),
+                },
+                introspect_any,
+                dpop: dpop
+                    .map(|d| {
+                        d.parse()
+                            .map_err(|e: tessera_store::UnknownDpopPolicy| anyhow::anyhow!(e))
+                    })
+                    .transpose()?,
+            };
+            let plan = ops.set_plan(&name, &scopes, &settings).await?;
+            Output::of(json).object(&plan, output::plan)
+        }
+        PlanCommand::List { json } => {
+            let plans = ops.list_plans().await?;
+            Output::of(json).list(&plans, None, output::plan)
+        }
+    }
+}
+
+async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
+    match cmd {
+        ClientCommand::Create {
+            plan,
+            name,
+            auth_method,
+            tls_subject_dn,
+            tls_san_dns,
+            tls_san_uri,
+            jwks_file,
+            jwks_uri,
+            count,
+            json,
+        } => {
+            let jwks = match jwks_file {
+                Some(path) => Some(
+                    serde_json::from_slice(&anyhow::Context::with_context(
+                        std::fs::read(&path),
+                        || format!("cannot read {}", path.display()),
+                    )?)
+                    .map_err(|e| anyhow::anyhow!("{} is not JSON: {e}", path.display()))?,
+                ),
+                None => None,
+            };
+            let new = ClientInput {
+                plan,
+                name,
+                token_endpoint_auth_method: Some(auth_method.as_str().to_owned()),
+                tls_client_auth_subject_dn: tls_subject_dn,
+                tls_client_auth_san_dns: tls_san_dns,
+                tls_client_auth_san_uri: tls_san_uri,
+                jwks,
+                jwks_uri,
+            };
+            if auth_method.is_keyed() && views::certificate_match(&new)?.is_none() {
+                anyhow::bail!(
+                    "{} needs its keys: --jwks-file{}",
+                    auth_method.as_str(),
+                    match auth_method {
+                        AuthMethod::PrivateKeyJwt => " or --jwks-uri",
+                        AuthMethod::TlsClientAuth =>
+                            ", --tls-subject-dn, --tls-san-dns or --tls-san-uri",
+                        _ => "",
+                    }
+                );
+            }
+            // Clients are printed (and flushed) as soon as they exist, those committed
+            // together at once, so that a failure part way (on the database, after some
+            // batches; over HTTP, one client per request) loses no secret.
+            let output = Output::of(json);
+            let progress = Progress::clients(count);
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+            let mut print = |created: &mut dyn Iterator<Item = ClientWithSecret>| {
+                progress.suspend(|| -> Result<()> {
+                    for created in created {
+                        output.write(&mut out, &created, |c| {
+                            let mut text = format!("client_id:     {}\n", c.client.client_id);
+                            if let Some(secret) = &c.client_secret {
+                                text += &format!("client_secret: {}\n", secret.expose());
+                            }
+                            text + &format!("plan:          {}", c.client.plan)
+                        })?;
+                    }
+                    out.flush()?;
+                    Ok(())
+                })
+            };
+            let outcome = ops.create_clients(&new, count, &progress, &mut print).await;
+            progress.finish();
+            if outcome.is_ok() && output == Output::Text {
+                writeln!(out, "the secret is shown once; only its hash is stored")?;
+            }
+            out.flush()?;
+            outcome
+        }
+        ClientCommand::List { json } => {
+            let clients = ops.list_clients().await?;
+            let header = format!("{:<26} {:<16} {:<8} NAME", "CLIENT_ID", "PLAN", "ENABLED");
+            Output::of(json).list(&clients, Some(header), |c| {
+                format!(
+                    "{:<26} {:<16} {:<8} {}",
+                    c.client_id.as_str(),
+                    c.plan,
+                    c.enabled,
+                    c.name
+                )
+            })
+        }
+        ClientCommand::Show { id, json } => {
+            let client = ops.show_client(&id).await?;
+            // For people too: every field, indented.
+            Output::of(json).object(&client, |c| {
+                serde_json::to_string_pretty(c).unwrap_or_default()
+            })
+        }
+        ClientCommand::Disable { id, json } => {
+            let patch = ClientPatch {
+                enabled: Some(false),
+                ..ClientPatch::default()
+            };
+            let client = ops.update_client(&id, &patch).await?;
+            Output::of(json).object(&client, |_| format!("client {id} disabled"))
+        }
+        ClientCommand::Enable { id, json } => {
+            let patch = ClientPatch {
+                enabled: Some(true),
+                ..ClientPatch::default()
+            };
+            let client = ops.update_client(&id, &patch).await?;
+            Output::of(json).object(&client, |_| format!("client {id} enabled"))
+        }
+        ClientCommand::SetPlan { id, plan, json } => {
+            let patch = ClientPatch {
+                plan: Some(plan),
+                ..ClientPatch::default()
+            };
+            let client = ops.update_client(&id, &patch).await?;
+            Output::of(json).object(&client, |c| {
+                format!("client {id} is now on plan {}", c.plan)
+            })
+        }
+        ClientCommand::RotateSecret { id, grace, json } => {
+            let before = ops.show_client(&id).await?;
+            let cut_short = before
+                .previous_secret_valid_until
+                .is_some_and(|until| until > Clock::system().now());
+            let rotated = ops.rotate_secret(&id, grace).await?;
+            if cut_short {
+                eprintln!(
+                    "note: the secret replaced by the earlier rotation stops working now; \
+                     only one previous secret is kept"
+                );
+            }
+            Output::of(json).object(&rotated, |r| {
+                let mut text = format!("client_id:     {}\n", r.client.client_id);
+                if let Some(secret) = &r.client_secret {
+                    text += &format!("client_secret: {}\n", secret.expose());
+                }
+                text + &match r.client.previous_secret_valid_until {
+                    Some(until) => format!(
+                        "the previous secret stays valid until {} ({grace} s)",
+                        rfc3339(until)
+                    ),
+                    None => "the previous secret no longer works".to_owned(),
+                }
+            })
+        }
+        ClientCommand::Delete { id, json } => {
+            let deleted = ops.delete_client(&id).await?;
+            Output::of(json).object(&deleted, |_| format!("client {id} deleted"))
+        }
+        ClientCommand::Usage { id, json } => {
+            let days = ops.usage(&id).await?;
+            let header = format!("{:<10} {:>10} {:>10}", "DAY", "ISSUED", "REFUSED");
+            Output::of(json).list(&days, Some(header), |u| {
+                format!("{:<10} {:>10} {:>10}", u.day, u.issued, u.refused)
+            })
+        }
+    }
+}
+
+async fn keys(ops: &impl Operations, cmd: KeysCommand) -> Result<()> {
+    match cmd {
+        KeysCommand::List { json } => {
+            let keys = ops.list_keys().await?;
+            let header = format!("{:<44} {:<6} {:<8} ACTIVATES_AT", "KID", "ALG", "STATUS");
+            Output::of(json).list(&keys, Some(header), |k| {
+                format!(
+                    "{:<44} {:<6} {:<8} {}",
+                    k.kid,
+                    k.alg.as_str(),
+                    k.status.as_str(),
+                    rfc3339(k.activates_at)
+                )
+            })
+        }
+        KeysCommand::Rotate {
+            activate_in,
+            alg,
+            json,
+        } => {
+            let key = ops.rotate_keys(alg, activate_in).await?;
+            Output::of(json).object(&key, |k| {
+                format!(
+                    "key {} ({}) published now, signs from {} (in {activate_in} s)",
+                    k.kid,
+                    k.alg.as_str(),
+                    rfc3339(k.activates_at)
+                )
+            })
+        }
+    }
+}
+
+async fn trust(ops: &impl Operations, cmd: TrustCommand) -> Result<()> {
+    match cmd {
+        TrustCommand::Add {
+            name,
+            client,
+            issuer,
+            jwks_uri,
+            audience,
+            subject,
+            claims,
+            max_assertion_ttl,
+            allow_mutable_subject,
+            allow_admin,
+            json,
+        } => {
+            let policy = ops
+                .put_trust_policy(
+                    &name,
+                    &api::TrustPolicyInput {
+                        client_id: client,
+                        issuer,
+                        jwks_uri,
+                        audience,
+                        subject,
+                        claims: claims.into_iter().collect(),
+                        max_assertion_ttl,
+                        allow_mutable_subject,
+                        allow_admin,
+                    },
+                )
+                .await?;
+            Output::of(json).object(&policy, output::trust_policy)
+        }
+        TrustCommand::List { json } => {
+            let policies = ops.list_trust_policies().await?;
+            Output::of(json).list(&policies, None, output::trust_policy)
+        }
+        TrustCommand::Remove { name } => {
+            ops.remove_trust_policy(&name).await?;
+            println!("trust policy {name} removed");
+            Ok(())
+        }
+    }
+}
