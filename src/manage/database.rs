@@ -137,17 +137,11 @@ impl Operations for Database<'_> {
             .as_deref()
             .map_or(Some(AuthMethod::ClientSecretBasic), AuthMethod::parse)
             .expect("the command line parsed the method");
-        if let Some(certificate) = views::certificate_match(new)? {
+        if let Some(credential) = views::credential(new, method)? {
             for made in 0..count {
                 let c = self
                     .registrar()
-                    .create_certificate_client(
-                        &secrets,
-                        &new.plan,
-                        &new.name,
-                        method,
-                        certificate.clone(),
-                    )
+                    .create_keyed_client(&new.plan, &new.name, method, credential.clone())
                     .await
                     .with_context(|| created_before(made, count))?;
                 progress.advance(1);

@@ -231,7 +231,7 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                 jwks,
                 jwks_uri,
             };
-            if auth_method.is_keyed() && views::certificate_match(&new)?.is_none() {
+            if auth_method.is_keyed() && views::credential(&new, auth_method)?.is_none() {
                 anyhow::bail!(
                     "{} needs its keys: --jwks-file{}",
                     auth_method.as_str(),

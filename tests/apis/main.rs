@@ -311,7 +311,7 @@ async fn staging_and_production_are_isolated() {
 /// certificate, which a trusted TLS-terminating proxy passes on in a header.
 #[tokio::test]
 async fn a_certificate_bound_token_works_only_with_its_certificate() {
-    use tessera_store::CertificateMatch;
+    use tessera_store::{CertificateMatch, Credential};
     let dir = tempfile::tempdir().unwrap();
     // A CA and a client certificate it signs for a SPIFFE ID.
     let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -343,12 +343,11 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
         .unwrap();
     let client = app
         .registrar()
-        .create_certificate_client(
-            &app.secrets,
+        .create_keyed_client(
             "all",
             "trader",
             AuthMethod::TlsClientAuth,
-            CertificateMatch::SanUri(uri.into()),
+            Credential::Certificate(CertificateMatch::SanUri(uri.into())),
         )
         .await
         .unwrap();

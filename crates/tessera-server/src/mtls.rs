@@ -52,35 +52,6 @@ pub(crate) fn thumbprint(cert: &[u8]) -> String {
     tessera_jose::sha256_b64(cert)
 }
 
-/// A [`CertificateMatch`] as bytes, for the registry entry: a kind byte and the text.
-pub(crate) fn encode_match(certificate: &CertificateMatch) -> Vec<u8> {
-    let (kind, text) = match certificate {
-        CertificateMatch::SubjectDn(v) => (b'd', v),
-        CertificateMatch::SanDns(v) => (b'n', v),
-        CertificateMatch::SanUri(v) => (b'u', v),
-        CertificateMatch::Jwks(v) => (b'j', v),
-        CertificateMatch::JwksUri(v) => (b'k', v),
-    };
-    let mut bytes = Vec::with_capacity(1 + text.len());
-    bytes.push(kind);
-    bytes.extend_from_slice(text.as_bytes());
-    bytes
-}
-
-/// [`encode_match`] read back.
-pub(crate) fn decode_match(bytes: &[u8]) -> Option<CertificateMatch> {
-    let (kind, text) = bytes.split_first()?;
-    let text = std::str::from_utf8(text).ok()?.to_owned();
-    Some(match kind {
-        b'd' => CertificateMatch::SubjectDn(text),
-        b'n' => CertificateMatch::SanDns(text),
-        b'u' => CertificateMatch::SanUri(text),
-        b'j' => CertificateMatch::Jwks(text),
-        b'k' => CertificateMatch::JwksUri(text),
-        _ => return None,
-    })
-}
-
 /// Whether `chain` authenticates a client registered with `method` and `expected`: for
 /// `tls_client_auth`, the chain leads to the client CA (`ca`), is valid at `now` and names
 /// what was registered; for `self_signed_tls_client_auth`, its key is a registered one.
@@ -128,7 +99,7 @@ fn names_match(
         CertificateMatch::SanUri(uri) => {
             sans(&cert).any(|san| matches!(san, GeneralName::URI(u) if *u == uri.as_str()))
         }
-        CertificateMatch::Jwks(_) | CertificateMatch::JwksUri(_) => false,
+        CertificateMatch::Jwks(_) => false,
     }
 }
 

@@ -11,8 +11,8 @@ use tessera_proto::clock::Timestamp;
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
 use tessera_store::{
-    AuthMethod, CertificateMatch, Client, DpopPolicy, Plan, RateLimit, SigningKey, Store,
-    StoreError,
+    AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Plan, RateLimit,
+    SigningKey, Store, StoreError,
 };
 use thiserror::Error;
 
@@ -65,10 +65,8 @@ fn make_client(
         id,
         plan: plan.to_owned(),
         label: label.to_owned(),
-        secret_hash: secrets.hash_secret(&secret),
-        previous_secret: None,
         auth_method,
-        certificate: None,
+        credential: Credential::secret(secrets.hash_secret(&secret)),
         enabled: true,
         created_at: now,
         updated_at: now,
@@ -97,6 +95,12 @@ pub enum RegistrarError {
     /// No such client.
     #[error("no client with id {0:?}")]
     UnknownClient(String),
+    /// A secret rotation of a client that has no secret: it proves itself with a
+    /// certificate or with its own keys.
+    #[error(
+        "client {0:?} authenticates with a certificate or its own keys: it has no secret to rotate"
+    )]
+    NoSecret(String),
     /// A certificate method without what the certificate must match, or with the wrong
     /// kind of it (RFC 8705 section 2), or a secret method with one.
     #[error("{0}")]
@@ -433,32 +437,31 @@ impl<'a> Registrar<'a> {
     /// Registers a client that authenticates with a key of its own: a certificate (RFC 8705),
     /// `tls_client_auth` with a subject DN or SAN to match or `self_signed_tls_client_auth`
     /// with a JWK Set; or signed assertions (`private_key_jwt`, RFC 7523 section 2.2) with a
-    /// JWK Set or a `jwks_uri`. It has no secret (the one stored is random and never shown,
-    /// so no secret matches).
-    pub async fn create_certificate_client(
+    /// JWK Set or a `jwks_uri`. It has no secret.
+    pub async fn create_keyed_client(
         &self,
-        secrets: &Secrets,
         plan: &str,
         label: &str,
         auth_method: AuthMethod,
-        certificate: CertificateMatch,
+        credential: Credential,
     ) -> Result<Client, RegistrarError> {
-        let client = self.new_certificate_client(secrets, plan, label, auth_method, certificate)?;
+        let client = self.new_keyed_client(plan, label, auth_method, credential)?;
         self.store.insert_client(&client).await?;
         Ok(client)
     }
 
-    /// [`create_certificate_client`](Self::create_certificate_client) without storing it.
-    pub fn new_certificate_client(
+    /// [`create_keyed_client`](Self::create_keyed_client) without storing it.
+    pub fn new_keyed_client(
         &self,
-        secrets: &Secrets,
         plan: &str,
         label: &str,
         auth_method: AuthMethod,
-        certificate: CertificateMatch,
+        credential: Credential,
     ) -> Result<Client, RegistrarError> {
-        let fits = match (&certificate, auth_method) {
-            (CertificateMatch::Jwks(jwks), AuthMethod::SelfSignedTlsClientAuth) => {
+        use AuthMethod::{PrivateKeyJwt, SelfSignedTlsClientAuth, TlsClientAuth};
+        use CertificateMatch::{Jwks, SanDns, SanUri, SubjectDn};
+        let fits = match (&credential, auth_method) {
+            (Credential::Certificate(Jwks(jwks)), SelfSignedTlsClientAuth) => {
                 let keys = serde_json::from_str::<serde_json::Value>(jwks)
                     .ok()
                     .and_then(|v| v["keys"].as_array().map(|k| !k.is_empty()));
@@ -470,7 +473,7 @@ impl<'a> Registrar<'a> {
                 true
             }
             // RFC 7523 section 2.2: the keys inline, or where the client publishes them.
-            (CertificateMatch::Jwks(jwks), AuthMethod::PrivateKeyJwt) => {
+            (Credential::Keys(KeySource::Jwks(jwks)), PrivateKeyJwt) => {
                 if !crate::grant::assertion::has_usable_key(jwks) {
                     return Err(RegistrarError::BadCertificate(
                         "jwks must be a JWK Set with at least one public EdDSA, ES256 or RSA key",
@@ -478,7 +481,7 @@ impl<'a> Registrar<'a> {
                 }
                 true
             }
-            (CertificateMatch::JwksUri(uri), AuthMethod::PrivateKeyJwt) => {
+            (Credential::Keys(KeySource::JwksUri(uri)), PrivateKeyJwt) => {
                 if !is_jwks_uri(uri) {
                     return Err(RegistrarError::BadCertificate(
                         "jwks_uri must be an https URL of at most 2048 characters \
@@ -487,12 +490,7 @@ impl<'a> Registrar<'a> {
                 }
                 true
             }
-            (_, AuthMethod::PrivateKeyJwt) => false,
-            (CertificateMatch::Jwks(_) | CertificateMatch::JwksUri(_), _)
-            | (_, AuthMethod::SelfSignedTlsClientAuth) => false,
-            (CertificateMatch::SubjectDn(v), AuthMethod::TlsClientAuth)
-            | (CertificateMatch::SanDns(v), AuthMethod::TlsClientAuth)
-            | (CertificateMatch::SanUri(v), AuthMethod::TlsClientAuth) => {
+            (Credential::Certificate(SubjectDn(v) | SanDns(v) | SanUri(v)), TlsClientAuth) => {
                 !v.trim().is_empty() && v.len() <= 1024
             }
             _ => false,
@@ -505,12 +503,20 @@ impl<'a> Registrar<'a> {
             ));
         }
         // Parsed again at each use: this refuses here what would never match there.
-        if let CertificateMatch::SubjectDn(dn) = &certificate {
+        if let Credential::Certificate(SubjectDn(dn)) = &credential {
             crate::dn::Dn::parse(dn).map_err(|e| RegistrarError::BadSubjectDn(e.to_string()))?;
         }
-        let (mut client, _never_shown) = self.new_client(secrets, plan, label, auth_method);
-        client.certificate = Some(certificate);
-        Ok(client)
+        let now = self.clock.now();
+        Ok(Client {
+            id: secrets::new_client_id(),
+            plan: plan.to_owned(),
+            label: label.to_owned(),
+            auth_method,
+            credential,
+            enabled: true,
+            created_at: now,
+            updated_at: now,
+        })
     }
 
     /// Creates or replaces the trust policy `input.name` (workload identity federation).
@@ -671,10 +677,19 @@ impl<'a> Registrar<'a> {
         let secret = secrets::new_client_secret();
         let hash = secrets.hash_secret(&secret);
         let deadline = self.clock.now() + grace_secs.max(0);
+        if !matches!(self.client(id).await?.credential, Credential::Secret { .. }) {
+            return Err(RegistrarError::NoSecret(id.to_owned()));
+        }
         let client = self
             .update_client(id, |c| {
-                let old = std::mem::replace(&mut c.secret_hash, hash);
-                c.previous_secret = (grace_secs > 0).then_some((old, deadline));
+                if let Credential::Secret {
+                    hash: current,
+                    previous,
+                } = &mut c.credential
+                {
+                    let old = std::mem::replace(current, hash);
+                    *previous = (grace_secs > 0).then_some((old, deadline));
+                }
             })
             .await?;
         Ok((client, secret))

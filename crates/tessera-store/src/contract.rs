@@ -3,8 +3,8 @@
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
 use crate::{
-    AuthMethod, CertificateMatch, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, RateLimit,
-    Revoked, SigningKey, Store, StoreError, Usage,
+    AuthMethod, CertificateMatch, Changes, Client, Credential, IdempotentAnswer, KeySource, Plan,
+    PlanRemoval, RateLimit, Revoked, SigningKey, Store, StoreError, Usage,
 };
 
 /// The contract's fixed present: stores keep times, they never read a clock.
@@ -31,10 +31,8 @@ fn client(id: &str, plan: &str) -> Client {
         id: ClientId::parse(id).unwrap(),
         plan: plan.into(),
         label: "label".into(),
-        secret_hash: vec![1; 32],
-        previous_secret: None,
         auth_method: AuthMethod::ClientSecretBasic,
-        certificate: None,
+        credential: Credential::secret(vec![1; 32]),
         enabled: true,
         created_at: now(),
         updated_at: now(),
@@ -92,7 +90,10 @@ pub(crate) async fn contract(store: &dyn Store) {
     assert!(store.delete_client(&batch[0].id).await.unwrap());
     assert!(store.delete_client(&batch[1].id).await.unwrap());
 
-    c1.previous_secret = Some((vec![2; 32], 42));
+    c1.credential = Credential::Secret {
+        hash: vec![1; 32],
+        previous: Some((vec![2; 32], 42)),
+    };
     c1.enabled = false;
     c1.plan = "pro".into();
     assert!(store.update_client(&c1).await.unwrap());
@@ -258,18 +259,21 @@ async fn admin_contract(store: &dyn Store) {
     // A client that authenticates with a certificate keeps what it must match.
     let mut mtls = client("m1", "b");
     mtls.auth_method = AuthMethod::TlsClientAuth;
-    mtls.certificate = Some(CertificateMatch::SanUri("spiffe://example.org/a".into()));
+    mtls.credential =
+        Credential::Certificate(CertificateMatch::SanUri("spiffe://example.org/a".into()));
     store.insert_client(&mtls).await.unwrap();
     assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
     mtls.auth_method = AuthMethod::SelfSignedTlsClientAuth;
-    mtls.certificate = Some(CertificateMatch::Jwks("{\"keys\":[]}".into()));
+    mtls.credential = Credential::Certificate(CertificateMatch::Jwks("{\"keys\":[]}".into()));
     assert!(store.update_client(&mtls).await.unwrap());
     assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
     // A private_key_jwt client keeps where its keys are published.
     mtls.auth_method = AuthMethod::PrivateKeyJwt;
-    mtls.certificate = Some(CertificateMatch::JwksUri(
-        "https://keys.example/jwks".into(),
-    ));
+    mtls.credential = Credential::Keys(KeySource::JwksUri("https://keys.example/jwks".into()));
+    assert!(store.update_client(&mtls).await.unwrap());
+    assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
+    // Or its keys themselves.
+    mtls.credential = Credential::Keys(KeySource::Jwks("{\"keys\":[]}".into()));
     assert!(store.update_client(&mtls).await.unwrap());
     assert_eq!(store.client(&mtls.id).await.unwrap().as_ref(), Some(&mtls));
 
@@ -430,7 +434,7 @@ async fn batches(store: &dyn Store) {
         (0..n)
             .map(|i| {
                 let mut c = client(&format!("{prefix}{i:05}"), plan);
-                c.secret_hash = vec![(i % 251) as u8; 32];
+                c.credential = Credential::secret(vec![(i % 251) as u8; 32]);
                 c
             })
             .collect()

@@ -387,8 +387,51 @@ impl AuthMethod {
     }
 }
 
-/// What a certificate-authenticated client's certificate must match (RFC 8705 section 2;
-/// the names of its client metadata, section 2.1.2 and RFC 7591).
+/// How a client proves who it is at the token endpoint (RFC 6749 section 2.3), with what the
+/// proof is checked against. Its [`AuthMethod`] says how it presents it (a secret in Basic or
+/// in the body, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A secret (`client_secret_basic`, `client_secret_post`). The secret itself is never
+    /// stored, only its keyed hash.
+    Secret {
+        /// HMAC-SHA-256 of the current secret.
+        hash: Vec<u8>,
+        /// The previous secret's hash and the moment it stops being accepted, after a
+        /// rotation.
+        previous: Option<(Vec<u8>, Timestamp)>,
+    },
+    /// A client certificate (`tls_client_auth`, `self_signed_tls_client_auth`, RFC 8705
+    /// section 2): what it must match.
+    Certificate(CertificateMatch),
+    /// JWTs signed with the client's own keys (`private_key_jwt`, RFC 7523 section 2.2):
+    /// where those keys are.
+    Keys(KeySource),
+}
+
+impl Credential {
+    /// A secret's, without a previous one.
+    pub fn secret(hash: Vec<u8>) -> Self {
+        Self::Secret {
+            hash,
+            previous: None,
+        }
+    }
+
+    /// When the previous secret stops being accepted, after a rotation.
+    pub fn previous_secret_until(&self) -> Option<Timestamp> {
+        match self {
+            Self::Secret {
+                previous: Some((_, until)),
+                ..
+            } => Some(*until),
+            _ => None,
+        }
+    }
+}
+
+/// What a client's certificate must match (RFC 8705 section 2; the names of its client
+/// metadata, section 2.1.2 and RFC 7591).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CertificateMatch {
     /// `tls_client_auth_subject_dn`: the subject DN, RFC 4514 form.
@@ -397,14 +440,21 @@ pub enum CertificateMatch {
     SanDns(String),
     /// `tls_client_auth_san_uri`: a URI there, e.g. a SPIFFE ID.
     SanUri(String),
-    /// `jwks`: for a self-signed certificate, the public keys it may carry; for
-    /// `private_key_jwt`, the keys its assertions may be signed with (a JWK Set).
+    /// `jwks`: for a self-signed certificate, the public keys it may carry (a JWK Set).
     Jwks(String),
-    /// `jwks_uri`: for `private_key_jwt`, where the client publishes its keys.
+}
+
+/// Where a `private_key_jwt` client's public keys are (RFC 7523 section 2.2; RFC 7591
+/// section 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    /// `jwks`: the keys themselves, a JWK Set.
+    Jwks(String),
+    /// `jwks_uri`: where the client publishes them.
     JwksUri(String),
 }
 
-/// A registered client. The secret itself is never stored, only its keyed hash.
+/// A registered client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Client {
     /// The generated client identifier.
@@ -413,15 +463,10 @@ pub struct Client {
     pub plan: String,
     /// A label for people.
     pub label: String,
-    /// HMAC-SHA-256 of the current secret.
-    pub secret_hash: Vec<u8>,
-    /// The previous secret's hash and the moment it stops being accepted, after a rotation.
-    pub previous_secret: Option<(Vec<u8>, Timestamp)>,
     /// How the client authenticates.
     pub auth_method: AuthMethod,
-    /// What its certificate must match, for the certificate methods; its keys, for
-    /// `private_key_jwt`.
-    pub certificate: Option<CertificateMatch>,
+    /// What it proves itself with.
+    pub credential: Credential,
     /// A disabled client gets `invalid_client`.
     pub enabled: bool,
     /// When the client was created.

@@ -7,7 +7,8 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
 use crate::{
-    AuthMethod, CertificateMatch, Client, Plan, RateLimit, Revoked, SigningKey, StoreError, Usage,
+    AuthMethod, CertificateMatch, Client, Credential, KeySource, Plan, RateLimit, Revoked,
+    SigningKey, StoreError, Timestamp, Usage,
 };
 
 /// Reads column `name` as `T`.
@@ -85,7 +86,7 @@ where
     bool: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
     let mut keys: [Option<String>; 5] = Default::default();
-    for (key, (column, _)) in keys.iter_mut().zip(KEY_COLUMNS) {
+    for (key, column) in keys.iter_mut().zip(KEY_COLUMNS) {
         *key = get(row, column)?;
     }
     client_of(ClientColumns {
@@ -103,14 +104,14 @@ where
     })
 }
 
-/// The key columns of `clients` and the match each one holds; at most one is set.
-type MakeMatch = fn(String) -> CertificateMatch;
-const KEY_COLUMNS: [(&str, MakeMatch); 5] = [
-    ("tls_subject_dn", CertificateMatch::SubjectDn),
-    ("tls_san_dns", CertificateMatch::SanDns),
-    ("tls_san_uri", CertificateMatch::SanUri),
-    ("jwks", CertificateMatch::Jwks),
-    ("jwks_uri", CertificateMatch::JwksUri),
+/// The key columns of `clients`: what a certificate must match, or where a `private_key_jwt`
+/// client's keys are; at most one is set.
+const KEY_COLUMNS: [&str; 5] = [
+    "tls_subject_dn",
+    "tls_san_dns",
+    "tls_san_uri",
+    "jwks",
+    "jwks_uri",
 ];
 
 /// A row of `clients` as read, before what needs parsing is parsed.
@@ -131,19 +132,36 @@ struct ClientColumns {
 
 /// The client of one row, however it was read (a row of the driver, or a packed page).
 fn client_of(c: ClientColumns) -> Result<Client, StoreError> {
+    let auth_method = AuthMethod::parse(&c.auth_method)
+        .ok_or_else(|| corrupt("clients.auth_method", &c.auth_method))?;
+    let [dn, dns, uri, jwks, jwks_uri] = c.keys;
+    let certificate = match (dn, dns, uri, jwks) {
+        (Some(v), ..) => Some(CertificateMatch::SubjectDn(v)),
+        (_, Some(v), ..) => Some(CertificateMatch::SanDns(v)),
+        (_, _, Some(v), _) => Some(CertificateMatch::SanUri(v)),
+        (.., Some(v)) => Some(CertificateMatch::Jwks(v)),
+        _ => None,
+    };
+    // The method says which the key columns are. A client of a keyed method is written with
+    // one of them (the registrar refuses it otherwise); its `secret_hash` is filler that no
+    // secret matches, as is a secret client's only without one.
+    let credential = match (auth_method, certificate, jwks_uri) {
+        (AuthMethod::PrivateKeyJwt, Some(CertificateMatch::Jwks(jwks)), _) => {
+            Credential::Keys(KeySource::Jwks(jwks))
+        }
+        (AuthMethod::PrivateKeyJwt, None, Some(uri)) => Credential::Keys(KeySource::JwksUri(uri)),
+        (method, Some(certificate), _) if method.is_mtls() => Credential::Certificate(certificate),
+        _ => Credential::Secret {
+            hash: c.secret_hash,
+            previous: c.previous_hash.zip(c.previous_until),
+        },
+    };
     Ok(Client {
         id: ClientId::parse(&c.id).ok_or_else(|| corrupt("clients.id", "empty"))?,
         plan: c.plan,
         label: c.label,
-        secret_hash: c.secret_hash,
-        previous_secret: c.previous_hash.zip(c.previous_until),
-        auth_method: AuthMethod::parse(&c.auth_method)
-            .ok_or_else(|| corrupt("clients.auth_method", &c.auth_method))?,
-        certificate: c
-            .keys
-            .into_iter()
-            .zip(KEY_COLUMNS)
-            .find_map(|(value, (_, make))| value.map(make)),
+        auth_method,
+        credential,
         enabled: c.enabled,
         created_at: c.created_at,
         updated_at: c.updated_at,
@@ -219,18 +237,49 @@ fn unhex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The five key columns of a client, in the order of [`KEY_COLUMNS`].
-pub(crate) fn certificate_columns(client: &Client) -> [Option<&str>; 5] {
-    let mut columns = [None; 5];
-    match &client.certificate {
-        Some(CertificateMatch::SubjectDn(v)) => columns[0] = Some(v.as_str()),
-        Some(CertificateMatch::SanDns(v)) => columns[1] = Some(v.as_str()),
-        Some(CertificateMatch::SanUri(v)) => columns[2] = Some(v.as_str()),
-        Some(CertificateMatch::Jwks(v)) => columns[3] = Some(v.as_str()),
-        Some(CertificateMatch::JwksUri(v)) => columns[4] = Some(v.as_str()),
-        None => {}
+/// The columns of a client's credential: `secret_hash`, the previous secret's hash and when
+/// it stops working, and the five key columns in the order of [`KEY_COLUMNS`]. A keyed
+/// client's `secret_hash` is empty: no secret's hash is.
+pub(crate) struct CredentialColumns<'a> {
+    pub(crate) secret_hash: &'a [u8],
+    pub(crate) previous: Option<(&'a [u8], Timestamp)>,
+    pub(crate) keys: [Option<&'a str>; 5],
+}
+
+/// The columns `client`'s credential is stored in.
+pub(crate) fn credential_columns(client: &Client) -> CredentialColumns<'_> {
+    let mut keys = [None; 5];
+    let (secret_hash, previous): (&[u8], _) = match &client.credential {
+        Credential::Secret { hash, previous } => (
+            hash,
+            previous
+                .as_ref()
+                .map(|(hash, until)| (hash.as_slice(), *until)),
+        ),
+        Credential::Certificate(certificate) => {
+            let (column, value) = match certificate {
+                CertificateMatch::SubjectDn(v) => (0, v),
+                CertificateMatch::SanDns(v) => (1, v),
+                CertificateMatch::SanUri(v) => (2, v),
+                CertificateMatch::Jwks(v) => (3, v),
+            };
+            keys[column] = Some(value.as_str());
+            (&[], None)
+        }
+        Credential::Keys(KeySource::Jwks(v)) => {
+            keys[3] = Some(v.as_str());
+            (&[], None)
+        }
+        Credential::Keys(KeySource::JwksUri(v)) => {
+            keys[4] = Some(v.as_str());
+            (&[], None)
+        }
+    };
+    CredentialColumns {
+        secret_hash,
+        previous,
+        keys,
     }
-    columns
 }
 
 pub(crate) fn trust_policy<R>(row: &R) -> Result<crate::TrustPolicy, StoreError>

@@ -209,15 +209,16 @@ where
         let sql = client_insert::<DB>(chunk.len());
         let mut query = sqlx::query(&sql);
         for client in chunk {
-            let [dn, dns, uri, jwks, jwks_uri] = rows::certificate_columns(client);
-            let previous = client.previous_secret.as_ref();
+            let columns = rows::credential_columns(client);
+            let [dn, dns, uri, jwks, jwks_uri] = columns.keys;
+            let previous = columns.previous;
             query = query
                 .bind(client.id.as_str())
                 .bind(client.plan.as_str())
                 .bind(client.label.as_str())
-                .bind(client.secret_hash.as_slice())
-                .bind(previous.map(|(hash, _)| hash.as_slice()))
-                .bind(previous.map(|&(_, until)| until))
+                .bind(columns.secret_hash)
+                .bind(previous.map(|(hash, _)| hash))
+                .bind(previous.map(|(_, until)| until))
                 .bind(client.auth_method.as_str())
                 .bind(client.enabled)
                 .bind(client.created_at)
@@ -535,8 +536,9 @@ where
     }
 
     async fn update_client(&self, client: &Client) -> Result<bool> {
-        let (prev_hash, prev_until) = client.previous_secret.clone().unzip();
-        let [dn, dns, uri, jwks, jwks_uri] = rows::certificate_columns(client);
+        let columns = rows::credential_columns(client);
+        let (prev_hash, prev_until) = columns.previous.unzip();
+        let [dn, dns, uri, jwks, jwks_uri] = columns.keys;
         let mut tx = begin_write(&self.pool).await?;
         let changed = sqlx::query(
             "UPDATE clients SET plan = $2, label = $3, secret_hash = $4, \
@@ -547,7 +549,7 @@ where
         .bind(client.id.as_str())
         .bind(client.plan.as_str())
         .bind(client.label.as_str())
-        .bind(client.secret_hash.as_slice())
+        .bind(columns.secret_hash)
         .bind(prev_hash)
         .bind(prev_until)
         .bind(client.auth_method.as_str())

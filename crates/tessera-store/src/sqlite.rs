@@ -428,10 +428,8 @@ mod tests {
             id: tessera_proto::ClientId::parse(&format!("c{n}")).unwrap(),
             plan: "p".into(),
             label: "x".repeat(300),
-            secret_hash: vec![1; 32],
-            previous_secret: None,
             auth_method: crate::AuthMethod::ClientSecretBasic,
-            certificate: None,
+            credential: crate::Credential::secret(vec![1; 32]),
             enabled: true,
             created_at: 0,
             updated_at: 0,
@@ -519,13 +517,18 @@ mod tests {
         let ids: Vec<&str> = clients.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["tc_a", "tc_b"]);
         assert_eq!(
-            clients[0].certificate,
-            Some(crate::CertificateMatch::JwksUri("https://k".into()))
+            clients[0].credential,
+            crate::Credential::Keys(crate::KeySource::JwksUri("https://k".into()))
         );
         assert!(!clients[0].enabled);
         assert_eq!(clients[1].label, "second");
-        assert_eq!(clients[1].secret_hash, [1, 2]);
-        assert_eq!(clients[1].previous_secret, Some((vec![3, 4], 99)));
+        assert_eq!(
+            clients[1].credential,
+            crate::Credential::Secret {
+                hash: vec![1, 2],
+                previous: Some((vec![3, 4], 99)),
+            }
+        );
         assert_eq!((clients[1].created_at, clients[1].updated_at), (1, 2));
         let policies = store.trust_policies().await.unwrap();
         assert_eq!(policies.len(), 1);

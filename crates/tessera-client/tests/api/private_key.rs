@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 use tessera_client::{ClientAuth, ClientKey};
-use tessera_store::{AuthMethod, CertificateMatch};
+use tessera_store::{AuthMethod, Credential, KeySource};
 use tessera_testkit::claims_of;
 use tessera_testkit::dpop::ProofKey;
 
@@ -17,12 +17,11 @@ async fn register(server: &TestServer, jwks: Value) -> ClientId {
     let app = &server.app;
     let client = app
         .registrar()
-        .create_certificate_client(
-            &app.secrets,
+        .create_keyed_client(
             "pro",
             "pk",
             AuthMethod::PrivateKeyJwt,
-            CertificateMatch::Jwks(jwks.to_string()),
+            Credential::Keys(KeySource::Jwks(jwks.to_string())),
         )
         .await
         .unwrap();

@@ -287,6 +287,7 @@ impl From<RegistrarError> for Problem {
             RegistrarError::BadRate => Problem::invalid_field("token_rate", detail),
             RegistrarError::BadReuse => Problem::invalid_field("reuse_percent", detail),
             RegistrarError::UnknownClient(_) => Problem::not_found(detail),
+            RegistrarError::NoSecret(_) => Problem::conflict(detail),
             RegistrarError::ManyMatches => {
                 Problem::invalid_field("tls_client_auth_subject_dn", detail)
             }

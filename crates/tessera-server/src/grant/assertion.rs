@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use tessera_proto::jwk::{public_keys, PublicJwk};
 use tessera_proto::jws::{decode_claims, parse_assertion};
 use tessera_proto::Algorithm;
-use tessera_store::CertificateMatch;
+use tessera_store::KeySource;
 use tessera_verify::replay::{ReplayCache, ReplayError};
 
 use super::key_sets::{KeySets, Outbound, Source};
@@ -559,7 +559,7 @@ impl Assertions {
         &self,
         checking: Checking<'_>,
         client_id: &str,
-        registered: &CertificateMatch,
+        registered: &KeySource,
         assertion: &str,
     ) -> Result<(), AssertionError> {
         let now = checking.clock.now();
@@ -570,12 +570,11 @@ impl Assertions {
             })?;
         let pick = |keys: &[PublicJwk]| pick(keys, &unverified);
         let verified = match registered {
-            CertificateMatch::Jwks(jwks) => pick(&public_keys(jwks)),
-            CertificateMatch::JwksUri(url) => self
+            KeySource::Jwks(jwks) => pick(&public_keys(jwks)),
+            KeySource::JwksUri(url) => self
                 .verified_at(checking, &Source::Jwks(url.clone()), &unverified)
                 .await?
                 .ok_or(AssertionError::KeysUnavailable)?,
-            _ => None,
         };
         match verified {
             None => return Err(AssertionError::UnknownKey),

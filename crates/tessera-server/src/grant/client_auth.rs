@@ -24,7 +24,7 @@ use super::{Grantor, Refusal};
 use crate::audit;
 use crate::limits::{Busy, Slot};
 use crate::mtls::{self, PeerCertificate};
-use crate::registry::{Clients, Registry, Trigger};
+use crate::registry::{Clients, HeldCredential, Registry, Trigger};
 use crate::secrets::{self, Secrets};
 
 /// The credentials a request presents, and how.
@@ -253,8 +253,14 @@ fn check_presented(
     let checked = clients.with(presented.client_id.as_str(), |client| {
         match &presented.proof {
             Proof::Secret { secret, method } => {
-                let current = secrets.verify_secret(secret, client.secret_hash());
-                let previous = client.previous_secret().is_some_and(|(hash, until)| {
+                let HeldCredential::Secret { hash, previous } = client.credential() else {
+                    // A client without a secret: checked against the dummy hash all the
+                    // same, so that it costs what a wrong secret costs.
+                    let _ = secrets.verify_secret(secret, &DUMMY_HASH);
+                    return Err(AuthFailure::WrongSecret);
+                };
+                let current = secrets.verify_secret(secret, hash);
+                let previous = previous.is_some_and(|(hash, until)| {
                     now < until && secrets.verify_secret(secret, hash)
                 });
                 if !(current || previous) {
@@ -278,15 +284,16 @@ fn check_presented(
                 let when = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
                     u64::try_from(now).unwrap_or(0),
                 ));
-                let matches = mtls::decode_match(client.secret_hash()).is_some_and(|expected| {
-                    mtls::authenticates(
+                let matches = match client.credential() {
+                    HeldCredential::Certificate(expected) => mtls::authenticates(
                         client_ca,
                         &certificate.0,
                         client.auth_method,
-                        &expected,
+                        expected,
                         when,
-                    )
-                });
+                    ),
+                    _ => false,
+                };
                 if !matches {
                     return Err(AuthFailure::WrongSecret);
                 }
@@ -449,10 +456,11 @@ impl Grantor<'_> {
         let mut federated = None;
         if let Some(token) = presented.assertion() {
             let id = presented.client_id.as_str();
-            let registered = clients.with(id, |client| {
-                (client.auth_method == AuthMethod::PrivateKeyJwt)
-                    .then(|| mtls::decode_match(client.secret_hash()))
-                    .flatten()
+            let registered = clients.with(id, |client| match client.credential() {
+                HeldCredential::Keys(keys) if client.auth_method == AuthMethod::PrivateKeyJwt => {
+                    Some(keys.clone())
+                }
+                _ => None,
             });
             let Some(keys) = registered else {
                 return Err(AuthFailure::Unknown);

@@ -5,7 +5,10 @@
 use tessera_proto::admin as api;
 use tessera_proto::clock::Timestamp;
 use tessera_proto::ClientSecret;
-use tessera_store::{CertificateMatch, Client, DpopPolicy, Plan, RateLimit, SigningKey};
+use tessera_store::{
+    AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Plan, RateLimit,
+    SigningKey,
+};
 
 use super::{RegistrarError, TrustPolicyInput, MAX_TOKEN_TTL};
 
@@ -64,40 +67,40 @@ pub fn dpop_policy(dpop: api::Dpop) -> DpopPolicy {
 /// A client, never its secret: with what its certificate or assertions must match, in the
 /// field of the contract it was registered with.
 pub fn client(c: &Client) -> api::Client {
-    let text = |want: fn(&CertificateMatch) -> Option<&String>| {
-        c.certificate.as_ref().and_then(want).cloned()
-    };
-    api::Client {
+    let mut view = api::Client {
         client_id: c.id.clone(),
         plan: c.plan.clone(),
         name: c.label.clone(),
         enabled: c.enabled,
         token_endpoint_auth_method: c.auth_method.as_str().to_owned(),
-        previous_secret_valid_until: c.previous_secret.as_ref().map(|(_, until)| *until),
+        previous_secret_valid_until: c.credential.previous_secret_until(),
         created_at: c.created_at,
         updated_at: c.updated_at,
-        tls_client_auth_subject_dn: text(|m| match m {
-            CertificateMatch::SubjectDn(v) => Some(v),
-            _ => None,
-        }),
-        tls_client_auth_san_dns: text(|m| match m {
-            CertificateMatch::SanDns(v) => Some(v),
-            _ => None,
-        }),
-        tls_client_auth_san_uri: text(|m| match m {
-            CertificateMatch::SanUri(v) => Some(v),
-            _ => None,
-        }),
-        jwks: text(|m| match m {
-            CertificateMatch::Jwks(v) => Some(v),
-            _ => None,
-        })
-        .and_then(|v| serde_json::from_str(&v).ok()),
-        jwks_uri: text(|m| match m {
-            CertificateMatch::JwksUri(v) => Some(v),
-            _ => None,
-        }),
+        tls_client_auth_subject_dn: None,
+        tls_client_auth_san_dns: None,
+        tls_client_auth_san_uri: None,
+        jwks: None,
+        jwks_uri: None,
+    };
+    let jwks = |text: &str| serde_json::from_str(text).ok();
+    match &c.credential {
+        Credential::Secret { .. } => {}
+        Credential::Certificate(CertificateMatch::SubjectDn(v)) => {
+            view.tls_client_auth_subject_dn = Some(v.clone());
+        }
+        Credential::Certificate(CertificateMatch::SanDns(v)) => {
+            view.tls_client_auth_san_dns = Some(v.clone());
+        }
+        Credential::Certificate(CertificateMatch::SanUri(v)) => {
+            view.tls_client_auth_san_uri = Some(v.clone());
+        }
+        Credential::Certificate(CertificateMatch::Jwks(v))
+        | Credential::Keys(KeySource::Jwks(v)) => {
+            view.jwks = jwks(v);
+        }
+        Credential::Keys(KeySource::JwksUri(v)) => view.jwks_uri = Some(v.clone()),
     }
+    view
 }
 
 /// A client with the secret it was just given (none for a keyed client).
@@ -108,26 +111,34 @@ pub fn with_secret(c: &Client, secret: Option<ClientSecret>) -> api::ClientWithS
     }
 }
 
-/// What a client to register says its certificate or assertions must match: at most one
-/// of the five fields, as RFC 8705 section 2.1.2 asks.
-pub fn certificate_match(
+/// What a client to register with `method` proves itself with, when it gave what its
+/// certificate or assertions must match: at most one of the five fields, as RFC 8705 section
+/// 2.1.2 asks. `jwks` is the keys a self-signed certificate may carry, or, for
+/// `private_key_jwt`, the keys its assertions are signed with.
+pub fn credential(
     input: &api::ClientInput,
-) -> Result<Option<CertificateMatch>, RegistrarError> {
+    method: AuthMethod,
+) -> Result<Option<Credential>, RegistrarError> {
     let mut given = Vec::new();
     if let Some(v) = &input.tls_client_auth_subject_dn {
-        given.push(CertificateMatch::SubjectDn(v.clone()));
+        given.push(Credential::Certificate(CertificateMatch::SubjectDn(
+            v.clone(),
+        )));
     }
     if let Some(v) = &input.tls_client_auth_san_dns {
-        given.push(CertificateMatch::SanDns(v.clone()));
+        given.push(Credential::Certificate(CertificateMatch::SanDns(v.clone())));
     }
     if let Some(v) = &input.tls_client_auth_san_uri {
-        given.push(CertificateMatch::SanUri(v.clone()));
+        given.push(Credential::Certificate(CertificateMatch::SanUri(v.clone())));
     }
     if let Some(v) = &input.jwks {
-        given.push(CertificateMatch::Jwks(v.to_string()));
+        given.push(match method {
+            AuthMethod::PrivateKeyJwt => Credential::Keys(KeySource::Jwks(v.to_string())),
+            _ => Credential::Certificate(CertificateMatch::Jwks(v.to_string())),
+        });
     }
     if let Some(v) = &input.jwks_uri {
-        given.push(CertificateMatch::JwksUri(v.clone()));
+        given.push(Credential::Keys(KeySource::JwksUri(v.clone())));
     }
     if given.len() > 1 {
         return Err(RegistrarError::ManyMatches);
@@ -250,19 +261,38 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            certificate_match(&input).unwrap(),
-            Some(CertificateMatch::JwksUri(
+            credential(&input, AuthMethod::PrivateKeyJwt).unwrap(),
+            Some(Credential::Keys(KeySource::JwksUri(
                 "https://keys.example/jwks".into()
-            ))
+            )))
         );
         input.tls_client_auth_san_dns = Some("billing.example".into());
         assert!(matches!(
-            certificate_match(&input),
+            credential(&input, AuthMethod::PrivateKeyJwt),
             Err(RegistrarError::ManyMatches)
         ));
         assert_eq!(
-            certificate_match(&api::ClientInput::default()).unwrap(),
+            credential(&api::ClientInput::default(), AuthMethod::TlsClientAuth).unwrap(),
             None
+        );
+    }
+
+    /// A JWK Set is a certificate's keys, or, for `private_key_jwt`, the assertions' keys.
+    #[test]
+    fn a_jwk_set_is_named_by_the_method() {
+        let input = api::ClientInput {
+            jwks: Some(serde_json::json!({"keys": []})),
+            ..Default::default()
+        };
+        assert_eq!(
+            credential(&input, AuthMethod::SelfSignedTlsClientAuth).unwrap(),
+            Some(Credential::Certificate(CertificateMatch::Jwks(
+                r#"{"keys":[]}"#.into()
+            )))
+        );
+        assert_eq!(
+            credential(&input, AuthMethod::PrivateKeyJwt).unwrap(),
+            Some(Credential::Keys(KeySource::Jwks(r#"{"keys":[]}"#.into())))
         );
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use tessera_store::{AuthMethod, Client, Timestamp};
+use tessera_store::{AuthMethod, CertificateMatch, Client, Credential, KeySource, Timestamp};
 
 use super::snapshot::PlanSlot;
 
@@ -16,10 +16,10 @@ const SHARDS: usize = 64;
 /// A client as the token endpoint needs it, in 48 bytes and no allocation of its own for a
 /// client with a secret (the common case). `Debug` leaves the hashes out.
 pub struct ClientEntry {
-    /// HMAC-SHA-256 of the current secret. When [`Extra::credential`] is set, it holds the
-    /// credential instead and this is zero.
+    /// HMAC-SHA-256 of the current secret. When [`Extra::credential`] is set, the client's
+    /// credential is that instead and this is zero.
     hash: [u8; 32],
-    /// What few clients have: a certificate or key to match, a previous secret.
+    /// What few clients have: a certificate or keys, a previous secret.
     extra: Option<Box<Extra>>,
     /// Its plan, in the registry snapshot.
     pub plan: PlanSlot,
@@ -35,29 +35,53 @@ pub struct ClientEntry {
 
 /// The rarer parts of a client, behind one pointer.
 struct Extra {
-    /// For a certificate or key method (RFC 8705, RFC 7523), what the certificate or
-    /// assertion must match, encoded by `mtls::encode_match`; or a secret's hash that is not
-    /// 32 bytes long.
-    credential: Option<Box<[u8]>>,
+    /// A credential other than a secret whose hash is 32 bytes long.
+    credential: Option<Held>,
     /// HMAC of the previous secret and when it stops working.
     previous_secret: Option<(Box<[u8]>, Timestamp)>,
 }
 
+/// A credential [`ClientEntry::hash`] cannot hold.
+enum Held {
+    /// A secret's hash that is not 32 bytes long.
+    Secret(Box<[u8]>),
+    /// What the client certificate must match (RFC 8705 section 2).
+    Certificate(CertificateMatch),
+    /// Where a `private_key_jwt` client's keys are (RFC 7523 section 2.2).
+    Keys(KeySource),
+}
+
+/// A client's [`tessera_store::Credential`] as the registry holds it, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub enum HeldCredential<'a> {
+    /// HMAC of the current secret; HMAC of the previous one and when it stops working.
+    Secret {
+        /// The current secret's.
+        hash: &'a [u8],
+        /// The previous secret's, after a rotation, and when it stops working.
+        previous: Option<(&'a [u8], Timestamp)>,
+    },
+    /// What the client certificate must match.
+    Certificate(&'a CertificateMatch),
+    /// Where the client's keys are.
+    Keys(&'a KeySource),
+}
+
 impl ClientEntry {
     pub(super) fn new(client: Client, plan: PlanSlot, mark: u8) -> Self {
-        let credential = match &client.certificate {
-            Some(certificate) if client.auth_method.is_keyed() => {
-                crate::mtls::encode_match(certificate)
+        let (hash, credential, previous_secret) = match client.credential {
+            Credential::Secret { hash, previous } => {
+                let previous = previous.map(|(hash, until)| (hash.into_boxed_slice(), until));
+                match <[u8; 32]>::try_from(hash.as_slice()) {
+                    Ok(hash) => (hash, None, previous),
+                    Err(_) => ([0; 32], Some(Held::Secret(hash.into())), previous),
+                }
             }
-            _ => client.secret_hash,
+            Credential::Certificate(certificate) => {
+                ([0; 32], Some(Held::Certificate(certificate)), None)
+            }
+            Credential::Keys(keys) => ([0; 32], Some(Held::Keys(keys)), None),
         };
-        let (hash, credential) = match <[u8; 32]>::try_from(credential.as_slice()) {
-            Ok(hash) => (hash, None),
-            Err(_) => ([0; 32], Some(credential.into_boxed_slice())),
-        };
-        let previous_secret = client
-            .previous_secret
-            .map(|(hash, until)| (hash.into_boxed_slice(), until));
         let extra = (credential.is_some() || previous_secret.is_some()).then(|| {
             Box::new(Extra {
                 credential,
@@ -74,31 +98,38 @@ impl ClientEntry {
         }
     }
 
-    /// HMAC of the current secret; for a certificate or key method, what the certificate
-    /// or assertion must match instead (see `mtls::decode_match`).
-    pub fn secret_hash(&self) -> &[u8] {
-        self.extra
-            .as_ref()
-            .and_then(|extra| extra.credential.as_deref())
-            .unwrap_or(&self.hash)
-    }
-
-    /// HMAC of the previous secret and when it stops working, after a rotation.
-    pub fn previous_secret(&self) -> Option<(&[u8], Timestamp)> {
-        let (hash, until) = self.extra.as_ref()?.previous_secret.as_ref()?;
-        Some((hash, *until))
+    /// What the client proves itself with.
+    pub fn credential(&self) -> HeldCredential<'_> {
+        let extra = self.extra.as_deref();
+        let previous = || {
+            let (hash, until) = extra?.previous_secret.as_ref()?;
+            Some((&**hash, *until))
+        };
+        match extra.and_then(|extra| extra.credential.as_ref()) {
+            None => HeldCredential::Secret {
+                hash: &self.hash,
+                previous: previous(),
+            },
+            Some(Held::Secret(hash)) => HeldCredential::Secret {
+                hash,
+                previous: previous(),
+            },
+            Some(Held::Certificate(certificate)) => HeldCredential::Certificate(certificate),
+            Some(Held::Keys(keys)) => HeldCredential::Keys(keys),
+        }
     }
 }
 
 impl std::fmt::Debug for ClientEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let previous_secret_until = match self.credential() {
+            HeldCredential::Secret { previous, .. } => previous.map(|(_, until)| until),
+            _ => None,
+        };
         f.debug_struct("ClientEntry")
             .field("plan", &self.plan)
             .field("secret_hash", &"[redacted]")
-            .field(
-                "previous_secret_until",
-                &self.previous_secret().map(|(_, t)| t),
-            )
+            .field("previous_secret_until", &previous_secret_until)
             .field("auth_method", &self.auth_method)
             .field("enabled", &self.enabled)
             .finish()

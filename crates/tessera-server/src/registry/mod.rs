@@ -29,7 +29,7 @@ use thiserror::Error;
 use crate::limits::redis::ConnectError;
 
 pub(crate) use clients::ClientKey;
-pub use clients::{ClientEntry, Clients};
+pub use clients::{ClientEntry, Clients, HeldCredential};
 pub use snapshot::{PlanSlot, Registry};
 pub use sync::{Live, SyncCounts, Synced, Trigger, CHANGE_RETENTION, UNKNOWN_READ_WAIT};
 

@@ -670,6 +670,50 @@ async fn clients_are_created_usable_at_once_paged_changed_rotated_and_deleted() 
     assert_eq!(app.token(&id, &new_secret, NEWS).await.status(), 401);
 }
 
+/// A client that proves itself with its own keys has no secret: rotating one is refused
+/// with 409 and a reason, and the client keeps what it was registered with.
+#[tokio::test]
+async fn a_keyed_client_has_no_secret_to_rotate() {
+    let app = spawn_app().await;
+    let (_, admin) = app.admin_token("tessera-admin").await;
+    let created = call(&app, Method::POST, "/clients", &admin)
+        .json(&json!({"plan": "pro", "name": "keyed",
+            "token_endpoint_auth_method": "private_key_jwt",
+            "jwks_uri": "https://keys.example/jwks"}))
+        .send()
+        .await
+        .unwrap();
+    let created = json_of(created, 201).await;
+    assert!(created.get("client_secret").is_none());
+    let id = created["client_id"].as_str().unwrap().to_owned();
+    let rotated = call(
+        &app,
+        Method::POST,
+        &format!("/clients/{id}/rotate-secret"),
+        &admin,
+    )
+    .json(&json!({"grace_secs": 60}))
+    .send()
+    .await
+    .unwrap();
+    let (status, body) = problem(rotated).await;
+    assert_eq!(status, 409);
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no secret to rotate"),
+        "{body}"
+    );
+    let shown = call(&app, Method::GET, &format!("/clients/{id}"), &admin)
+        .send()
+        .await
+        .unwrap();
+    let shown = json_of(shown, 200).await;
+    assert_eq!(shown["jwks_uri"], "https://keys.example/jwks");
+    assert!(shown["previous_secret_valid_until"].is_null(), "{shown}");
+}
+
 #[tokio::test]
 async fn pages_follow_the_cursor_in_a_stable_order() {
     let app = spawn_app().await;
@@ -1262,12 +1306,13 @@ async fn a_certificate_bound_admin_token_needs_its_certificate() {
         "x": b64(&public[1..33]), "y": b64(&public[33..65])}]});
     let client = app
         .registrar()
-        .create_certificate_client(
-            &app.secrets,
+        .create_keyed_client(
             "admin",
             "robot",
             tessera_store::AuthMethod::SelfSignedTlsClientAuth,
-            tessera_store::CertificateMatch::Jwks(jwks.to_string()),
+            tessera_store::Credential::Certificate(tessera_store::CertificateMatch::Jwks(
+                jwks.to_string(),
+            )),
         )
         .await
         .unwrap();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use tessera_proto::ClientId;
-use tessera_store::{AuthMethod, CertificateMatch};
+use tessera_store::{AuthMethod, Credential, KeySource};
 use tessera_testkit::dpop::ProofKey;
 use tessera_testkit::{basic, error_of, spawn_app, spawn_with, TestApp};
 
@@ -27,10 +27,15 @@ fn jwks(keys: &[(&ProofKey, &str)]) -> Value {
     json!({ "keys": keys })
 }
 
-async fn register(app: &TestApp, keys: CertificateMatch) -> ClientId {
+async fn register(app: &TestApp, keys: KeySource) -> ClientId {
     let client = app
         .registrar()
-        .create_certificate_client(&app.secrets, "pro", "pk", AuthMethod::PrivateKeyJwt, keys)
+        .create_keyed_client(
+            "pro",
+            "pk",
+            AuthMethod::PrivateKeyJwt,
+            Credential::Keys(keys),
+        )
         .await
         .unwrap();
     app.sync().await;
@@ -91,11 +96,7 @@ async fn every_assertion_rule_is_enforced() {
     .await;
     let key = ProofKey::ed25519();
     let stranger = ProofKey::ed25519();
-    let id = register(
-        &app,
-        CertificateMatch::Jwks(jwks(&[(&key, "k1")]).to_string()),
-    )
-    .await;
+    let id = register(&app, KeySource::Jwks(jwks(&[(&key, "k1")]).to_string())).await;
 
     let answer = with_assertion(&app, &sign(&key, "k1", &good_claims(&app, &id)), &[]).await;
     assert_eq!(answer.status(), 200);
@@ -361,7 +362,7 @@ async fn keys_at_a_jwks_uri_roll_over_without_an_admin() {
     let old = ProofKey::ed25519();
     let new = ProofKey::p256();
     let server = key_server(jwks(&[(&old, "old")])).await;
-    let id = register(&app, CertificateMatch::JwksUri(server.url.clone())).await;
+    let id = register(&app, KeySource::JwksUri(server.url.clone())).await;
 
     let app = &app;
     let id = &id;
@@ -399,7 +400,7 @@ async fn key_sets_of_several_clients_are_cached_side_by_side() {
     for _ in 0..3 {
         let key = ProofKey::ed25519();
         let server = key_server(jwks(&[(&key, "k")])).await;
-        let id = register(&app, CertificateMatch::JwksUri(server.url.clone())).await;
+        let id = register(&app, KeySource::JwksUri(server.url.clone())).await;
         clients.push((key, server, id));
     }
     for _ in 0..2 {
@@ -418,7 +419,7 @@ async fn a_jwks_uri_on_a_private_address_is_never_fetched() {
     let app = spawn_app().await;
     let key = ProofKey::ed25519();
     let server = key_server(jwks(&[(&key, "k")])).await;
-    let id = register(&app, CertificateMatch::JwksUri(server.url.clone())).await;
+    let id = register(&app, KeySource::JwksUri(server.url.clone())).await;
     let assertion = sign(&key, "k", &good_claims(&app, &id));
     let (status, code, description) = error_of(with_assertion(&app, &assertion, &[]).await).await;
     assert_eq!((status, code.as_str()), (401, "invalid_client"));
@@ -429,7 +430,7 @@ async fn a_jwks_uri_on_a_private_address_is_never_fetched() {
     assert_eq!(server.hits.load(Ordering::SeqCst), 0, "no request was made");
     // Nor through a name that resolves to loopback.
     let by_name = server.url.replace("127.0.0.1", "localhost");
-    let id = register(&app, CertificateMatch::JwksUri(by_name)).await;
+    let id = register(&app, KeySource::JwksUri(by_name)).await;
     let assertion = sign(&key, "k", &good_claims(&app, &id));
     assert_eq!(with_assertion(&app, &assertion, &[]).await.status(), 401);
     assert_eq!(server.hits.load(Ordering::SeqCst), 0);
@@ -454,11 +455,7 @@ async fn an_assertion_replayed_at_another_instance_is_refused_through_redis() {
     let first = spawn_with(setup(prefix.clone(), None)).await;
     let second = spawn_with(setup(prefix, Some(first.db_url.clone()))).await;
     let key = ProofKey::ed25519();
-    let id = register(
-        &first,
-        CertificateMatch::Jwks(jwks(&[(&key, "k")]).to_string()),
-    )
-    .await;
+    let id = register(&first, KeySource::Jwks(jwks(&[(&key, "k")]).to_string())).await;
     second.sync().await;
     let assertion = sign(&key, "k", &good_claims(&first, &id));
     assert_eq!(with_assertion(&first, &assertion, &[]).await.status(), 200);
@@ -482,12 +479,11 @@ async fn a_plain_http_jwks_uri_is_registered_only_for_a_private_or_loopback_addr
         let app = &app;
         async move {
             app.registrar()
-                .create_certificate_client(
-                    &app.secrets,
+                .create_keyed_client(
                     "pro",
                     "pk",
                     AuthMethod::PrivateKeyJwt,
-                    CertificateMatch::JwksUri(uri),
+                    Credential::Keys(KeySource::JwksUri(uri)),
                 )
                 .await
         }
@@ -594,7 +590,7 @@ async fn junk_assertions_toward_a_hanging_host_share_one_fetch_and_hold_no_slot(
     })
     .await;
     let host = down_host().await;
-    let id = register(&app, CertificateMatch::JwksUri(host.url.clone())).await;
+    let id = register(&app, KeySource::JwksUri(host.url.clone())).await;
     let (other, secret) = app.client().await;
 
     // 20 unauthenticated requests at once, each naming the client.
@@ -647,7 +643,7 @@ async fn a_failed_fetch_is_tried_again_only_after_a_growing_backoff() {
     .await;
     let host = down_host().await;
     host.release.send(true).unwrap();
-    let id = register(&app, CertificateMatch::JwksUri(host.url.clone())).await;
+    let id = register(&app, KeySource::JwksUri(host.url.clone())).await;
     let hits = || host.hits.load(Ordering::SeqCst);
     let refused = || async {
         let (status, _, description) =
@@ -700,7 +696,7 @@ async fn a_caller_out_of_failures_for_a_client_causes_no_fetch() {
     .await;
     let host = down_host().await;
     host.release.send(true).unwrap();
-    let id = register(&app, CertificateMatch::JwksUri(host.url.clone())).await;
+    let id = register(&app, KeySource::JwksUri(host.url.clone())).await;
     let from = |address: &'static str| {
         let app = &app;
         let assertion = junk(app, &id);

@@ -211,19 +211,15 @@ pub(crate) async fn create_client(
             )
         })?,
     };
-    let certificate = views::certificate_match(input)?;
+    let credential = views::credential(input, method)?;
     if let Some(first) = request.earlier(&state, &caller.client_id).await? {
         return Ok(created(&first, None));
     }
-    let (client, secret) = match certificate {
-        Some(certificate) => (
-            state.registrar().new_certificate_client(
-                state.secrets(),
-                &input.plan,
-                &input.name,
-                method,
-                certificate,
-            )?,
+    let (client, secret) = match credential {
+        Some(credential) => (
+            state
+                .registrar()
+                .new_keyed_client(&input.plan, &input.name, method, credential)?,
             None,
         ),
         None if method.is_keyed() => {
