@@ -72,6 +72,11 @@ pub(crate) struct ServeArgs {
     /// Serve /metrics on this address only (e.g. 127.0.0.1:9100), not on --listen.
     #[arg(long, env = "TESSERA_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the admin API (/admin/v1), the console (/console/) and /openapi.json on this
+    /// address only (e.g. 10.0.0.5:8443), with --listen's TLS; --listen then serves the
+    /// token endpoint and the rest of OAuth alone.
+    #[arg(long, env = "TESSERA_ADMIN_LISTEN")]
+    admin_listen: Option<SocketAddr>,
     /// Proxies (IP addresses) whose X-Forwarded-For is believed for rate limits and audit
     /// events; repeat or separate with commas.
     #[arg(
@@ -389,8 +394,17 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
     if let Some(addr) = server.metrics_addr() {
         println!("  metrics:  http://{addr}/metrics");
     }
+    let admin = match server.admin_addr() {
+        Some(addr) => {
+            println!(
+                "  admin:    {scheme}://{addr}/admin/v1 (and /openapi.json) on this listener only"
+            );
+            format!("{scheme}://{addr}")
+        }
+        None => issuer.trim_end_matches('/').to_owned(),
+    };
     if console {
-        println!("  console:  {}/console/", issuer.trim_end_matches('/'));
+        println!("  console:  {admin}/console/");
     }
     println!("  database: {}", tessera_server::redact_url(&data.database));
     if let Some(redis) = &redis {
@@ -419,6 +433,7 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
             store.as_ref(),
             &secrets,
             &issuer,
+            &admin,
             cacert.as_deref(),
             console,
         )
@@ -430,11 +445,13 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
 }
 
 /// Plans for the seed's three APIs and a client on the plan with all three; and an admin
-/// plan with an admin client, for the admin API. Their secrets are new on each start.
+/// plan with an admin client, for the admin API (at `admin_base`, the issuer unless it has
+/// a listener of its own). Their secrets are new on each start.
 async fn demo(
     store: &dyn tessera_store::Store,
     secrets: &tessera_server::secrets::Secrets,
     issuer: &str,
+    admin_base: &str,
     cacert: Option<&Path>,
     console: bool,
 ) -> Result<()> {
@@ -481,15 +498,19 @@ async fn demo(
     println!("demo admin client on plan admin (scopes tessera-admin, tessera-admin-read):");
     println!("  client_id:     {}", admin.id);
     println!("  client_secret: {}", admin_secret.expose());
-    println!("call the admin API (docs/admin-api.md; the whole surface: {issuer}/openapi.json):");
+    println!(
+        "call the admin API (docs/admin-api.md; the whole surface: {admin_base}/openapi.json):"
+    );
     println!(
         "  TOKEN=$({curl} -s -u '{}:{}' -d grant_type=client_credentials -d scope=tessera-admin {issuer}/connect/token | sed -E 's/.*\"access_token\":\"([^\"]+)\".*/\\1/')",
         admin.id,
         admin_secret.expose(),
     );
-    println!("  {curl} -s -H \"Authorization: Bearer $TOKEN\" {issuer}/admin/v1/clients");
+    println!("  {curl} -s -H \"Authorization: Bearer $TOKEN\" {admin_base}/admin/v1/clients");
     if console {
-        println!("or sign in to the console at {issuer}/console/ with that client id and secret");
+        println!(
+            "or sign in to the console at {admin_base}/console/ with that client id and secret"
+        );
     }
     println!();
     Ok(())
@@ -574,6 +595,7 @@ mod tests {
             client_cert_header: Some(reqwest::header::HeaderName::from_static("x-cert")),
             listen_http: Some(SocketAddr::from(([127, 0, 0, 1], 1))),
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 2))),
+            admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 3))),
             redis_url: Some("redis://x".into()),
             expected_instances: Some(NonZeroU32::MIN),
             ..Config::default()

@@ -617,3 +617,67 @@ async fn serve_operating_settings_take_effect_from_the_environment_and_flags() {
         }
     }
 }
+
+/// `TESSERA_ADMIN_LISTEN` (and `admin-listen` in the configuration file) as `--admin-listen`:
+/// the management surface on that address alone, the token endpoint on `--listen` alone.
+#[tokio::test]
+async fn the_admin_listener_is_read_from_the_environment_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    for from_env in [true, false] {
+        let admin_addr = free_address();
+        let file = d.join("tessera.toml");
+        std::fs::write(&file, format!("admin-listen = \"{admin_addr}\"\n")).unwrap();
+        let file = file.to_str().unwrap().to_owned();
+        let env: Vec<(&str, &str)> = if from_env {
+            vec![("TESSERA_ADMIN_LISTEN", admin_addr.as_str())]
+        } else {
+            vec![("TESSERA_CONFIG", file.as_str())]
+        };
+        let how = if from_env { "environment" } else { "file" };
+        let server = spawn(d, &env, &["serve", "--listen", "127.0.0.1:0"]);
+        let admin = format!("http://{admin_addr}");
+        let status = |url: String| async move { reqwest::get(url).await.unwrap().status() };
+        assert_eq!(status(format!("{admin}/openapi.json")).await, 200, "{how}");
+        assert_eq!(
+            status(format!("{admin}/console/sign-in")).await,
+            200,
+            "{how}"
+        );
+        assert_eq!(
+            status(format!("{}/openapi.json", server.base)).await,
+            404,
+            "{how}"
+        );
+        assert_eq!(
+            status(format!("{}/console/", server.base)).await,
+            404,
+            "{how}"
+        );
+        assert_eq!(
+            token(&server.base, &id, &secret, "news-api").await.status(),
+            200
+        );
+        assert_eq!(
+            token(&admin, &id, &secret, "news-api").await.status(),
+            404,
+            "{how}"
+        );
+        let checked = ok_with(d, &env, &["config", "check"]);
+        let source = if from_env {
+            "env TESSERA_ADMIN_LISTEN"
+        } else {
+            "file"
+        };
+        assert!(
+            checked.contains(&format!("admin-listen = \"{admin_addr}\""))
+                && checked
+                    .lines()
+                    .any(|l| l.starts_with("admin-listen") && l.ends_with(source)),
+            "{how}: {checked}"
+        );
+        drop(server);
+    }
+}

@@ -693,3 +693,72 @@ async fn tls_settings_are_read_from_the_environment() {
         .unwrap();
     assert_eq!(token.status(), 404);
 }
+
+/// `serve --admin-listen`: the admin API, the console and /openapi.json answer on that
+/// address alone, over the same TLS (the same certificate) as --listen; the token endpoint
+/// and the rest of OAuth on --listen alone. The same address twice is refused at start.
+#[tokio::test]
+async fn the_admin_listener_serves_the_management_surface_alone_over_the_same_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    ok(d, &["plan", "set", "admin", "--scopes", "tessera-admin"]);
+    let (id, secret) = create_client(d, "pro");
+    let (admin_id, admin_secret) = create_client(d, "admin");
+    let pair = certificate();
+    let (cert_path, key_path) = write_pair(d, &pair);
+    let admin_addr = super::free_address();
+    let server = start_tls(d, &cert_path, &key_path, &["--admin-listen", &admin_addr]);
+    let (public, admin) = (server.base.as_str(), format!("https://{admin_addr}"));
+    let http = trusting(&pair.0);
+    let get = |url: String| {
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().status().as_u16() }
+    };
+
+    assert_eq!(token_status(&http, public, &id, &secret).await, Some(200));
+    assert_eq!(token_status(&http, &admin, &id, &secret).await, Some(404));
+    for path in ["/openapi.json", "/console/sign-in"] {
+        assert_eq!(get(format!("{admin}{path}")).await, 200, "{path}");
+        assert_eq!(get(format!("{public}{path}")).await, 404, "{path}");
+    }
+    assert_eq!(get(format!("{public}/.well-known/jwks.json")).await, 200);
+    assert_eq!(get(format!("{admin}/.well-known/jwks.json")).await, 404);
+
+    // An admin token from --listen works at the admin API on its listener.
+    let answer: serde_json::Value = http
+        .post(format!("{public}/connect/token"))
+        .basic_auth(&admin_id, Some(&admin_secret))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "tessera-admin"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = answer["access_token"].as_str().unwrap();
+    let plans = http
+        .get(format!("{admin}/admin/v1/plans"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plans.status(), 200);
+    let plans: serde_json::Value = plans.json().await.unwrap();
+    assert_eq!(plans["plans"].as_array().unwrap().len(), 2, "{plans}");
+    let elsewhere = http
+        .get(format!("{public}/admin/v1/plans"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), 404);
+
+    let port = public.rsplit(':').next().unwrap();
+    let same = format!("127.0.0.1:{port}");
+    let err = super::fails(d, &["serve", "--listen", &same, "--admin-listen", &same]);
+    assert!(err.contains("admin-listen"), "{err}");
+}

@@ -78,6 +78,10 @@ pub struct Config {
     pub listen_http: Option<SocketAddr>,
     /// Serve `/metrics` on this address only, not on [`Self::listen`].
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the management surface (the admin API, the console and `/openapi.json`) on
+    /// this address only, with the same TLS as [`Self::listen`]; they are then not found
+    /// there, nor the data plane here.
+    pub admin_listen: Option<SocketAddr>,
     /// Proxies whose `X-Forwarded-For` is believed, for rate limits and the audit trail.
     #[serde(rename = "trusted-proxy")]
     pub trusted_proxies: Vec<IpAddr>,
@@ -201,6 +205,7 @@ impl Default for Config {
             client_cert_header: None,
             listen_http: None,
             metrics_listen: None,
+            admin_listen: None,
             trusted_proxies: Vec::new(),
             no_console: false,
             dpop_nonce: false,
@@ -350,6 +355,13 @@ impl Config {
                 "client-ca",
                 "needs TLS here (--tls-cert, --tls-key) or a proxy that passes the \
                  certificate on (--client-cert-header with --trusted-proxy)",
+            );
+        }
+        if self.admin_listen == Some(self.listen) && self.listen.port() != 0 {
+            return refuse(
+                "admin-listen",
+                "must be another address than --listen: the admin API, the console and \
+                 /openapi.json are served there instead",
             );
         }
         if self.listen_http.is_some() && !tls {
@@ -831,6 +843,7 @@ mod tests {
             "client-ca"
         );
         assert_eq!(refused(|c| c.listen_http = Some(c.listen)), "listen-http");
+        assert_eq!(refused(|c| c.admin_listen = Some(c.listen)), "admin-listen");
         assert_eq!(
             refused(|c| c.client_cert_header = Some(HeaderName::from_static("x-cert"))),
             "client-cert-header"

@@ -18,8 +18,13 @@
 //! - [`clock`]: where every decision by time reads it, settable in tests; `deadline.rs`:
 //!   the request timeout of the admin API and the console, which never cuts a request
 //!   whose write may have committed.
-//! - `routes/`: one module per endpoint family; `routes/admin/` the admin API,
-//!   `routes/console/` the operator console over it, `routes/openapi.rs` the whole surface.
+//! - `routes/`: the data plane, one module per endpoint family: the token endpoint,
+//!   introspection, revocation, the keys and metadata, health, metrics.
+//! - `control/`: the control plane, the management surface: `control/admin/` the admin
+//!   API, `control/console/` the operator console over it, `control/openapi.rs` the whole
+//!   surface. It depends on the domain below and on the data plane's request pieces; nothing
+//!   imports it but `serve.rs`, which serves it beside the data plane ([`app`]) or on its
+//!   own listener ([`admin_app`], [`Config::admin_listen`]).
 //! - `grant/`: the client credentials grant as a domain call, no HTTP in it: a parsed token
 //!   request and the presented credentials in, the token or a `Refusal` out, with what was
 //!   decided (client, plan, rate) for the edge to record. `routes/token.rs` reads the
@@ -34,7 +39,7 @@
 //!   bound tokens, RFC 8705; `dn.rs` parses and compares the subject DNs it matches, RFC 4514
 //!   and RFC 4517), `limits/` (rate limits in memory or in Redis, a `Decision`; the
 //!   in-flight cap); `error/` is the only place they become HTTP (status, `WWW-Authenticate`, rate limit
-//!   fields, the RFC 6749 5.2 body; RFC 9457 problems for the admin API).
+//!   fields, the RFC 6749 5.2 body; `control/problem.rs` has the admin API's RFC 9457 problems).
 //! - [`registry`]: plans, clients and keys held in memory, kept fresh from the store;
 //!   `store_watch.rs`: the store as the server calls it, each failure counted (for `/readyz`
 //!   and `/metrics`) and logged once per episode.
@@ -52,6 +57,7 @@
 mod audit;
 pub mod clock;
 mod config;
+mod control;
 mod deadline;
 mod dn;
 mod error;
@@ -80,6 +86,6 @@ pub mod usage;
 pub use config::{redact_url, Config, ConfigError, Rate, Runtime, Seconds};
 pub use lifecycle::{Listeners, Server, StartError};
 pub use limits::FailureRates;
-pub use serve::{app, run, run_health, run_metrics, run_router};
+pub use serve::{admin_app, app, run, run_health, run_metrics, run_router};
 pub use signal::shutdown_signal;
 pub use state::AppState;

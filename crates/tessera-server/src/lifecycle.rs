@@ -79,6 +79,9 @@ pub struct Listeners {
     pub health: Option<TcpListener>,
     /// `/metrics` alone (`--metrics-listen`).
     pub metrics: Option<TcpListener>,
+    /// The management surface alone (`--admin-listen`): the admin API, the console and
+    /// `/openapi.json`, with the main listener's TLS.
+    pub admin: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -98,10 +101,15 @@ impl Listeners {
             Some(addr) => Some(bind(addr, " for metrics").await?),
             None => None,
         };
+        let admin = match config.admin_listen {
+            Some(addr) => Some(bind(addr, " for the admin API").await?),
+            None => None,
+        };
         Ok(Self {
             main,
             health,
             metrics,
+            admin,
         })
     }
 }
@@ -217,6 +225,14 @@ impl Server {
             .and_then(|l| l.local_addr().ok())
     }
 
+    /// The admin listener's address, when the management surface has its own.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.listeners
+            .admin
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+    }
+
     /// The TLS certificate served, when TLS is.
     pub fn tls(&self) -> Option<&Arc<Tls>> {
         self.state.tls()
@@ -232,9 +248,9 @@ impl Server {
 
     /// Serves the router of [`crate::app`], wrapped by `wrap` (a deployment's or a test's
     /// layers), until `shutdown` resolves, with the TLS files watched and reloaded on
-    /// SIGHUP and the side listeners served; then lets requests finish
-    /// ([`crate::run_router`]) and empties the write-ahead log into the database file, so
-    /// that a copy of the file alone is whole.
+    /// SIGHUP and the side listeners served, and [`crate::admin_app`] on the admin listener
+    /// when there is one; then lets requests finish ([`crate::run_router`]) and empties the
+    /// write-ahead log into the database file, so that a copy of the file alone is whole.
     pub async fn run_with(
         self,
         wrap: impl FnOnce(axum::Router) -> axum::Router,
@@ -267,7 +283,10 @@ impl Server {
             }));
         }
         let router = wrap(crate::app(state.clone()));
-        let served = crate::run_router(listeners.main, state, router, shutdown).await;
+        let admin = listeners
+            .admin
+            .map(|listener| (listener, crate::admin_app(state.clone())));
+        let served = crate::serve::run_planes(listeners.main, router, admin, state, shutdown).await;
         for task in beside {
             task.abort();
         }

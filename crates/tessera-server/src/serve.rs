@@ -14,9 +14,21 @@ use crate::config::Config;
 use crate::mtls::PeerCertificate;
 use crate::state::AppState;
 
-/// The router with every endpoint and layer.
+/// The router of the main listener, with its layers: the data plane, and the control plane
+/// beside it unless it has a listener of its own ([`Config::admin_listen`]).
 pub fn app(state: AppState) -> axum::Router {
-    crate::routes::router(state)
+    let data = crate::routes::router(state.clone());
+    if state.config().admin_listen.is_some() {
+        data
+    } else {
+        data.merge(crate::control::router(state))
+    }
+}
+
+/// The router of the admin listener ([`Config::admin_listen`]): the control plane alone,
+/// the admin API, the console and `/openapi.json`.
+pub fn admin_app(state: AppState) -> axum::Router {
+    crate::control::router(state)
 }
 
 /// Serves `/metrics` alone on `listener` (`--metrics-listen`: a separate, e.g. loopback,
@@ -52,11 +64,52 @@ pub async fn run_router(
     router: axum::Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    run_planes(listener, router, None, state, shutdown).await
+}
+
+/// [`run_router`], and with `admin` the management surface on a listener of its own
+/// ([`Config::admin_listen`]), served the same way (TLS, caps, timeouts) and stopped by the
+/// same `shutdown`.
+pub(crate) async fn run_planes(
+    listener: TcpListener,
+    router: axum::Router,
+    admin: Option<(TcpListener, axum::Router)>,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let sync_state = state.clone();
     let sync = tokio::spawn(async move { sync_state.sync_forever().await });
     let (stop_housekeeping, stopped) = tokio::sync::oneshot::channel::<()>();
     let housekeeping = tokio::spawn(crate::housekeeping::every_interval(state.clone(), stopped));
-    let served = serve(listener, router, &state, shutdown).await;
+    if state.config().metrics_on_main_listener() {
+        // Allowed, as a convenience for trying Tessera; said once, at start, so that no
+        // deployment exposes its metrics without knowing.
+        tracing::warn!(
+            listen = %listener.local_addr()?,
+            "/metrics is public on this listener (plan names, refusals by error, registry \
+             size): in production serve it on a private address with --metrics-listen"
+        );
+    }
+    let served = match admin {
+        None => serve(listener, router, &state, shutdown).await,
+        Some((admin, admin_router)) => {
+            // One shutdown for both listeners.
+            let (stop, stopping) = tokio::sync::watch::channel(false);
+            let signal = tokio::spawn(async move {
+                shutdown.await;
+                stop.send_replace(true);
+            });
+            let until_stopped = |mut stopping: tokio::sync::watch::Receiver<bool>| async move {
+                let _ = stopping.wait_for(|stopped| *stopped).await;
+            };
+            let (served, admin_served) = tokio::join!(
+                serve(listener, router, &state, until_stopped(stopping.clone())),
+                serve(admin, admin_router, &state, until_stopped(stopping)),
+            );
+            signal.abort();
+            served.and(admin_served)
+        }
+    };
     sync.abort();
     let _ = stop_housekeeping.send(());
     if let Err(error) = housekeeping.await {
@@ -82,15 +135,6 @@ async fn serve(
     use hyper_util::rt::{TokioExecutor, TokioTimer};
 
     let config = state.config();
-    if config.metrics_on_main_listener() {
-        // Allowed, as a convenience for trying Tessera; said once, at start, so that no
-        // deployment exposes its metrics without knowing.
-        tracing::warn!(
-            listen = %listener.local_addr()?,
-            "/metrics is public on this listener (plan names, refusals by error, registry \
-             size): in production serve it on a private address with --metrics-listen"
-        );
-    }
     let mut h1 = http1::Builder::new();
     h1.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)

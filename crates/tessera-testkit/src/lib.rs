@@ -81,6 +81,9 @@ pub struct TestApp {
     pub health_addr: Option<SocketAddr>,
     /// Where its metrics listener listens, with `config.metrics_listen`.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where its admin listener listens, with `config.admin_listen`: the admin API, the
+    /// console and `/openapi.json`, which the main listener then does not serve.
+    pub admin_addr: Option<SocketAddr>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     _dir: tempfile::TempDir,
@@ -139,10 +142,11 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
     )
     .await
     .expect("a started server");
-    let (state, health_addr, metrics_addr) = (
+    let (state, health_addr, metrics_addr, admin_addr) = (
         server.state().clone(),
         server.health_addr(),
         server.metrics_addr(),
+        server.admin_addr(),
     );
     let wrap = setup.wrap.unwrap_or_else(|| Box::new(|router| router));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -160,6 +164,7 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
         db_url,
         health_addr,
         metrics_addr,
+        admin_addr,
         shutdown: Some(tx),
         server: Some(server),
         _dir: dir,

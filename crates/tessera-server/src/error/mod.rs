@@ -2,7 +2,7 @@
 //! with `Cache-Control: no-store` and `Pragma: no-cache` (RFC 6749 section 5.1); the
 //! `WWW-Authenticate` challenge of a failed client authentication; and the rate limit
 //! fields of a limiter's decision. The admin API answers with RFC 9457 problem documents
-//! instead ([`problem`]).
+//! instead, in the control plane (`control/problem.rs`).
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +12,6 @@ use tessera_store::RateLimit;
 
 use crate::grant::{AuthFailure, CredentialsError, Refusal, ScopeRefusal, TargetRefusal};
 
-pub(crate) mod problem;
 use crate::limits::{Busy, Decision};
 
 /// An OAuth error as the token endpoint sends it.

@@ -1,6 +1,8 @@
-//! The HTTP routes, one module per endpoint family, merged under one layer stack; and the
-//! pieces of a request the OAuth endpoints read alike: the body and its form, the caller's
-//! address, its client certificate and `Authorization` header.
+//! The data plane's HTTP routes, one module per endpoint family, merged under one layer
+//! stack: the token endpoint, introspection, revocation, the keys and metadata, health and
+//! metrics (the management surface is the control plane, `control/`); and the pieces of a
+//! request the OAuth endpoints read alike: the body and its form, the caller's address, its
+//! client certificate and `Authorization` header.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -18,29 +20,25 @@ use crate::grant::Authorization;
 use crate::limits::canonical;
 use crate::AppState;
 
-pub(crate) mod admin;
-pub(crate) mod console;
 pub(crate) mod discovery;
 pub(crate) mod health;
 pub(crate) mod introspection;
 pub(crate) mod metrics;
-pub(crate) mod openapi;
 pub(crate) mod revocation;
 pub(crate) mod token;
 
-/// The whole application.
+/// The data plane, with its layers.
 pub(crate) fn router(state: AppState) -> Router {
     let config = state.config();
     let timeout = config.request_timeout;
-    // The OAuth endpoints: a request not done in time is cut off (408), a client that
-    // sends its request too slowly among them.
-    let oauth = Router::new()
+    // A request not done in time is cut off (408), a client that sends its request too
+    // slowly among them.
+    Router::new()
         .merge(token::router())
         .merge(introspection::router())
         .merge(revocation::router())
         .merge(discovery::router())
         .merge(health::router())
-        .merge(openapi::router())
         .merge(if config.metrics_on_main_listener() {
             metrics::router()
         } else {
@@ -49,21 +47,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             timeout,
-        ));
-    // The routes that change the registry: cut off the same way, but never once they have
-    // sent a write to the store (`deadline.rs`), which is answered with its outcome.
-    let writes = Router::new()
-        .nest("/admin/v1", admin::router())
-        .merge(if config.console() {
-            console::router(&state)
-        } else {
-            Router::new()
-        })
-        .layer(axum::middleware::from_fn(move |request, next| {
-            crate::deadline::bounded(timeout, request, next)
-        }));
-    oauth
-        .merge(writes)
+        ))
         .with_state(state)
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,

@@ -460,3 +460,42 @@ async fn signing_in_repeatedly_evicts_only_ones_own_sessions() {
     );
     assert_eq!(location(&evicted), "/console/sign-in");
 }
+
+/// With the management surface on a listener of its own, the console is there: signing in
+/// (which asks the token endpoint in-process), reading and changing through the admin API
+/// all work on that listener, and the console is not found on the main one.
+#[tokio::test]
+async fn the_console_works_on_the_admin_listener() {
+    let app = spawn_with(|s| s.config.admin_listen = Some(([127, 0, 0, 1], 0).into())).await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let admin_base = format!("http://{}", app.admin_addr.unwrap());
+    let mut visitor = Visitor {
+        base: admin_base,
+        ..Visitor::new(&app)
+    };
+    let signed_in = visitor.sign_in(id.as_str(), secret.expose()).await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&signed_in), "/console/");
+    assert_eq!(visitor.get("/console/").await.status(), 200);
+    let csrf = visitor.csrf().await;
+    let created = visitor
+        .post(
+            "/console/plans",
+            &[
+                ("csrf", &csrf),
+                ("name", "reports"),
+                ("scopes", "reports-api"),
+            ],
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::SEE_OTHER);
+    assert!(app
+        .store
+        .plans()
+        .await
+        .unwrap()
+        .iter()
+        .any(|p| p.name == "reports"));
+    let mut elsewhere = Visitor::new(&app);
+    assert_eq!(elsewhere.get("/console/sign-in").await.status(), 404);
+}

@@ -6,6 +6,7 @@ mod assertion;
 mod audit;
 mod cluster;
 mod console;
+mod control_plane;
 mod discovery;
 mod disk_full;
 mod dpop;

@@ -9,10 +9,10 @@ use tessera_proto::admin::{self as api, ClientPage, KeyList, KeyStatus, PlanList
 use tessera_proto::form::encode_component as seg;
 
 use super::{days_query, get_json};
-use crate::routes::console::extract::Page;
-use crate::routes::console::session::Session;
-use crate::routes::console::view::{self, time, usage_chart, Section};
-use crate::routes::console::{Console, Fail};
+use crate::control::console::extract::Page;
+use crate::control::console::session::Session;
+use crate::control::console::view::{self, time, usage_chart, Section};
+use crate::control::console::{Console, Fail};
 
 /// Clients whose usage the overview reads for its top list.
 const TOP_SCAN: usize = 200;

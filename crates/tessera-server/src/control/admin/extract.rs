@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use serde::de::DeserializeOwned;
 
-use crate::error::problem::Problem;
+use crate::control::problem::Problem;
 
 /// The largest request body the admin API reads.
 pub(crate) const MAX_BODY: usize = 64 * 1024;

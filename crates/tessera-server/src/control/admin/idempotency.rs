@@ -11,7 +11,7 @@ use tessera_proto::admin as api;
 use tessera_store::IdempotentAnswer;
 
 use super::extract::{parse_json, read_body};
-use crate::error::problem::Problem;
+use crate::control::problem::Problem;
 use crate::AppState;
 
 /// The context the remembered answers are sealed under.

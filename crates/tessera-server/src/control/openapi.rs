@@ -15,7 +15,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 use tessera_proto::admin::Problem;
 use tessera_proto::ErrorResponse as OAuthError;
 
-use crate::routes::admin;
+use crate::control::admin;
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {

@@ -11,11 +11,11 @@ use tessera_proto::admin::{Plan, PlanList};
 use tessera_proto::form::encode_component as seg;
 
 use super::{api, get_json};
-use crate::routes::console::api::ApiError;
-use crate::routes::console::extract::{Form, Page};
-use crate::routes::console::session::Session;
-use crate::routes::console::view::{self, csrf, time, Section};
-use crate::routes::console::{field, Console, Fail};
+use crate::control::console::api::ApiError;
+use crate::control::console::extract::{Form, Page};
+use crate::control::console::session::Session;
+use crate::control::console::view::{self, csrf, time, Section};
+use crate::control::console::{field, Console, Fail};
 
 pub(super) fn router() -> Router<Console> {
     Router::new()

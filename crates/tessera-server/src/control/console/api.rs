@@ -18,7 +18,8 @@ use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::{ErrorCode, ErrorResponse, TokenResponse};
 use tower::ServiceExt;
 
-use crate::routes::{admin, token};
+use crate::control::admin;
+use crate::routes::token;
 use crate::AppState;
 
 /// The token endpoint and the admin API, as a router of their own.

@@ -13,9 +13,9 @@ use super::auth::{Caller, Read, Write};
 use super::extract::{ApiJson, ApiPath};
 use super::json;
 use crate::audit;
-use crate::error::problem::Problem;
+use crate::control::openapi::{ReadErrors, WriteErrors};
+use crate::control::problem::Problem;
 use crate::registrar::views;
-use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {

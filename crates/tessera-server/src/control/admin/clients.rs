@@ -14,9 +14,9 @@ use super::extract::{ApiJson, ApiPath, IfMatch, JsonOrDefault, Query};
 use super::idempotency::Idempotent;
 use super::{etag, in_force, json, usage_within};
 use crate::audit;
-use crate::error::problem::Problem;
+use crate::control::openapi::{ReadErrors, WriteErrors};
+use crate::control::problem::Problem;
 use crate::registrar::{views, RegistrarError};
-use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
 /// The longest grace period of a rotated secret: a year.

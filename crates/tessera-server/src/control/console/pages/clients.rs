@@ -11,10 +11,10 @@ use tessera_proto::admin::{self as api, Client, ClientPage, ClientWithSecret, Pl
 use tessera_proto::form::encode_component as seg;
 
 use super::{api, days_query, get_json};
-use crate::routes::console::extract::{Form, Page};
-use crate::routes::console::session::{random_token, Session};
-use crate::routes::console::view::{self, csrf, time, usage_chart, Section};
-use crate::routes::console::{field, Console, Fail};
+use crate::control::console::extract::{Form, Page};
+use crate::control::console::session::{random_token, Session};
+use crate::control::console::view::{self, csrf, time, usage_chart, Section};
+use crate::control::console::{field, Console, Fail};
 
 /// Clients shown per page of the list.
 const PAGE: usize = 25;

@@ -20,7 +20,7 @@ use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::JwkSet;
 use tessera_verify::{AccessRequest, ClientCertificate, Verifier};
 
-use crate::error::problem::Problem;
+use crate::control::problem::Problem;
 use crate::state::AdminGuard;
 use crate::AppState;
 

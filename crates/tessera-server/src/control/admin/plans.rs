@@ -12,9 +12,9 @@ use super::auth::{Caller, Read, Write};
 use super::extract::{ApiJson, ApiPath, IfMatch, Query};
 use super::{etag, in_force, json, usage_within};
 use crate::audit;
-use crate::error::problem::Problem;
+use crate::control::openapi::{ReadErrors, WriteErrors};
+use crate::control::problem::Problem;
 use crate::registrar::{views, Change, PlanSettings, DEFAULT_TOKEN_TTL};
-use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {

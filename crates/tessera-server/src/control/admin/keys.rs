@@ -13,9 +13,9 @@ use super::auth::{Caller, Read, Write};
 use super::extract::JsonOrDefault;
 use super::{in_force, json};
 use crate::audit;
-use crate::error::problem::Problem;
+use crate::control::openapi::{ReadErrors, WriteErrors};
+use crate::control::problem::Problem;
 use crate::registrar::views;
-use crate::routes::openapi::{ReadErrors, WriteErrors};
 use crate::AppState;
 
 /// The longest delay between a key's publication and its first signature: a year.

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use tessera_proto::admin as api;
 
-use crate::error::problem::Problem;
+use crate::control::problem::Problem;
 use crate::registrar::views;
 use crate::AppState;
 

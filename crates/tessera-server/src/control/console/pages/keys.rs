@@ -9,10 +9,10 @@ use maud::html;
 use tessera_proto::admin as api;
 use tessera_proto::clock::rfc3339;
 
-use crate::routes::console::extract::{Form, Page};
-use crate::routes::console::session::Session;
-use crate::routes::console::view::{csrf, time, Section};
-use crate::routes::console::{Console, Fail};
+use crate::control::console::extract::{Form, Page};
+use crate::control::console::session::Session;
+use crate::control::console::view::{csrf, time, Section};
+use crate::control::console::{Console, Fail};
 
 use super::get_json;
 
