@@ -67,7 +67,7 @@ part() {
         server-secrets) run server-secrets tessera-server "$S/secrets.rs" --lib --test api ;;
         # Who may call the admin API: tests/api's admin and console tests.
         server-admin-auth)
-            run server-admin-auth tessera-server "$S/routes/admin/auth.rs" --lib --test api -- admin console
+            run server-admin-auth tessera-server "$S/control/admin/auth.rs" --lib --test api -- admin console
             ;;
         # DPoP at the token endpoint.
         server-dpop) run server-dpop tessera-server "$S/grant/dpop.rs" --lib --test api -- dpop ;;
