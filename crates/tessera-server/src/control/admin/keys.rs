@@ -11,9 +11,9 @@ use tessera_proto::Algorithm;
 
 use super::auth::{Caller, Read, Write};
 use super::extract::JsonOrDefault;
+use super::responses::{ReadErrors, WriteErrors};
 use super::{in_force, json};
 use crate::audit;
-use crate::control::openapi::{ReadErrors, WriteErrors};
 use crate::control::problem::Problem;
 use crate::registrar::views;
 use crate::AppState;

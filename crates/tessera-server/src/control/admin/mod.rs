@@ -31,6 +31,7 @@ mod extract;
 mod idempotency;
 pub(crate) mod keys;
 pub(crate) mod plans;
+mod responses;
 pub(crate) mod trust;
 
 pub(crate) fn router() -> Router<AppState> {

@@ -10,9 +10,9 @@ use tessera_store::{DpopPolicy, Plan, PlanRemoval, RateLimit};
 
 use super::auth::{Caller, Read, Write};
 use super::extract::{ApiJson, ApiPath, IfMatch, Query};
+use super::responses::{ReadErrors, WriteErrors};
 use super::{etag, in_force, json, usage_within};
 use crate::audit;
-use crate::control::openapi::{ReadErrors, WriteErrors};
 use crate::control::problem::Problem;
 use crate::registrar::{views, Change, PlanSettings, DEFAULT_TOKEN_TTL};
 use crate::AppState;
