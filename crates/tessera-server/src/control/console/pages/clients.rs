@@ -10,7 +10,7 @@ use maud::html;
 use tessera_proto::admin::{self as api, Client, ClientPage, ClientWithSecret, PlanList, Usage};
 use tessera_proto::form::encode_component as seg;
 
-use super::{api, days_query, get_json};
+use super::{days_query, get_json, get_tagged};
 use crate::control::console::extract::{Form, Page};
 use crate::control::console::session::{random_token, Session};
 use crate::control::console::view::{self, csrf, time, usage_chart, Section};
@@ -299,13 +299,8 @@ async fn client(
     session: Session,
     Path(id): Path<String>,
 ) -> Result<Page, Fail> {
-    let answer = console
-        .api
-        .get(&session.token, &format!("/clients/{}", seg(&id)))
-        .await
-        .map_err(api(&session))?;
-    let client: Client = answer.json().map_err(api(&session))?;
-    let etag = answer.etag.unwrap_or_else(|| "*".into());
+    let (client, etag): (Client, _) =
+        get_tagged(&console, &session, &format!("/clients/{}", seg(&id))).await?;
     let days = view::last_days(console.app.clock().now(), 30);
     let usage: Usage = get_json(
         &console,
@@ -463,12 +458,8 @@ async fn confirm_delete(
     session: Session,
     Path(id): Path<String>,
 ) -> Result<Page, Fail> {
-    let answer = console
-        .api
-        .get(&session.token, &format!("/clients/{}", seg(&id)))
-        .await
-        .map_err(api(&session))?;
-    let client: Client = answer.json().map_err(api(&session))?;
+    let (client, etag): (Client, _) =
+        get_tagged(&console, &session, &format!("/clients/{}", seg(&id))).await?;
     let base = format!("/console/clients/{}", seg(client.client_id.as_str()));
     let body = html! {
         h1 { "Delete client " code { (client.client_id) } "?" }
@@ -476,7 +467,7 @@ async fn confirm_delete(
             "To stop it for a while instead, disable it." }
         form method="post" action={(base) "/delete"} {
             (csrf(&session))
-            input type="hidden" name="etag" value=(answer.etag.as_deref().unwrap_or("*"));
+            input type="hidden" name="etag" value=(etag);
             button.danger type="submit" { "Delete " (client.client_id) }
             " " a href=(base) { "Cancel" }
         }

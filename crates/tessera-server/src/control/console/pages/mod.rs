@@ -42,6 +42,22 @@ async fn get_json<T: serde::de::DeserializeOwned>(
         .map_err(api(session))
 }
 
+/// `GET path` of the admin API with the session's token: its JSON answer read as `T`, and
+/// its `ETag` (`*` when it has none), for the form that changes it.
+async fn get_tagged<T: serde::de::DeserializeOwned>(
+    console: &Console,
+    session: &Session,
+    path: &str,
+) -> Result<(T, String), Fail> {
+    let answer = console
+        .api
+        .get(&session.token, path)
+        .await
+        .map_err(api(session))?;
+    let value = answer.json().map_err(api(session))?;
+    Ok((value, answer.etag.unwrap_or_else(|| "*".into())))
+}
+
 /// The usage query of `days`: from the first to the last.
 fn days_query(days: &[String]) -> String {
     format!(

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tessera_proto::admin::{Plan, PlanList};
 use tessera_proto::form::encode_component as seg;
 
-use super::{api, get_json};
+use super::{get_json, get_tagged};
 use crate::control::console::api::ApiError;
 use crate::control::console::extract::{Form, Page};
 use crate::control::console::session::Session;
@@ -207,12 +207,8 @@ async fn plan(
     session: Session,
     Path(name): Path<String>,
 ) -> Result<Page, Fail> {
-    let answer = console
-        .api
-        .get(&session.token, &format!("/plans/{}", seg(&name)))
-        .await
-        .map_err(api(&session))?;
-    let plan: Plan = answer.json().map_err(api(&session))?;
+    let (plan, etag): (Plan, _) =
+        get_tagged(&console, &session, &format!("/plans/{}", seg(&name))).await?;
     let body = html! {
         p { a href="/console/plans" { "← Plans" } }
         h1 { "Plan " (plan.name) }
@@ -221,7 +217,7 @@ async fn plan(
             " on this plan. Changes apply to their next token request."
         }
         @if session.write {
-            (plan_form(&session, Some(&plan), answer.etag.as_deref()))
+            (plan_form(&session, Some(&plan), Some(&etag)))
         } @else {
             dl {
                 dt { "Scopes" } dd { (plan.scopes.join(" ")) }
