@@ -195,8 +195,11 @@ fn client_create_count_on_a_missing_plan_creates_nothing() {
 /// the secrets still go to stdout alone.
 #[test]
 fn client_create_count_shows_progress_on_a_terminal() {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: no `script` (util-linux) to run the command on a terminal");
+    let script = Command::new("script").arg("--version").output().is_ok();
+    if tessera_testkit::skip_without(
+        "`script` (util-linux) to run the command on a terminal",
+        script,
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -162,11 +162,15 @@ async fn a_generated_client_key_gets_tokens_without_a_secret() {
             "client.pem",
         ],
     );
-    assert!(!both.status.success());
     let said = String::from_utf8_lossy(&both.stderr);
+    assert_eq!(both.status.code(), Some(1), "{said}");
+    assert!(both.stdout.is_empty(), "no token printed");
     assert!(said.contains("one kind of client credentials"), "{said}");
     let none = token_as(d, &cache, &id, &[], &["--env", base, "--scope", "news-api"]);
-    assert!(String::from_utf8_lossy(&none.stderr).contains("no client credentials"));
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(none.status.code(), Some(1), "{said}");
+    assert!(none.stdout.is_empty(), "no token printed");
+    assert!(said.contains("no client credentials"), "{said}");
 }
 
 #[tokio::test]

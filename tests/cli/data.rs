@@ -202,7 +202,9 @@ async fn a_backup_taken_while_serving_restores_with_its_key() {
         &["backup", "--out", "x.db", "--database", "sqlite://none.db"],
     );
     assert!(err.contains("no database file at none.db"), "{err}");
-    let postgres = ["--database", "postgres://tessera@127.0.0.1:1/none"];
+    let refused = tessera_testkit::RefusedPort::bind();
+    let nowhere = format!("postgres://tessera@127.0.0.1:{}/none", refused.port);
+    let postgres = ["--database", nowhere.as_str()];
     let err = fails(r, &[&["backup", "--out", "x.db"], &postgres[..]].concat());
     assert!(err.contains("pg_dump"), "{err}");
     assert!(!r.join("x.db").exists() && !r.join("none.db").exists());

@@ -6,6 +6,7 @@ use super::*;
 #[test]
 fn an_unreachable_database_is_reported_with_its_cause_at_once() {
     let dir = tempfile::tempdir().unwrap();
+    let refused = tessera_testkit::RefusedPort::bind();
     let started = Instant::now();
     let err = fails(
         dir.path(),
@@ -13,11 +14,14 @@ fn an_unreachable_database_is_reported_with_its_cause_at_once() {
             "client",
             "list",
             "--database",
-            "postgres://postgres@127.0.0.1:1/test",
+            &format!("postgres://postgres@127.0.0.1:{}/test", refused.port),
         ],
     );
     assert!(
-        err.contains("PostgreSQL at 127.0.0.1:1 refused the connection"),
+        err.contains(&format!(
+            "PostgreSQL at 127.0.0.1:{} refused the connection",
+            refused.port
+        )),
         "{err}"
     );
     assert!(!err.contains("pool timed out"), "{err}");
@@ -77,13 +81,18 @@ fn a_database_that_accepts_and_never_answers_is_reported_not_waited_for() {
 #[test]
 fn a_password_in_the_database_query_is_not_printed() {
     let dir = tempfile::tempdir().unwrap();
-    let url = "postgres://127.0.0.1:1/x?sslmode=disable&password=S3cretPW";
+    let refused = tessera_testkit::RefusedPort::bind();
+    let url = format!(
+        "postgres://127.0.0.1:{}/x?sslmode=disable&password=S3cretPW",
+        refused.port
+    );
     for args in [&["plan", "list"][..], &["serve", "--listen", "127.0.0.1:0"]] {
-        let err = fails(dir.path(), &[args, &["--database", url]].concat());
+        let err = fails(dir.path(), &[args, &["--database", &url]].concat());
         assert!(
-            err.contains(
-                "cannot open database postgres://127.0.0.1:1/x?sslmode=disable&password=[redacted]"
-            ),
+            err.contains(&format!(
+                "cannot open database postgres://127.0.0.1:{}/x?sslmode=disable&password=[redacted]",
+                refused.port
+            )),
             "{err}"
         );
         assert!(!err.contains("S3cretPW"), "{err}");

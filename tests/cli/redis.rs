@@ -23,14 +23,14 @@ async fn serve_counts_its_share_while_redis_is_down() {
     let client = create_client_with(d, &[], &data, "metered");
 
     let unreachable = [&["serve"][..], &flags, &["--redis-url"]].concat();
-    let err = refused_start(
-        d,
-        &[],
-        &[&unreachable[..], &["redis://:hunter2@127.0.0.1:1"]].concat(),
-    )
-    .await;
+    let refused = tessera_testkit::RefusedPort::bind();
+    let nowhere = format!("redis://:hunter2@127.0.0.1:{}", refused.port);
+    let err = refused_start(d, &[], &[&unreachable[..], &[nowhere.as_str()]].concat()).await;
     assert!(
-        err.contains("cannot use Redis at redis://:[redacted]@127.0.0.1:1:"),
+        err.contains(&format!(
+            "cannot use Redis at redis://:[redacted]@127.0.0.1:{}:",
+            refused.port
+        )),
         "{err}"
     );
     assert!(!err.contains("hunter2"), "{err}");

@@ -26,9 +26,11 @@ async fn admin_commands_through_the_api_match_the_database() {
     let d = dir.path();
     let (admin_id, admin_secret) = bootstrap_admin(d);
     // `serve` does not use --admin-url: one left in the environment changes nothing.
+    let refused = tessera_testkit::RefusedPort::bind();
+    let nowhere = format!("http://127.0.0.1:{}", refused.port);
     let server = spawn(
         d,
-        &[("TESSERA_ADMIN_URL", "http://127.0.0.1:9")],
+        &[("TESSERA_ADMIN_URL", nowhere.as_str())],
         &["serve", "--listen", "127.0.0.1:0"],
     );
     let base = server.base.as_str();
@@ -422,11 +424,9 @@ async fn admin_url_tokens_scopes_and_refusals() {
     );
     assert!(err.contains("--admin-url"), "{err}");
     // Nothing listening: said as such, at once.
-    let err = fails_with(
-        r,
-        &with_token,
-        &["--admin-url", "http://127.0.0.1:9", "keys", "list"],
-    );
+    let refused = tessera_testkit::RefusedPort::bind();
+    let nowhere = format!("http://127.0.0.1:{}", refused.port);
+    let err = fails_with(r, &with_token, &["--admin-url", &nowhere, "keys", "list"]);
     assert!(err.contains("cannot reach the admin API"), "{err}");
 
     let left: Vec<_> = std::fs::read_dir(r).unwrap().collect();

@@ -394,8 +394,9 @@ async fn serve_and_token_read_the_environment() {
     let open = create_client_with(d, &admin_env, &[], "open");
     assert!(!d.join("tessera.db").exists() && d.join("env.db").exists());
 
-    let redis = std::env::var("TESSERA_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let redis = tessera_testkit::redis_url();
+    let refused = tessera_testkit::RefusedPort::bind();
+    let nowhere = format!("redis://127.0.0.1:{}", refused.port);
     let mut serve_env = vec![
         ("TESSERA_DATABASE_URL", database.as_str()),
         ("TESSERA_MASTER_KEY", key.as_str()),
@@ -404,12 +405,12 @@ async fn serve_and_token_read_the_environment() {
         ("TESSERA_SIGNING_ALG", "ES256"),
         ("TESSERA_TRUSTED_PROXIES", "10.9.9.9,127.0.0.1"),
         ("TESSERA_LOG_JSON", "true"),
-        ("TESSERA_REDIS_URL", "redis://127.0.0.1:1"),
+        ("TESSERA_REDIS_URL", nowhere.as_str()),
     ];
     // A Redis that cannot be reached stops the start, within seconds.
     let err = refused_start(d, &serve_env, &["serve"]).await;
     assert!(
-        err.contains("rate limiter: cannot use Redis at redis://127.0.0.1:1:"),
+        err.contains(&format!("rate limiter: cannot use Redis at {nowhere}:")),
         "{err}"
     );
     serve_env.pop();
@@ -543,12 +544,10 @@ async fn serve_operating_settings_take_effect_from_the_environment_and_flags() {
     let key = master_key();
     for from_env in [true, false] {
         let schema = tessera_store::testing::scratch_postgres().await;
-        let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+        // Whichever server TESSERA_TEST_POSTGRES_URL names, reached through the proxy.
+        let real = tessera_testkit::postgres_server(&schema.url);
         let proxy = tessera_testkit::CuttableProxy::to(real).await;
-        let url = schema
-            .url
-            .replace("127.0.0.1:5432", &proxy.addr.to_string());
-        assert_ne!(url, schema.url, "the test database is at 127.0.0.1:5432");
+        let url = tessera_testkit::postgres_through(&schema.url, proxy.addr);
         let metrics = free_address();
         let mut env = vec![
             ("TESSERA_DATABASE_URL", url.as_str()),

@@ -128,3 +128,15 @@ pub fn claims(htm: &str, htu: &str, iat: i64) -> Value {
 pub fn sha256(text: &str) -> String {
     URL_SAFE_NO_PAD.encode(digest::digest(&digest::SHA256, text.as_bytes()))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sha256_is_base64url_without_padding() {
+        // SHA-256("abc") from FIPS 180-2 appendix B.1, base64url-encoded (RFC 4648 section 5).
+        assert_eq!(
+            super::sha256("abc"),
+            "ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0"
+        );
+    }
+}

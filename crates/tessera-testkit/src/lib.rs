@@ -304,6 +304,96 @@ pub async fn until<F: std::future::Future<Output = bool>>(
     }
 }
 
+/// The shared Redis the tests use: `TESSERA_TEST_REDIS_URL`, by default the local one.
+pub fn redis_url() -> String {
+    std::env::var("TESSERA_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A Redis key prefix no other test, run or process shares: `what`, the pid, the wall time
+/// in nanoseconds and a per-process count, so two tests of one run never see each other's
+/// keys and a rerun never sees a previous run's.
+pub fn unique_redis_prefix(what: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("tessera-test-{what}-{}-{nanos}-{n}:", std::process::id())
+}
+
+/// Where a `postgres://` URL points: the address its server resolves to (port 5432 when the
+/// URL writes none), so a fault proxy can stand in front of whichever server
+/// `TESSERA_TEST_POSTGRES_URL` names.
+pub fn postgres_server(url: &str) -> SocketAddr {
+    let written = postgres_host(url).1;
+    let with_port = match written.rsplit_once(':') {
+        Some((_, port)) if !written.ends_with(']') && port.parse::<u16>().is_ok() => {
+            written.to_owned()
+        }
+        _ => format!("{written}:5432"),
+    };
+    std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+        .ok()
+        .and_then(|mut found| found.next())
+        .unwrap_or_else(|| panic!("cannot resolve the PostgreSQL server {with_port}"))
+}
+
+/// `url` with its server replaced by `proxy`: the same database, user and options.
+pub fn postgres_through(url: &str, proxy: SocketAddr) -> String {
+    let (at, written) = postgres_host(url);
+    format!("{}{proxy}{}", &url[..at], &url[at + written.len()..])
+}
+
+/// The `host[:port]` of a `postgres://` URL as written, and where it starts.
+fn postgres_host(url: &str) -> (usize, &str) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let authority = url[start..].split(['/', '?']).next().unwrap_or_default();
+    let written = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    (start + authority.len() - written.len(), written)
+}
+
+/// Whether a test must skip for want of an outside `tool` (say, util-linux `script`): `true`
+/// when it is missing on a developer's machine, saying so on stderr. Under `CI=true` a
+/// missing tool fails the test instead, so CI never passes a test it did not run.
+pub fn skip_without(tool: &str, present: bool) -> bool {
+    if present {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true and this test needs {tool}, which is missing"
+    );
+    eprintln!("skipped: no {tool}");
+    true
+}
+
+/// A port of 127.0.0.1 that refuses connections while this lives: bound, so nothing else can
+/// take it, and never listening, so the kernel answers a connection with a reset (Linux).
+/// Unlike an assumed-closed port (1, 9), it cannot turn out to have a service behind it.
+#[derive(Debug)]
+pub struct RefusedPort {
+    /// The port.
+    pub port: u16,
+    _socket: tokio::net::TcpSocket,
+}
+
+impl RefusedPort {
+    /// Binds a fresh one.
+    pub fn bind() -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("bind 127.0.0.1:0");
+        let port = socket.local_addr().expect("its address").port();
+        Self {
+            port,
+            _socket: socket,
+        }
+    }
+}
+
 /// The `Authorization` value for HTTP Basic with these credentials (RFC 6749 2.3.1).
 pub fn basic(id: &ClientId, secret: &ClientSecret) -> String {
     BasicCredentials {
@@ -613,5 +703,42 @@ impl Drop for CuttableProxy {
     fn drop(&mut self) {
         self.accept.abort();
         self.cut();
+    }
+}
+
+#[cfg(test)]
+mod postgres_url_tests {
+    use super::*;
+
+    #[test]
+    fn a_proxy_stands_in_for_the_server_a_url_names() {
+        let proxy: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        for (url, server, through) in [
+            (
+                "postgres://postgres@127.0.0.1:5433/test?options=x",
+                "127.0.0.1:5433",
+                "postgres://postgres@127.0.0.1:40000/test?options=x",
+            ),
+            (
+                "postgres://u:p@127.0.0.1/test",
+                "127.0.0.1:5432",
+                "postgres://u:p@127.0.0.1:40000/test",
+            ),
+            (
+                "postgresql://[::1]:6000/db",
+                "[::1]:6000",
+                "postgresql://127.0.0.1:40000/db",
+            ),
+        ] {
+            assert_eq!(postgres_server(url), server.parse().unwrap(), "{url}");
+            assert_eq!(postgres_through(url, proxy), through, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_refused_port_refuses() {
+        let refused = RefusedPort::bind();
+        let error = std::net::TcpStream::connect(("127.0.0.1", refused.port)).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::ConnectionRefused);
     }
 }

@@ -104,7 +104,7 @@ async fn only_this_servers_admin_tokens_get_in() {
     );
     let (status, body) = problem(answer).await;
     assert_eq!((status, kind(&body)), (403, "forbidden"));
-    assert!(app.registrar().client("x").await.is_err());
+    // Nothing was written: no plan "x".
     assert!(!app
         .store
         .plans()
@@ -883,12 +883,20 @@ async fn keys_are_listed_and_rotated() {
         tessera_proto::clock::rfc3339(retires + 86_400)
     );
     assert_eq!(listed[1]["retires_at"], serde_json::Value::Null);
-    // An empty body takes the defaults.
+    // An empty body takes the defaults: EdDSA, signing in ten minutes (README: 600 s).
     let answer = call(&app, Method::POST, "/keys/rotate", &admin)
         .send()
         .await
         .unwrap();
-    assert_eq!(answer.status(), 201);
+    let key = json_of(answer, 201).await;
+    assert_eq!(
+        (key["status"].as_str(), key["alg"].as_str()),
+        (Some("next"), Some("EdDSA"))
+    );
+    assert_eq!(
+        key["activates_at"],
+        tessera_proto::clock::rfc3339(app.clock.now() + 600)
+    );
 }
 
 #[tokio::test]
@@ -906,7 +914,8 @@ async fn every_change_is_audited_without_secrets() {
     .await;
     let id = body["client_id"].as_str().unwrap();
     let secret = body["client_secret"].as_str().unwrap();
-    json_of(
+    // No body: the old secret keeps working for the default grace, a day (README).
+    let rotated = json_of(
         call(
             &app,
             Method::POST,
@@ -919,6 +928,10 @@ async fn every_change_is_audited_without_secrets() {
         200,
     )
     .await;
+    assert_eq!(
+        rotated["previous_secret_valid_until"],
+        tessera_proto::clock::rfc3339(app.clock.now() + 86_400)
+    );
     let log = app.log();
     let ours: Vec<&str> = log
         .lines()

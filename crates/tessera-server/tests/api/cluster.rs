@@ -110,14 +110,9 @@ async fn instances_sharing_postgres_share_clients_keys_and_revocations() {
 #[tokio::test]
 async fn instances_sharing_redis_share_each_clients_rate_limit() {
     let schema = tessera_store::testing::scratch_postgres().await;
-    let redis = std::env::var("TESSERA_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    // A prefix of this run's own, so runs never share counts.
-    let prefix = format!(
-        "tessera-test:{}:{}:",
-        std::process::id(),
-        tessera_server::clock::Clock::system().now()
-    );
+    let redis = tessera_testkit::redis_url();
+    // A prefix of this test's own, so runs and tests never share counts.
+    let prefix = tessera_testkit::unique_redis_prefix("cluster");
     let shared = |s: &mut Setup| {
         s.database_url = Some(schema.url.clone());
         s.config.issuer = Some("https://auth.cluster.test".into());

@@ -226,9 +226,14 @@ async fn a_plan_decides_whether_dpop_is_required_allowed_or_off() {
     assert!(claims_of(body["access_token"].as_str().unwrap())
         .get("cnf")
         .is_none());
-    // Even a broken one.
+    // Even a broken one: a Bearer token, bound to no key.
     let answer = token_with(&app, &client, FORM, &["garbage"]).await;
     assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["token_type"], "Bearer");
+    assert!(claims_of(body["access_token"].as_str().unwrap())
+        .get("cnf")
+        .is_none());
 }
 
 #[tokio::test]
@@ -277,11 +282,11 @@ async fn with_nonces_a_proof_must_carry_the_current_one() {
 
 #[tokio::test]
 async fn a_proof_replayed_at_another_instance_is_refused_through_redis() {
-    let prefix = format!("tessera-test-dpop-{}:", std::process::id());
+    let prefix = tessera_testkit::unique_redis_prefix("dpop");
     let setup = |issuer: &'static str, prefix: String, db: Option<String>| {
         move |s: &mut tessera_testkit::Setup| {
             s.config.issuer = Some(issuer.to_owned());
-            s.config.redis_url = Some("redis://127.0.0.1:6379".to_owned());
+            s.config.redis_url = Some(tessera_testkit::redis_url());
             s.config.redis_prefix = prefix;
             s.database_url = db;
         }

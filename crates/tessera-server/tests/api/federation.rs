@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 use tessera_proto::ClientId;
-use tessera_server::registrar::TrustPolicyInput;
+use tessera_server::registrar::{RegistrarError, TrustPolicyInput};
 use tessera_testkit::dpop::ProofKey;
 use tessera_testkit::{claims_of, error_of, spawn_with, TestApp};
 
@@ -227,7 +227,7 @@ async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says(
         .await,
         (200, "spiffe://acme.example/ns/prod/sa/billing".to_owned())
     );
-    let (status, _) = outcome(
+    let (status, why) = outcome(
         exchange(
             &app,
             &client,
@@ -237,6 +237,7 @@ async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says(
     )
     .await;
     assert_eq!(status, 401);
+    assert!(why.contains("sub does not match"), "{why}");
 
     // Signed by another key, expired, or from an issuer no policy names.
     let forged = ProofKey::ed25519().sign(
@@ -259,7 +260,10 @@ async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says(
 
     // A policy binds its own client only.
     let (other, _) = app.client().await;
-    assert_eq!(outcome(exchange(&app, &other, &token).await).await.0, 401);
+    let (status, why) = outcome(exchange(&app, &other, &token).await).await;
+    assert_eq!(status, 401);
+    // Another client: refused with the generic reason, nothing about the policy.
+    assert_eq!(why, "client authentication failed");
 
     // The audit line names the policy and the external subject.
     let log = app.log();
@@ -303,42 +307,42 @@ async fn a_trust_policy_must_be_well_formed() {
                 name: "bad name".into(),
                 ..good.clone()
             },
-            "name",
+            ("name", "name"),
         ),
         (
             TrustPolicyInput {
                 issuer: "http://issuer.example".into(),
                 ..good.clone()
             },
-            "issuer",
+            ("issuer", "issuer"),
         ),
         (
             TrustPolicyInput {
                 issuer: "token.actions".into(),
                 ..good.clone()
             },
-            "issuer",
+            ("issuer", "issuer"),
         ),
         (
             TrustPolicyInput {
                 jwks_uri: Some("ftp://x".into()),
                 ..good.clone()
             },
-            "jwks_uri",
+            ("jwks_uri", "jwks_uri"),
         ),
         (
             TrustPolicyInput {
                 audience: " ".into(),
                 ..good.clone()
             },
-            "audience",
+            ("audience", "audience"),
         ),
         (
             TrustPolicyInput {
                 client_id: "tc_nobody00000000000000000".into(),
                 ..good.clone()
             },
-            "client",
+            ("client_id", "client"),
         ),
         // M3: the subject's wildcard only at the end, right after ':' or '/'.
         (
@@ -346,14 +350,14 @@ async fn a_trust_policy_must_be_well_formed() {
                 subject: "repo:*:main".into(),
                 ..good.clone()
             },
-            "subject",
+            ("subject", "subject"),
         ),
         (
             TrustPolicyInput {
                 subject: String::new(),
                 ..good.clone()
             },
-            "subject",
+            ("subject", "subject"),
         ),
         (
             TrustPolicyInput {
@@ -361,21 +365,21 @@ async fn a_trust_policy_must_be_well_formed() {
                 allow_mutable_subject: true,
                 ..good.clone()
             },
-            "subject",
+            ("subject", "subject"),
         ),
         (
             TrustPolicyInput {
                 subject: "repo:acme/payments*".into(),
                 ..good.clone()
             },
-            "subject",
+            ("subject", "subject"),
         ),
         (
             TrustPolicyInput {
                 subject: "repo:acme/*/*".into(),
                 ..good.clone()
             },
-            "subject",
+            ("subject", "subject"),
         ),
         // GitHub Actions: names in sub change hands; an immutable id must be pinned.
         (
@@ -383,7 +387,7 @@ async fn a_trust_policy_must_be_well_formed() {
                 claims: vec![("repository".into(), "acme/payments".into())],
                 ..good.clone()
             },
-            "repository_id",
+            ("claims", "repository_id"),
         ),
         (
             TrustPolicyInput {
@@ -391,22 +395,29 @@ async fn a_trust_policy_must_be_well_formed() {
                 claims: Vec::new(),
                 ..good.clone()
             },
-            "repository_id",
+            ("claims", "repository_id"),
         ),
         (
             TrustPolicyInput {
                 claims: vec![("repository_id".into(), String::new())],
                 ..good.clone()
             },
-            "repository_id",
+            ("claims", "repository_id"),
         ),
     ];
-    for (bad, said) in refusals {
+    for (bad, (field, said)) in refusals {
         let refused = app
             .registrar()
             .put_trust_policy(bad.clone())
             .await
             .unwrap_err();
+        // Refused for its input, at the field at fault, and the message says why.
+        let at = match &refused {
+            RegistrarError::BadTrustPolicy(field, _) => *field,
+            RegistrarError::UnknownClient(_) => "client_id",
+            other => panic!("{bad:?}: not a refusal of the input: {other:?}"),
+        };
+        assert_eq!(at, field, "{bad:?}: {refused}");
         assert!(refused.to_string().contains(said), "{bad:?}: {refused}");
     }
     assert_eq!(app.registrar().trust_policies().await.unwrap().len(), 1);
@@ -450,6 +461,10 @@ async fn a_trust_policy_must_be_well_formed() {
         .put_trust_policy(on_admin.clone())
         .await
         .unwrap_err();
+    assert!(
+        matches!(refused, RegistrarError::BadTrustPolicy("allow_admin", _)),
+        "{refused:?}"
+    );
     assert!(refused.to_string().contains("admin scope"), "{refused}");
     app.registrar()
         .put_trust_policy(TrustPolicyInput {

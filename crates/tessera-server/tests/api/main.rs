@@ -23,9 +23,9 @@ mod tokens;
 mod transport;
 
 /// The seconds left to live of the keys matching `pattern` in the shared test Redis
-/// (127.0.0.1:6379): how long a proof or assertion seen is remembered there.
+/// (`TESSERA_TEST_REDIS_URL`): how long a proof or assertion seen is remembered there.
 async fn redis_ttls(pattern: &str) -> Vec<i64> {
-    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+    let mut redis = redis::Client::open(tessera_testkit::redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await

@@ -35,12 +35,9 @@ async fn revoke(
 #[tokio::test]
 async fn a_database_outage_is_ridden_out_within_the_staleness_bound() {
     let schema = tessera_store::testing::scratch_postgres().await;
-    let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-    let proxy = CuttableProxy::to(real).await;
-    let url = schema
-        .url
-        .replace("127.0.0.1:5432", &proxy.addr.to_string());
-    assert_ne!(url, schema.url, "the test database is at 127.0.0.1:5432");
+    // Whichever server TESSERA_TEST_POSTGRES_URL names, reached through the proxy.
+    let proxy = CuttableProxy::to(postgres_server(&schema.url)).await;
+    let url = postgres_through(&schema.url, proxy.addr);
     let app = spawn_with(|s| {
         s.database_url = Some(url);
         s.config.sync_interval = Duration::from_millis(100);
@@ -56,11 +53,13 @@ async fn a_database_outage_is_ridden_out_within_the_staleness_bound() {
     let access_token = issued["access_token"].as_str().unwrap().to_owned();
     let ready = app.http.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
-    // A write needs the database: a prompt 503 with Retry-After (RFC 7009 2.2.1).
+    // A write needs the database: a prompt 503 with Retry-After (RFC 7009 2.2.1), within
+    // the 2 s the README promises (the write is refused as soon as the outage is known, so
+    // this holds with room to spare on a loaded machine).
     let started = Instant::now();
     let refused = revoke(&app, &id, &secret, &access_token).await;
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(2),
         "{:?}",
         started.elapsed()
     );
@@ -123,12 +122,9 @@ fn unknown_ids(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_ids_cannot_take_the_slots_during_a_database_outage() {
     let schema = tessera_store::testing::scratch_postgres().await;
-    let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-    let proxy = CuttableProxy::to(real).await;
-    let url = schema
-        .url
-        .replace("127.0.0.1:5432", &proxy.addr.to_string());
-    assert_ne!(url, schema.url, "the test database is at 127.0.0.1:5432");
+    // Whichever server TESSERA_TEST_POSTGRES_URL names, reached through the proxy.
+    let proxy = CuttableProxy::to(postgres_server(&schema.url)).await;
+    let url = postgres_through(&schema.url, proxy.addr);
     const CAP: usize = 8;
     // No poll within the test: the store is read only for unknown ids and by the test.
     const SLOW_POLL: Duration = Duration::from_secs(60);
