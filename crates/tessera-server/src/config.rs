@@ -85,7 +85,7 @@ pub struct Config {
     /// Proxies whose `X-Forwarded-For` is believed, for rate limits and the audit trail.
     #[serde(rename = "trusted-proxy")]
     pub trusted_proxies: Vec<IpAddr>,
-    /// Do not serve the operator console at `/console/` (`routes/console`).
+    /// Do not serve the operator console at `/console/` (`control/console`).
     pub no_console: bool,
     /// Whether DPoP proofs at the token endpoint must carry a server nonce (RFC 9449
     /// section 8). Nonces are derived from the master key, so instances sharing it accept

@@ -20,7 +20,7 @@ use crate::secrets::Secrets;
 use crate::store_watch::{StoreHealth, WatchedStore};
 use crate::usage::UsageCounter;
 
-/// What the admin API keeps between requests (its logic is in `routes/admin`): the verifier
+/// What the admin API keeps between requests (its logic is in `control/admin`): the verifier
 /// of this server's own tokens, rebuilt when the published keys change, and one lock that
 /// orders this instance's writes, so that an `If-Match` check and the write it guards are
 /// not interleaved with another request's here.

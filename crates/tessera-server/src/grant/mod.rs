@@ -229,7 +229,7 @@ struct Cnf<'a> {
 }
 
 /// The audience: one API per granted scope, as a JSON array. The admin scopes name no API
-/// but the issuer itself, whose admin API accepts them (`routes/admin`).
+/// but the issuer itself, whose admin API accepts them (`control/admin`).
 struct Audiences<'a> {
     scopes: &'a ScopeSet,
     issuer: &'a str,
