@@ -123,6 +123,7 @@ fn is_fault(error: &StoreError) -> bool {
             | StoreError::File { .. }
             | StoreError::Connection { .. }
             | StoreError::NoAnswer { .. }
+            | StoreError::Unanswered { .. }
     )
 }
 
@@ -158,7 +159,7 @@ impl WatchedStore {
         wrote: fn(&T) -> bool,
     ) -> Result<T> {
         crate::deadline::writing();
-        let outcome = self.explained(write.await).await;
+        let outcome = self.explained(bounded(what, write).await).await;
         match &outcome {
             Ok(value) if wrote(value) => {
                 if let Some(episode) = self.health.writes.succeeded() {
@@ -187,9 +188,13 @@ impl WatchedStore {
         outcome
     }
 
-    /// Records a read named `what`.
-    async fn read<T>(&self, what: &'static str, outcome: Result<T>) -> Result<T> {
-        let outcome = self.explained(outcome).await;
+    /// Makes a read named `what` and records its outcome.
+    async fn read<T>(
+        &self,
+        what: &'static str,
+        read: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let outcome = self.explained(bounded(what, read).await).await;
         match &outcome {
             Ok(_) => {
                 if let Some(episode) = self.health.reads.succeeded() {
@@ -213,6 +218,36 @@ impl WatchedStore {
     }
 }
 
+/// How long one call to the store may go unanswered before the caller stops waiting
+/// ([`StoreError::Unanswered`]): the only bound on a query that a hung server or a partition
+/// catches on an open connection, which neither the pool's timeout (5 s, for a connection)
+/// nor PostgreSQL's own (3 s for a lock, 5 s for a statement of a write) can end, since the
+/// server never hears of it. Longer than those, so that they speak first when they can.
+const CALL_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The same for the calls that read or write many rows at once (every client, a batch of
+/// thousands of new clients, a checkpoint of SQLite's log): they take longer when healthy.
+const BULK_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The bound of the call named `what` ([`CALL_WITHIN`], [`BULK_WITHIN`]).
+fn bound_of(what: &str) -> std::time::Duration {
+    match what {
+        "every client" | "clients" | "checkpoint" => BULK_WITHIN,
+        _ => CALL_WITHIN,
+    }
+}
+
+/// `call`, abandoned once it has gone unanswered for its bound.
+async fn bounded<T>(
+    what: &'static str,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let within = bound_of(what);
+    tokio::time::timeout(within, call)
+        .await
+        .unwrap_or(Err(StoreError::Unanswered { within }))
+}
+
 fn always<T>(_: &T) -> bool {
     true
 }
@@ -228,7 +263,7 @@ fn if_true(changed: &bool) -> bool {
 #[async_trait]
 impl Store for WatchedStore {
     async fn revision(&self) -> Result<i64> {
-        self.read("revision", self.inner.revision().await).await
+        self.read("revision", self.inner.revision()).await
     }
 
     async fn put_plan(&self, plan: &Plan) -> Result<()> {
@@ -236,7 +271,7 @@ impl Store for WatchedStore {
     }
 
     async fn plans(&self) -> Result<Vec<Plan>> {
-        self.read("plans", self.inner.plans().await).await
+        self.read("plans", self.inner.plans()).await
     }
 
     async fn delete_plan(&self, name: &str) -> Result<PlanRemoval> {
@@ -246,16 +281,16 @@ impl Store for WatchedStore {
     }
 
     async fn clients_per_plan(&self) -> Result<Vec<(String, u64)>> {
-        self.read("clients per plan", self.inner.clients_per_plan().await)
+        self.read("clients per plan", self.inner.clients_per_plan())
             .await
     }
 
     async fn clients(&self) -> Result<Vec<Client>> {
-        self.read("clients", self.inner.clients().await).await
+        self.read("every client", self.inner.clients()).await
     }
 
     async fn client(&self, id: &ClientId) -> Result<Option<Client>> {
-        self.read("client", self.inner.client(id).await).await
+        self.read("client", self.inner.client(id)).await
     }
 
     async fn clients_page(
@@ -264,8 +299,8 @@ impl Store for WatchedStore {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Client>> {
-        let outcome = self.inner.clients_page(plan, after, limit).await;
-        self.read("clients", outcome).await
+        let outcome = self.inner.clients_page(plan, after, limit);
+        self.read("a page of clients", outcome).await
     }
 
     async fn insert_clients_once(
@@ -279,7 +314,7 @@ impl Store for WatchedStore {
     }
 
     async fn idempotent_answer(&self, owner: &str, key: &str) -> Result<Option<IdempotentAnswer>> {
-        let outcome = self.inner.idempotent_answer(owner, key).await;
+        let outcome = self.inner.idempotent_answer(owner, key);
         self.read("idempotent answer", outcome).await
     }
 
@@ -304,12 +339,12 @@ impl Store for WatchedStore {
     }
 
     async fn trust_policies(&self) -> Result<Vec<TrustPolicy>> {
-        self.read("trust policies", self.inner.trust_policies().await)
+        self.read("trust policies", self.inner.trust_policies())
             .await
     }
 
     async fn trust_policies_of(&self, client: &ClientId) -> Result<Vec<TrustPolicy>> {
-        self.read("trust policies", self.inner.trust_policies_of(client).await)
+        self.read("trust policies", self.inner.trust_policies_of(client))
             .await
     }
 
@@ -324,7 +359,7 @@ impl Store for WatchedStore {
     }
 
     async fn keys(&self) -> Result<Vec<SigningKey>> {
-        self.read("signing keys", self.inner.keys().await).await
+        self.read("signing keys", self.inner.keys()).await
     }
 
     async fn delete_key(&self, kid: &str) -> Result<bool> {
@@ -333,12 +368,11 @@ impl Store for WatchedStore {
     }
 
     async fn latest_change(&self) -> Result<i64> {
-        self.read("latest change", self.inner.latest_change().await)
-            .await
+        self.read("latest change", self.inner.latest_change()).await
     }
 
     async fn changes_since(&self, after: i64, limit: u32) -> Result<Option<Changes>> {
-        self.read("changes", self.inner.changes_since(after, limit).await)
+        self.read("changes", self.inner.changes_since(after, limit))
             .await
     }
 
@@ -354,7 +388,7 @@ impl Store for WatchedStore {
     }
 
     async fn revoked_since(&self, after: i64, now: Timestamp) -> Result<Vec<(i64, Revoked)>> {
-        self.read("revocations", self.inner.revoked_since(after, now).await)
+        self.read("revocations", self.inner.revoked_since(after, now))
             .await
     }
 
@@ -364,7 +398,7 @@ impl Store for WatchedStore {
     }
 
     async fn is_empty(&self) -> Result<bool> {
-        self.read("emptiness", self.inner.is_empty().await).await
+        self.read("emptiness", self.inner.is_empty()).await
     }
 
     async fn check_value(&self, name: &str, proposed: &[u8]) -> Result<Vec<u8>> {
@@ -394,7 +428,7 @@ impl Store for WatchedStore {
     }
 
     async fn hourly_usage(&self, from: &str) -> Result<Vec<(String, u64, u64)>> {
-        self.read("hourly usage", self.inner.hourly_usage(from).await)
+        self.read("hourly usage", self.inner.hourly_usage(from))
             .await
     }
 
@@ -404,11 +438,10 @@ impl Store for WatchedStore {
     }
 
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>> {
-        self.read("usage", self.inner.usage(client_id).await).await
+        self.read("usage", self.inner.usage(client_id)).await
     }
 
     async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>> {
-        self.read("plan usage", self.inner.plan_usage(plan).await)
-            .await
+        self.read("plan usage", self.inner.plan_usage(plan)).await
     }
 }

@@ -82,6 +82,19 @@ pub enum StoreError {
         /// How long it had.
         within: std::time::Duration,
     },
+    /// The store gave no answer to one call within `within`, and the caller stopped waiting
+    /// (a query on a connection that a hung server or a partition caught mid-flight has no
+    /// other bound). A read returned nothing; a write may or may not have committed, as the
+    /// message says, so it is not reported as written.
+    #[error(
+        "the store did not answer within {} s and the call was abandoned (a write's outcome \
+         is unknown until the store is read again)",
+        .within.as_secs()
+    )]
+    Unanswered {
+        /// How long the caller waited.
+        within: std::time::Duration,
+    },
     /// PostgreSQL could not be reached or used; `cause` says why, `server` where (host and
     /// port, or the socket's path: never a password). What a pool that timed out, or a
     /// connection that failed, becomes once explained ([`Store::explain`]).

@@ -212,10 +212,22 @@ impl Dialect for Postgres {
         format!("${n}")
     }
     async fn explain(pool: &Pool<Self>, error: StoreError) -> StoreError {
-        let StoreError::Backend(error) = error else {
-            return error;
-        };
         let options = pool.connect_options();
+        let error = match error {
+            StoreError::Backend(error) => error,
+            // A call that got no answer: the server silent, or only that call slow (the
+            // probe logs in and is answered: then the call's own error says it best).
+            StoreError::Unanswered { .. } => {
+                return match probe(&options).await {
+                    StoreError::Connection {
+                        cause: ConnectionFault::PoolBusy { .. },
+                        ..
+                    } => error,
+                    cause => cause,
+                }
+            }
+            other => return other,
+        };
         match error {
             sqlx::Error::PoolTimedOut => probe(&options).await,
             other => failed(&options, other).await,
