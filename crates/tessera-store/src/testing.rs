@@ -25,15 +25,8 @@ pub struct ScratchSchema {
 /// Creates a fresh schema; panics with a clear message when PostgreSQL is not reachable.
 pub async fn scratch_postgres() -> ScratchSchema {
     let base = postgres_base_url();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let name = format!("tessera_test_{}_{nanos}", std::process::id());
-    let mut admin = PgConnectOptions::from_str(&base)
-        .expect("TESSERA_TEST_POSTGRES_URL is a postgres:// URL")
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {base} is needed by this test: {e}"));
+    let name = scratch_name();
+    let mut admin = admin_connection(&base).await;
     sqlx::query(&format!("CREATE SCHEMA {name}"))
         .execute(&mut admin)
         .await
@@ -46,25 +39,10 @@ pub async fn scratch_postgres() -> ScratchSchema {
 
 impl Drop for ScratchSchema {
     fn drop(&mut self) {
-        // Dropped from async tests too: do it on a thread of its own with its own runtime.
-        let (base, name) = (self.base.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(runtime) = runtime {
-                runtime.block_on(async {
-                    if let Ok(mut admin) =
-                        PgConnectOptions::from_str(&base).unwrap().connect().await
-                    {
-                        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
-                            .execute(&mut admin)
-                            .await;
-                    }
-                });
-            }
-        })
-        .join();
+        run_on_drop(
+            &self.base,
+            format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
+        );
     }
 }
 
@@ -84,15 +62,8 @@ pub struct ScratchDatabase {
 /// a clear message when PostgreSQL is not reachable or the role may not create databases.
 pub async fn scratch_database() -> ScratchDatabase {
     let base = postgres_base_url();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let name = format!("tessera_test_{}_{nanos}", std::process::id());
-    let mut admin = PgConnectOptions::from_str(&base)
-        .expect("TESSERA_TEST_POSTGRES_URL is a postgres:// URL")
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {base} is needed by this test: {e}"));
+    let name = scratch_name();
+    let mut admin = admin_connection(&base).await;
     sqlx::query(&format!("CREATE DATABASE {name}"))
         .execute(&mut admin)
         .await
@@ -117,26 +88,52 @@ pub async fn scratch_database() -> ScratchDatabase {
 
 impl Drop for ScratchDatabase {
     fn drop(&mut self) {
-        let (base, name) = (self.base.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(runtime) = runtime {
-                runtime.block_on(async {
-                    if let Ok(mut admin) =
-                        PgConnectOptions::from_str(&base).unwrap().connect().await
-                    {
-                        let _ =
-                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                                .execute(&mut admin)
-                                .await;
-                    }
-                });
-            }
-        })
-        .join();
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        run_on_drop(&self.base, drop);
     }
+}
+
+/// A name no other scratch schema or database has, even in another test process: the
+/// process id, a count within the process, and the time.
+fn scratch_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("tessera_test_{}_{n}_{nanos}", std::process::id())
+}
+
+/// A connection to the server at `base`, to create and drop scratch objects.
+async fn admin_connection(base: &str) -> sqlx::PgConnection {
+    PgConnectOptions::from_str(base)
+        .expect("TESSERA_TEST_POSTGRES_URL is a postgres:// URL")
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {base} is needed by this test: {e}"))
+}
+
+/// Runs `sql` on the server at `base`, from a `Drop`: scratch objects are dropped from async
+/// tests too, so on a thread of its own with its own runtime. Failures are ignored (a test
+/// that failed may have left the server unreachable).
+fn run_on_drop(base: &str, sql: String) {
+    let base = base.to_owned();
+    let _ = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(runtime) = runtime {
+            runtime.block_on(async {
+                let Ok(options) = PgConnectOptions::from_str(&base) else {
+                    return;
+                };
+                if let Ok(mut admin) = options.connect().await {
+                    let _ = sqlx::query(&sql).execute(&mut admin).await;
+                }
+            });
+        }
+    })
+    .join();
 }
 
 /// A small tmpfs mounted for one test, which the test fills to play a full disk, and
