@@ -64,7 +64,7 @@ part() {
                 --lib --test api
             ;;
         server-limits) run server-limits tessera-server "$S/limits/mod.rs" --lib --test api ;;
-        server-secrets) run server-secrets tessera-server "$S/secrets.rs" --lib --test api ;;
+        server-secrets) run server-secrets tessera-server "$S/secrets/mod.rs $S/secrets/custody.rs $S/secrets/credentials.rs" --lib --test api ;;
         # Who may call the admin API: tests/api's admin and console tests.
         server-admin-auth)
             run server-admin-auth tessera-server "$S/control/admin/auth.rs" --lib --test api -- admin console

@@ -1,60 +1,19 @@
-//! The operator's master key and what derives from it, and generated client credentials.
-//!
-//! - The master key (32 bytes) is supplied by the operator in `TESSERA_MASTER_KEY` (base64url)
-//!   or in a file; with the embedded default it may be generated into a 0600 file beside the
-//!   database.
-//! - From it, HKDF-SHA-256 (RFC 5869) derives three independent keys: the pepper that keys the
-//!   HMAC of client secrets, the key that seals signing keys at rest (AES-256-GCM), and the
-//!   key that authenticates DPoP nonces (RFC 9449 section 8), so that instances sharing the
-//!   master key accept each other's nonces.
-//! - Client secrets are 256 random bits in base64url, so that no client library mis-encodes
-//!   them (RFC 6749 2.3.1), and are stored only as HMAC-SHA-256 under the pepper. A generated
-//!   secret has full entropy, so a slow password hash would add cost and no safety.
+//! Custody of the master key: where it comes from (`TESSERA_MASTER_KEY`, a file the operator
+//! keeps, or a file generated beside the embedded database, 0600), the checks on a key file
+//! (a regular file its owner alone can read), and the check value that ties a database to
+//! the key its keys were sealed and its secrets hashed under.
 
-use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
-use aws_lc_rs::{hkdf, hmac, rand};
+use aws_lc_rs::rand;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use tessera_proto::{ClientId, ClientSecret};
+use tessera_proto::ClientSecret;
 use thiserror::Error;
 use zeroize::Zeroizing;
 
-/// Length of the master key in bytes.
-pub const MASTER_KEY_LEN: usize = 32;
-
-/// Why the master key could not be had, or a sealed value not opened.
-#[derive(Debug, Error)]
-pub enum SecretsError {
-    /// The key is not 32 bytes of base64url.
-    #[error("master key must be {MASTER_KEY_LEN} bytes in base64url ({0})")]
-    BadMasterKey(String),
-    /// Reading or writing the key file failed.
-    #[error("master key file {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What failed.
-        source: std::io::Error,
-    },
-    /// The key file is not a regular file, or others than its owner could read it.
-    #[error(
-        "master key file {path}: {reason}; make it a regular file of the user the server runs \
-         as, readable by that user only (chmod 600)"
-    )]
-    Exposed {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A sealed value did not open: a different master key, or a damaged value.
-    #[error("cannot decrypt a signing key: wrong master key or damaged data")]
-    Unseal,
-}
+use super::{Secrets, SecretsError, MASTER_KEY_LEN};
 
 /// Why a server or a command cannot use its master key with its database.
 #[derive(Debug, Error)]
@@ -215,21 +174,6 @@ pub enum MasterKeySource {
     },
 }
 
-/// The keys derived from the operator's master key.
-pub struct Secrets {
-    pepper: hmac::Key,
-    sealing: LessSafeKey,
-    /// Authenticates DPoP nonces, so that every instance sharing the master key accepts the
-    /// nonces of the others (`crate::grant::dpop`).
-    nonces: hmac::Key,
-}
-
-impl fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secrets([redacted])")
-    }
-}
-
 /// What loading the master key did, so that the caller can say so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MasterKeyOrigin {
@@ -279,106 +223,6 @@ impl Secrets {
                 }
             }
         }
-    }
-
-    /// Derives the keys from an encoded master key.
-    pub fn from_encoded(encoded: &str) -> Result<Self, SecretsError> {
-        let raw = Zeroizing::new(
-            URL_SAFE_NO_PAD
-                .decode(encoded.trim_end_matches('='))
-                .map_err(|e| SecretsError::BadMasterKey(e.to_string()))?,
-        );
-        let mut key = Zeroizing::new([0u8; MASTER_KEY_LEN]);
-        if raw.len() != MASTER_KEY_LEN {
-            return Err(SecretsError::BadMasterKey(format!(
-                "got {} bytes",
-                raw.len()
-            )));
-        }
-        key.copy_from_slice(&raw);
-        Ok(Self::from_bytes(&key))
-    }
-
-    /// Derives the keys from raw master key bytes (RFC 5869).
-    pub fn from_bytes(master: &[u8; MASTER_KEY_LEN]) -> Self {
-        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"tessera").extract(master);
-        let pepper: hmac::Key = prk
-            .expand(&[b"client-secret-pepper-v1"], hmac::HMAC_SHA256)
-            .expect("HKDF output of one hash length")
-            .into();
-        let sealing: UnboundKey = prk
-            .expand(&[b"signing-key-sealing-v1"], &AES_256_GCM)
-            .expect("HKDF output of one key length")
-            .into();
-        let nonces: hmac::Key = prk
-            .expand(&[b"dpop-nonce-v1"], hmac::HMAC_SHA256)
-            .expect("HKDF output of one hash length")
-            .into();
-        Self {
-            pepper,
-            sealing: LessSafeKey::new(sealing),
-            nonces,
-        }
-    }
-
-    /// The key DPoP nonces are authenticated with.
-    pub(crate) fn nonce_key(&self) -> &hmac::Key {
-        &self.nonces
-    }
-
-    /// A value that identifies the master key without revealing it: stored in the database
-    /// on first use, so that a different key is refused instead of silently sealing keys and
-    /// hashing secrets that no server can use.
-    pub fn check_value(&self) -> Vec<u8> {
-        hmac::sign(&self.pepper, b"tessera master key check v1")
-            .as_ref()
-            .to_vec()
-    }
-
-    /// The keyed hash stored for a client secret.
-    pub fn hash_secret(&self, secret: &ClientSecret) -> Vec<u8> {
-        hmac::sign(&self.pepper, secret.expose().as_bytes())
-            .as_ref()
-            .to_vec()
-    }
-
-    /// Whether `secret` matches `hash`, compared in constant time.
-    pub fn verify_secret(&self, secret: &ClientSecret, hash: &[u8]) -> bool {
-        hmac::verify(&self.pepper, secret.expose().as_bytes(), hash).is_ok()
-    }
-
-    /// Encrypts `plaintext` bound to `context` (AES-256-GCM, random 96-bit nonce in front).
-    pub fn seal(&self, context: &str, plaintext: &[u8]) -> Vec<u8> {
-        let mut nonce = [0u8; NONCE_LEN];
-        rand::fill(&mut nonce).expect("system random source");
-        let mut out = plaintext.to_vec();
-        self.sealing
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(context.as_bytes()),
-                &mut out,
-            )
-            .expect("AES-GCM sealing of a small value");
-        let mut sealed = nonce.to_vec();
-        sealed.extend_from_slice(&out);
-        sealed
-    }
-
-    /// Decrypts what [`seal`](Self::seal) made with the same `context`.
-    pub fn open(&self, context: &str, sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, SecretsError> {
-        if sealed.len() < NONCE_LEN {
-            return Err(SecretsError::Unseal);
-        }
-        let (nonce, body) = sealed.split_at(NONCE_LEN);
-        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| SecretsError::Unseal)?;
-        let mut buf = Zeroizing::new(body.to_vec());
-        let plain_len = self
-            .sealing
-            .open_in_place(nonce, Aad::from(context.as_bytes()), &mut buf)
-            .map_err(|_| SecretsError::Unseal)?
-            .len();
-        buf.truncate(plain_len);
-        Ok(buf)
     }
 }
 
@@ -438,93 +282,10 @@ fn generate_key_file(path: &Path) -> Result<Secrets, SecretsError> {
     Ok(Secrets::from_bytes(&raw))
 }
 
-/// `n` random bytes in base64url without padding.
-pub fn random_token(n: usize) -> String {
-    let mut buf = vec![0u8; n];
-    rand::fill(&mut buf).expect("system random source");
-    URL_SAFE_NO_PAD.encode(buf)
-}
-
-/// A new client identifier: `tc_` and 128 random bits.
-pub fn new_client_id() -> ClientId {
-    ClientId::parse(&format!("tc_{}", random_token(16))).expect("non-empty id")
-}
-
-/// Whether `id` has the shape [`new_client_id`] gives: `tc_` and 22 base64url characters.
-pub fn is_generated_client_id(id: &str) -> bool {
-    id.strip_prefix("tc_").is_some_and(|rest| {
-        rest.len() == 22
-            && rest
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    })
-}
-
-/// A new client secret: `tcs_` and 256 random bits, all URL-safe characters.
-pub fn new_client_secret() -> ClientSecret {
-    ClientSecret::new(format!("tcs_{}", random_token(32)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn secrets() -> Secrets {
-        Secrets::from_bytes(&[7; MASTER_KEY_LEN])
-    }
-
-    #[test]
-    fn secrets_hash_and_verify() {
-        let s = secrets();
-        let secret = new_client_secret();
-        let hash = s.hash_secret(&secret);
-        assert!(s.verify_secret(&secret, &hash));
-        assert!(!s.verify_secret(&ClientSecret::new("other"), &hash));
-        let other = Secrets::from_bytes(&[8; MASTER_KEY_LEN]);
-        assert!(!other.verify_secret(&secret, &hash), "the pepper matters");
-    }
-
-    #[test]
-    fn generated_credentials_are_url_safe_and_long() {
-        let secret = new_client_secret();
-        let body = secret.expose().strip_prefix("tcs_").unwrap();
-        assert_eq!(URL_SAFE_NO_PAD.decode(body).unwrap().len(), 32);
-        assert!(secret
-            .expose()
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
-        assert_ne!(new_client_id(), new_client_id());
-    }
-
-    #[test]
-    fn generated_ids_have_the_generated_shape_and_others_do_not() {
-        for _ in 0..100 {
-            assert!(is_generated_client_id(new_client_id().as_str()));
-        }
-        let id = new_client_id();
-        let id = id.as_str();
-        for other in [
-            "tc_nobody",
-            &id[1..],
-            &format!("{id}A"),
-            &format!("xx_{}", &id[3..]),
-            &format!("{}%", &id[..id.len() - 1]),
-        ] {
-            assert!(!is_generated_client_id(other), "{other}");
-        }
-    }
-
-    #[test]
-    fn sealing_round_trips_and_binds_context() {
-        let s = secrets();
-        let sealed = s.seal("kid-1", b"private");
-        assert_eq!(s.open("kid-1", &sealed).unwrap().as_slice(), b"private");
-        assert!(s.open("kid-2", &sealed).is_err());
-        assert!(Secrets::from_bytes(&[1; 32])
-            .open("kid-1", &sealed)
-            .is_err());
-        assert!(s.open("kid-1", &sealed[..5]).is_err());
-    }
+    use crate::secrets::tests::secrets;
 
     #[test]
     fn key_file_is_generated_once_with_mode_0600() {
@@ -701,15 +462,5 @@ mod tests {
             generate: false,
         };
         assert!(Secrets::load(&folder).is_err());
-    }
-
-    #[test]
-    fn an_opened_key_is_exactly_the_sealed_plaintext() {
-        let secrets = secrets();
-        let sealed = secrets.seal("kid", b"private key bytes");
-        assert_eq!(
-            secrets.open("kid", &sealed).unwrap().as_slice(),
-            b"private key bytes"
-        );
     }
 }
