@@ -240,6 +240,37 @@ impl ClientCertVerifier for OfferedCertificate {
     }
 }
 
+/// The client certificate of the request (RFC 8705): the TLS connection's, or, from a
+/// trusted proxy only, the one in its `--client-cert-header`. From anyone else that header
+/// is ignored: it would let a caller claim any certificate.
+pub(crate) fn peer_certificate(
+    state: &crate::AppState,
+    parts: &axum::http::request::Parts,
+) -> Option<PeerCertificate> {
+    if let Some(certificate) = parts.extensions.get::<PeerCertificate>() {
+        return Some(certificate.clone());
+    }
+    let name = state.config().client_cert_header.as_ref()?;
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|axum::extract::ConnectInfo(addr)| crate::limits::canonical(addr.ip()))?;
+    let trusted = state
+        .config()
+        .trusted_proxies
+        .iter()
+        .any(|proxy| crate::limits::canonical(*proxy) == peer);
+    if !trusted {
+        return None;
+    }
+    let mut values = parts.headers.get_all(name).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let der = tessera_verify::ClientCertificate::from_header(value.to_str().ok()?)?;
+    Some(PeerCertificate(vec![CertificateDer::from(der.0)].into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,9 @@ use tessera_store::Plan;
 use crate::error::{OAuthError, NO_STORE};
 use crate::grant::{Assertion, Credentials};
 use crate::limits::Slot;
+use crate::mtls::peer_certificate;
 use crate::registry::Registry;
-use crate::routes::{authorization, client_ip, peer_certificate, read_form, single, split};
+use crate::routes::{authorization, client_ip, read_form, single, split};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {

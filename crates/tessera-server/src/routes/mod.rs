@@ -1,8 +1,8 @@
 //! The data plane's HTTP routes, one module per endpoint family, merged under one layer
 //! stack: the token endpoint, introspection, revocation, the keys and metadata, health and
 //! metrics (the management surface is the control plane, `control/`); and the pieces of a
-//! request the OAuth endpoints read alike: the body and its form, the caller's address, its
-//! client certificate and `Authorization` header.
+//! request the OAuth endpoints read alike: the body and its form, the caller's address and
+//! `Authorization` header (its client certificate: `crate::mtls::peer_certificate`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -116,39 +116,6 @@ pub(crate) fn client_ip(state: &AppState, parts: &Parts) -> Option<IpAddr> {
         }
     }
     Some(peer)
-}
-
-/// The client certificate of the request (RFC 8705): the TLS connection's, or, from a
-/// trusted proxy only, the one in its `--client-cert-header`. From anyone else that header
-/// is ignored: it would let a caller claim any certificate.
-pub(crate) fn peer_certificate(
-    state: &AppState,
-    parts: &Parts,
-) -> Option<crate::mtls::PeerCertificate> {
-    if let Some(certificate) = parts.extensions.get::<crate::mtls::PeerCertificate>() {
-        return Some(certificate.clone());
-    }
-    let name = state.config().client_cert_header.as_ref()?;
-    let peer = parts
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| canonical(addr.ip()))?;
-    let trusted = state
-        .config()
-        .trusted_proxies
-        .iter()
-        .any(|proxy| canonical(*proxy) == peer);
-    if !trusted {
-        return None;
-    }
-    let mut values = parts.headers.get_all(name).iter();
-    let (Some(value), None) = (values.next(), values.next()) else {
-        return None;
-    };
-    let der = tessera_verify::ClientCertificate::from_header(value.to_str().ok()?)?;
-    Some(crate::mtls::PeerCertificate(
-        vec![rustls::pki_types::CertificateDer::from(der.0)].into(),
-    ))
 }
 
 /// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).

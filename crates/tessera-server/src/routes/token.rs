@@ -19,8 +19,9 @@ use crate::audit::{self, Subject};
 use crate::error::{rate_limit_fields, OAuthError, NO_STORE};
 use crate::grant::{Assertion, Authorization, Credentials, Decided, Grant, Issued, TokenGrant};
 use crate::metrics::NO_PLAN;
+use crate::mtls::peer_certificate;
 use crate::mtls::PeerCertificate;
-use crate::routes::{authorization, client_ip, peer_certificate, read_form, single, split};
+use crate::routes::{authorization, client_ip, read_form, single, split};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {

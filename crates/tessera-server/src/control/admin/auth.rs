@@ -118,7 +118,7 @@ async fn authorize(state: &AppState, parts: &Parts, write: bool) -> Result<Strin
     let uri: Uri = format!("{issuer_path}{path}")
         .parse()
         .map_err(|_| Problem::invalid_parameter("path", "the request path is malformed"))?;
-    let certificate = crate::routes::peer_certificate(state, parts).and_then(|presented| {
+    let certificate = crate::mtls::peer_certificate(state, parts).and_then(|presented| {
         presented
             .end_entity()
             .map(|der| ClientCertificate(der.to_vec()))
