@@ -36,6 +36,12 @@ pub struct AccessTokenClaims {
     /// (RFC 8705 section 3.1). A bound token is accepted only with proof of that key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// The plan the client was on when the token was issued (a Tessera claim, not one of
+    /// RFC 9068's): an API looks up that plan's request limits for itself in
+    /// `GET {issuer}/api-limits/{api}` ([`crate::api_limits`]). Absent from tokens of
+    /// issuers that do not know plans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
 }
 
 /// The `cnf` claim (RFC 7800 section 3.1).
@@ -108,6 +114,7 @@ mod tests {
             jti: "j".into(),
             app_only: true,
             cnf: None,
+            plan: None,
         };
         assert!(!claims.has_user_context());
         claims.app_only = false;

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! - [`api_limits`]: the plans' request limits an API learns from Tessera, and the usage it
+//!   reports back (issue 27).
 //! - [`clock`]: [`Clock`], where every decision by time reads it, and [`ManualClock`] for
 //!   tests.
 //! - [`form`]: the strict `application/x-www-form-urlencoded` decoder (RFC 6749 Appendix B).
@@ -23,6 +25,7 @@
 //!   server, the operator console and the CLI (with the `openapi` feature, their schemas).
 
 pub mod admin;
+pub mod api_limits;
 pub mod claims;
 pub mod client;
 pub mod clock;

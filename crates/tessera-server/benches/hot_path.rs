@@ -50,6 +50,7 @@ fn claims() -> AccessTokenClaims {
         jti: secrets::random_token(16),
         app_only: true,
         cnf: None,
+        plan: None,
     }
 }
 

@@ -563,6 +563,7 @@ mod tests {
                     x5t_s256: None,
                     jkt: Some("k".into()),
                 }),
+                plan: None,
             }
         );
     }
