@@ -514,12 +514,17 @@ fn line_of(text: &str, offset: usize) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Seconds(pub Duration);
 
+/// A duration flag or key that is no [`Seconds`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0:?} is no duration: give seconds, such as 30 or 0.25")]
+pub struct BadSeconds(pub String);
+
 impl FromStr for Seconds {
-    type Err = String;
+    type Err = BadSeconds;
 
     /// Digits, optionally a point and up to nine more: exact, with no floating point.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("{s:?} is no duration: give seconds, such as 30 or 0.25");
+        let bad = || BadSeconds(s.to_owned());
         let (whole, fraction) = s.trim().split_once('.').unwrap_or((s.trim(), ""));
         let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
         if whole.is_empty() || !digits(whole) || !digits(fraction) || fraction.len() > 9 {
@@ -604,13 +609,18 @@ mod seconds {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate(pub RateLimit);
 
+/// A rate flag or key that is no [`Rate`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0:?} is no rate: use COUNT/UNIT, e.g. 10/min")]
+pub struct BadRate(pub String);
+
 impl FromStr for Rate {
-    type Err = String;
+    type Err = BadRate;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         RateLimit::parse(s)
             .map(Self)
-            .ok_or_else(|| format!("{s:?} is no rate: use COUNT/UNIT, e.g. 10/min"))
+            .ok_or_else(|| BadRate(s.to_owned()))
     }
 }
 
