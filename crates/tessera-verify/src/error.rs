@@ -98,9 +98,13 @@ pub enum ConfigError {
     /// The HTTP client could not be built.
     #[error("HTTP client: {0}")]
     Http(#[source] reqwest::Error),
+    /// The plan limits could not be set up (a Redis URL that cannot be read).
+    #[error(transparent)]
+    Limits(#[from] crate::limits::LimitsConfigError),
 }
 
-/// Why the keys could not be fetched. The verifier keeps its cached keys when this happens.
+/// Why the keys, or the plan limits (`crate::limits`), could not be fetched. The verifier
+/// keeps what it had when this happens.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum KeySourceError {
@@ -149,4 +153,11 @@ pub enum KeySourceError {
     /// The key set has no key this verifier can use; the cached keys are kept.
     #[error("the key set has no usable EdDSA, ES256, RS256 or PS256 signing key")]
     NoUsableKeys,
+    /// The plan limits document names another API than this verifier's audience; the last
+    /// known limits are kept.
+    #[error("fetching {url}: the limits document is for another API")]
+    WrongApi {
+        /// The document.
+        url: String,
+    },
 }

@@ -20,7 +20,10 @@
 //! request's extensions.
 //!
 //! The first extractor to verify stores the [`VerifiedToken`] in the request extensions, so
-//! `Scoped<A>` and `UserToken` in one handler verify the signature once (per verifier).
+//! `Scoped<A>` and `UserToken` in one handler verify the signature once (per verifier), and
+//! the request is counted once against its plan's limits ([`crate::limits`]: over them, the
+//! rejection is a 429; within them, the fields reach the answer through
+//! [`rate_limit_headers`](crate::limits::rate_limit_headers)).
 
 use std::marker::PhantomData;
 use std::ops::Deref;
@@ -29,6 +32,7 @@ use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use tessera_proto::AccessTokenClaims;
 
+use crate::limits::{Allowance, FieldsSlot};
 use crate::rejection::{AuthError, AuthRejection, Challenge};
 use crate::{AccessRequest, Verifier};
 
@@ -39,11 +43,29 @@ use crate::{AccessRequest, Verifier};
 pub struct VerifiedToken {
     claims: AccessTokenClaims,
     challenge: Challenge,
+    rate_limit: Option<Allowance>,
 }
 
 impl VerifiedToken {
-    pub(crate) fn new(claims: AccessTokenClaims, challenge: Challenge) -> Self {
-        Self { claims, challenge }
+    pub(crate) fn new(
+        claims: AccessTokenClaims,
+        challenge: Challenge,
+        rate_limit: Option<Allowance>,
+    ) -> Self {
+        Self {
+            claims,
+            challenge,
+            rate_limit,
+        }
+    }
+
+    /// The `RateLimit-Policy` and `RateLimit` fields to answer this request with, when the
+    /// verifier enforces plan limits and the token's plan has some
+    /// ([`crate::limits`]). The extractors hand them to
+    /// [`rate_limit_headers`](crate::limits::rate_limit_headers); elsewhere, add them with
+    /// [`Allowance::apply`].
+    pub fn rate_limit(&self) -> Option<&Allowance> {
+        self.rate_limit.as_ref()
     }
 
     /// The claims.
@@ -116,6 +138,12 @@ async fn verified(
     let token = verifier
         .verify_request_for(&AccessRequest::from_parts(parts), scope)
         .await?;
+    if let (Some(fields), Some(slot)) = (token.rate_limit(), parts.extensions.get::<FieldsSlot>()) {
+        *slot
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fields.clone());
+    }
     parts.extensions.insert(VerifiedBy {
         verifier: verifier.clone(),
         token: token.clone(),

@@ -372,7 +372,7 @@ pub(crate) fn read_metadata(
 
 /// GETs a document: status 200 only (redirects are not followed), at most [`MAX_DOCUMENT`]
 /// bytes.
-async fn get(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, KeySourceError> {
+pub(crate) async fn get(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, KeySourceError> {
     let http = |source| KeySourceError::Http {
         url: url.to_owned(),
         source,

@@ -33,8 +33,11 @@
 //!   the token endpoint, client assertions there.
 //! - [`resource`]: protected resource metadata (RFC 9728), served by the API and named in
 //!   its challenges.
+//! - [`limits`]: plan limits enforced at the API (issue 27): the limits document learned
+//!   from Tessera, GCRA rates and calendar quotas counted in memory or in Redis, the
+//!   `RateLimit` fields, the 429 problem, and usage reported back to Tessera.
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
-//!   (RFC 6750 section 3, RFC 9470 section 3).
+//!   (RFC 6750 section 3, RFC 9470 section 3, and the plan limits' 429).
 //! - `fuzzing`: hidden entry points to the document readers, for `fuzz/` only.
 //!
 //! # Example
@@ -83,6 +86,7 @@ pub mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 mod jwks;
+pub mod limits;
 pub mod rejection;
 pub mod replay;
 pub mod request;
@@ -94,6 +98,7 @@ pub mod verifier;
 pub use binding::ClientCertificate;
 pub use error::{ConfigError, KeySourceError, VerifyError};
 pub use extract::{RequiredScope, Scoped, UserToken, VerifiedToken};
+pub use limits::{Allowance, LimitRejection, LimitsHealth, UsageError};
 pub use rejection::{AuthError, AuthRejection};
 pub use request::AccessRequest;
 pub use tessera_jose::verify_signature;

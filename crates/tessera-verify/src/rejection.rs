@@ -11,6 +11,7 @@ use tessera_proto::{ErrorCode, ErrorResponse};
 
 use crate::dpop::ALGS as DPOP_ALGS;
 use crate::error::VerifyError;
+use crate::limits::LimitRejection;
 
 /// Why a request was refused, and so which answer it gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,10 @@ pub enum AuthError {
     /// 401 `invalid_dpop_proof` with a `DPoP` challenge (RFC 9449 section 7.1): the token is
     /// DPoP-bound and the proof is missing or fails.
     InvalidDpopProof(crate::dpop::DpopError),
+    /// 429 (or 503 before the limits were ever learned), not a challenge: the token is fine
+    /// and its plan's limits refused the request ([`crate::limits`]). Its answer is the
+    /// [`LimitRejection`]'s.
+    Limited(Box<LimitRejection>),
 }
 
 impl AuthError {
@@ -40,6 +45,7 @@ impl AuthError {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::InsufficientScope(_) => StatusCode::FORBIDDEN,
+            Self::Limited(limited) => limited.status(),
             Self::MissingToken
             | Self::InvalidToken(_)
             | Self::UserRequired
@@ -47,10 +53,11 @@ impl AuthError {
         }
     }
 
-    /// The error code; `None` when the request carried no token.
+    /// The error code; `None` when the request carried no token, or was refused by its
+    /// plan's limits (an RFC 9457 problem, not an RFC 6750 error).
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            Self::MissingToken => None,
+            Self::MissingToken | Self::Limited(_) => None,
             Self::InvalidRequest(_) => Some(ErrorCode::InvalidRequest),
             Self::InvalidToken(_) => Some(ErrorCode::InvalidToken),
             Self::InsufficientScope(_) => Some(ErrorCode::InsufficientScope),
@@ -79,6 +86,7 @@ impl AuthError {
                 "this resource acts for a user; an application-only token cannot use it".into()
             }
             Self::InvalidDpopProof(e) => e.to_string().into(),
+            Self::Limited(limited) => limited.to_string().into(),
         }
     }
 }
@@ -121,6 +129,9 @@ impl std::error::Error for AuthRejection {}
 
 impl IntoResponse for AuthRejection {
     fn into_response(self) -> Response {
+        if let AuthError::Limited(limited) = self.error {
+            return limited.into_response();
+        }
         let status = self.error.status();
         let scheme = if self.error.challenges_dpop() {
             "DPoP"

@@ -87,7 +87,11 @@ impl Verifier {
     /// section 7.1), verifies it as [`Verifier::verify`] does, and checks its binding: a
     /// certificate-bound token only with that certificate (RFC 8705 section 3), a DPoP-bound
     /// token only as `DPoP` with a valid proof of its key for this request (RFC 9449
-    /// section 7.1). The rejection is the answer to send (RFC 6750 section 3).
+    /// section 7.1). With [`plan_limits`](crate::VerifierBuilder::plan_limits), an accepted
+    /// token's request is then counted against its plan's limits: within them, the
+    /// token carries the fields to answer with ([`VerifiedToken::rate_limit`]); over them,
+    /// the rejection is the 429 ([`AuthError::Limited`]). The rejection is the answer to
+    /// send (RFC 6750 section 3).
     pub async fn verify_request(
         &self,
         request: &AccessRequest<'_>,
@@ -145,7 +149,15 @@ impl Verifier {
                 return Err(reject(AuthError::InvalidToken(VerifyError::WrongAudience)));
             }
         }
-        Ok(VerifiedToken::new(claims, self.challenge()))
+        // The token is accepted: the request counts against its plan's limits.
+        let fields = match self.limits() {
+            Some(limits) => limits
+                .admit(&claims)
+                .await
+                .map_err(|e| reject(AuthError::Limited(Box::new(e))))?,
+            None => None,
+        };
+        Ok(VerifiedToken::new(claims, self.challenge(), fields))
     }
 }
 

@@ -7,6 +7,7 @@ use tessera_proto::{jws, AccessTokenClaims, Algorithm, Clock, JwkSet};
 
 use crate::error::{ConfigError, KeySourceError, VerifyError};
 use crate::jwks::{self, KeyCache, KeySet, Remote, Transport};
+use crate::limits::{Limits, LimitsConfig, LimitsHealth, UsageError};
 use crate::rejection::Challenge;
 use crate::replay::ReplayCache;
 use crate::token_cache::{Entry, TokenCache, TokenCacheStats};
@@ -69,9 +70,68 @@ pub struct VerifierBuilder {
     resource_url: Option<String>,
     dpop_replay_capacity: usize,
     token_cache_capacity: usize,
+    limits: LimitsConfig,
 }
 
 impl VerifierBuilder {
+    /// Enforces the request limits of each token's plan for this API (issue 27), learned from
+    /// `GET {issuer}/api-limits/{audience}` and refreshed every 30 s: [`Verifier::verify_request`]
+    /// and the extractors count every request they accept and refuse one over a limit with
+    /// 429 (see [`crate::limits`] for the answers, and for tokens without a known plan).
+    /// Counted in this process's memory, or across instances with [`redis_url`](Self::redis_url).
+    /// The issuer must be fetchable on the same terms as the keys (https, loopback, or
+    /// [`allow_insecure_http`](Self::allow_insecure_http)).
+    pub fn plan_limits(mut self) -> Self {
+        self.limits.enforce = true;
+        self
+    }
+
+    /// Counts the plan limits in Redis (`redis://host:port/db`), so that every instance of
+    /// the API shares them: a 10/min plan lets 10 through in all. Each call is bounded by
+    /// [`redis_timeout`](Self::redis_timeout); when Redis fails, each instance counts in
+    /// memory at its share (1/N of each limit, at least one request), logs a warning, shows
+    /// it in [`Verifier::limits_health`], and goes back to Redis when it answers again.
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.limits.redis_url = Some(url.into());
+        self
+    }
+
+    /// The prefix of the kit's keys in Redis; default [`crate::limits::REDIS_PREFIX`]. APIs
+    /// of one deployment share it; another deployment on the same Redis takes its own.
+    pub fn redis_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.limits.redis_prefix = Some(prefix.into());
+        self
+    }
+
+    /// The bound on each call to Redis; default [`crate::limits::REDIS_TIMEOUT`] (50 ms).
+    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.redis_timeout = Some(timeout);
+        self
+    }
+
+    /// A floor under the N of the share each instance counts while Redis fails (N is
+    /// otherwise the instances counted through Redis), for a fleet about to grow.
+    pub fn expected_instances(mut self, instances: u32) -> Self {
+        self.limits.expected_instances = instances;
+        self
+    }
+
+    /// Reports the requests each client made to this API per UTC day to
+    /// `POST {issuer}/api-usage`, with tokens from `client` (the API's own client, on a plan
+    /// granting `tessera-usage`), every [`usage_interval`](Self::usage_interval). Failed
+    /// reports keep their counts and are sent again with the same batch id (see
+    /// `crate::limits` and [`Verifier::flush_usage`]).
+    pub fn report_usage(mut self, client: tessera_client::TokenClient) -> Self {
+        self.limits.usage = Some(client);
+        self
+    }
+
+    /// How often usage is reported; default [`crate::limits::USAGE_INTERVAL`] (60 s).
+    pub fn usage_interval(mut self, interval: Duration) -> Self {
+        self.limits.usage_interval = Some(interval);
+        self
+    }
+
     /// The URL clients call this API at, such as `https://api.example.com/market`: its
     /// resource identifier (RFC 9728 section 1.2). DPoP proofs must name it plus the
     /// request's path in `htu` (RFC 9449 section 4.3 step 9), the API can serve its
@@ -208,7 +268,11 @@ impl VerifierBuilder {
             KeysFrom::JwksUri(uri) => Some(uri),
             KeysFrom::Static(_) => None,
         };
-        if let Some(url) = fetched {
+        // The limits document comes from the issuer, on the same terms as the keys: a forged
+        // one could lift every limit.
+        let limits_from =
+            (self.limits.enforce || self.limits.usage.is_some()).then_some(&self.issuer);
+        for url in fetched.into_iter().chain(limits_from) {
             match jwks::transport(url) {
                 Transport::Https | Transport::LoopbackHttp => {}
                 Transport::RemoteHttp if self.allow_insecure_http => {}
@@ -236,6 +300,24 @@ impl VerifierBuilder {
                     .ok_or(ConfigError::ResourceUrl)?,
             ),
         };
+        let client = reqwest::Client::builder()
+            // A redirect could send us to keys the issuer never published.
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(self.http_timeout)
+            .connect_timeout(self.http_timeout)
+            // Fetches are minutes apart; an idle connection would be stale by then.
+            .pool_max_idle_per_host(0)
+            .user_agent(concat!("tessera-verify/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(ConfigError::Http)?;
+        let limits = Limits::new(
+            self.limits,
+            &self.issuer,
+            &self.audience,
+            &client,
+            &self.clock,
+        )
+        .map_err(ConfigError::Limits)?;
         let cache = match self.keys {
             KeysFrom::Static(jwks) => {
                 let keys = KeySet::new(&jwks.keys);
@@ -244,30 +326,18 @@ impl VerifierBuilder {
                 }
                 KeyCache::fixed(keys)
             }
-            KeysFrom::Discovery | KeysFrom::JwksUri(_) => {
-                let client = reqwest::Client::builder()
-                    // A redirect could send us to keys the issuer never published.
-                    .redirect(reqwest::redirect::Policy::none())
-                    .timeout(self.http_timeout)
-                    .connect_timeout(self.http_timeout)
-                    // Fetches are minutes apart; an idle connection would be stale by then.
-                    .pool_max_idle_per_host(0)
-                    .user_agent(concat!("tessera-verify/", env!("CARGO_PKG_VERSION")))
-                    .build()
-                    .map_err(ConfigError::Http)?;
-                KeyCache::remote(Remote {
-                    client,
-                    issuer: self.issuer.clone(),
-                    jwks_uri: match self.keys {
-                        KeysFrom::JwksUri(uri) => Some(uri),
-                        _ => None,
-                    },
-                    min_refresh_interval: self.min_refresh_interval,
-                    cache_lifetime: self.cache_lifetime,
-                    clock: self.clock.clone(),
-                    allow_insecure_http: self.allow_insecure_http,
-                })
-            }
+            KeysFrom::Discovery | KeysFrom::JwksUri(_) => KeyCache::remote(Remote {
+                client,
+                issuer: self.issuer.clone(),
+                jwks_uri: match self.keys {
+                    KeysFrom::JwksUri(uri) => Some(uri),
+                    _ => None,
+                },
+                min_refresh_interval: self.min_refresh_interval,
+                cache_lifetime: self.cache_lifetime,
+                clock: self.clock.clone(),
+                allow_insecure_http: self.allow_insecure_http,
+            }),
         };
         let realm = self
             .realm
@@ -300,6 +370,7 @@ impl VerifierBuilder {
                 cache: Arc::new(cache),
                 tokens: TokenCache::new(self.token_cache_capacity),
                 clock: self.clock,
+                limits,
             }),
         })
     }
@@ -332,6 +403,8 @@ struct Inner {
     /// Tokens that passed, kept whole: a repeat costs a lookup (`crate::token_cache`).
     tokens: TokenCache,
     clock: Clock,
+    /// The plan limits and usage reporting, when asked for (`crate::limits`).
+    limits: Option<Limits>,
 }
 
 impl Verifier {
@@ -359,6 +432,7 @@ impl Verifier {
             resource_url: None,
             dpop_replay_capacity: 1_000_000,
             token_cache_capacity: defaults::TOKEN_CACHE_CAPACITY,
+            limits: LimitsConfig::default(),
         }
     }
 
@@ -466,6 +540,37 @@ impl Verifier {
     /// issuer is unreachable; on error the cached keys (if any) stay. A no-op for static keys.
     pub async fn refresh_keys(&self) -> Result<(), KeySourceError> {
         self.inner.cache.refresh(true).await
+    }
+
+    /// Fetches the plan limits document now, whatever the refresh interval, and connects to
+    /// Redis if one is configured (2 s at most): call it at start-up to fail fast. `Ok(false)`
+    /// when Redis did not answer (counting goes on in memory at this instance's share until
+    /// it does); an error when the document could not be fetched. A no-op without
+    /// [`VerifierBuilder::plan_limits`].
+    pub async fn refresh_limits(&self) -> Result<bool, KeySourceError> {
+        match &self.inner.limits {
+            Some(limits) => limits.refresh().await,
+            None => Ok(true),
+        }
+    }
+
+    /// Sends the usage counted so far to Tessera now ([`VerifierBuilder::report_usage`]),
+    /// as at shutdown; on error the counts are kept for the next attempt.
+    pub async fn flush_usage(&self) -> Result<(), UsageError> {
+        match &self.inner.limits {
+            Some(limits) => limits.flush_usage().await,
+            None => Ok(()),
+        }
+    }
+
+    /// What the plan limits have done so far (`None` without them): Redis's state, the
+    /// documents fetched, usage reports sent and pending.
+    pub fn limits_health(&self) -> Option<LimitsHealth> {
+        self.inner.limits.as_ref().map(Limits::health)
+    }
+
+    pub(crate) fn limits(&self) -> Option<&Limits> {
+        self.inner.limits.as_ref()
     }
 
     /// The issuer tokens must come from.

@@ -5,6 +5,7 @@ mod defaults;
 mod dpop;
 mod helpers;
 mod hostile;
+mod limits;
 mod plain_http;
 mod router;
 mod token_cache;
