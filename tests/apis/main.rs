@@ -145,6 +145,23 @@ fn challenge(response: &reqwest::Response) -> String {
         .to_owned()
 }
 
+/// A 401 whose challenge (RFC 6750 section 3) says `invalid_token` with `description`.
+fn refused_as_invalid(response: &reqwest::Response, description: &str) {
+    assert_eq!(response.status(), 401);
+    let challenge = challenge(response);
+    assert!(
+        challenge.starts_with("Bearer ") && challenge.contains("error=\"invalid_token\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains(&format!("error_description=\"{description}\"")),
+        "{challenge}"
+    );
+}
+
+/// What the API says of a certificate-bound token sent without its certificate.
+const UNBOUND: &str = "the token is bound to a client certificate this request did not present";
+
 #[tokio::test]
 async fn each_api_serves_a_token_with_its_scope() {
     for alg in [
@@ -246,13 +263,23 @@ async fn missing_invalid_and_misplaced_tokens() {
 
     // A damaged token: 401 invalid_token.
     let token = issuer.token("all", "news-api").await;
-    let mut damaged = token.clone();
-    damaged.pop();
-    damaged.push(if token.ends_with('A') { 'B' } else { 'A' });
-    for bad in [damaged.as_str(), "not-a-jwt", "a.b.c"] {
+    // One character of the signature changed: its first, which carries six bits of the
+    // signature (the last carries padding bits too, and changing those makes the token
+    // undecodable rather than wrongly signed).
+    let at = token.rfind('.').unwrap() + 1;
+    let swapped = if token[at..].starts_with('A') {
+        "B"
+    } else {
+        "A"
+    };
+    let damaged = format!("{}{swapped}{}", &token[..at], &token[at + 1..]);
+    for (bad, description) in [
+        (damaged.as_str(), "the token signature is invalid"),
+        ("not-a-jwt", "the token is not a compact JWS"),
+        ("a.b.c", "the token is not a compact JWS"),
+    ] {
         let response = get(url.clone(), Some(bad)).await;
-        assert_eq!(response.status(), 401, "{bad}");
-        assert!(challenge(&response).contains("error=\"invalid_token\""));
+        refused_as_invalid(&response, description);
     }
 
     // A token in the query string is not accepted.
@@ -293,8 +320,7 @@ async fn staging_and_production_are_isolated() {
         (&staging_apis, &production_token),
     ] {
         let response = get(format!("{apis}{path}"), Some(token)).await;
-        assert_eq!(response.status(), 401);
-        assert!(challenge(&response).contains("error=\"invalid_token\""));
+        refused_as_invalid(&response, "the token was signed with an unknown key");
     }
 
     // Staging credentials are unknown to production.
@@ -392,14 +418,12 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
     };
     assert_eq!(call(Some(cert.clone())).await.status(), 200);
     for presented in [None, Some(escape(&leaf(uri)))] {
-        let refused = call(presented).await;
-        assert_eq!(refused.status(), 401);
-        assert!(challenge(&refused).contains("invalid_token"));
+        refused_as_invalid(&call(presented).await, UNBOUND);
     }
     // An API that takes no certificate from anywhere refuses the bound token outright.
     let direct = apis(&app.base).await;
     let refused = get(format!("{direct}/market-data/v1/quotes"), Some(token)).await;
-    assert_eq!(refused.status(), 401);
+    refused_as_invalid(&refused, UNBOUND);
 
     // An API that terminates TLS itself takes the connection's certificate.
     let server = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
@@ -441,6 +465,6 @@ async fn a_certificate_bound_token_works_only_with_its_certificate() {
     let (other, other_key) = leaf_and_key(uri);
     for client in [https(Some((&other, &other_key))), https(None)] {
         let refused = client.get(&quotes).bearer_auth(token).send().await.unwrap();
-        assert_eq!(refused.status(), 401);
+        refused_as_invalid(&refused, UNBOUND);
     }
 }

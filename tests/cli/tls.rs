@@ -258,6 +258,71 @@ async fn the_demo_serves_https_with_a_certificate_it_prints() {
         .await
         .unwrap();
     assert_eq!(ready.status(), 200);
+
+    // Its names (README: "a self-signed certificate for `localhost`, `127.0.0.1` and `::1`").
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).unwrap();
+    let parsed = pem.parse_x509().unwrap();
+    let mut names: Vec<String> = parsed
+        .subject_alternative_name()
+        .unwrap()
+        .expect("a subjectAltName extension")
+        .value
+        .general_names
+        .iter()
+        .map(|name| match name {
+            x509_parser::extensions::GeneralName::DNSName(dns) => format!("dns:{dns}"),
+            x509_parser::extensions::GeneralName::IPAddress(ip) => match ip.len() {
+                4 => format!(
+                    "ip:{}",
+                    std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*ip).unwrap())
+                ),
+                _ => format!(
+                    "ip:{}",
+                    std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*ip).unwrap())
+                ),
+            },
+            other => format!("{other:?}"),
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names, ["dns:localhost", "ip:127.0.0.1", "ip:::1"]);
+    // The name `localhost` is good for the server: a client that resolves it to the
+    // listener and checks the name is served.
+    let address: std::net::SocketAddr = server
+        .base
+        .strip_prefix("https://")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let by_name = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(cert.as_bytes()).unwrap())
+        .resolve("localhost", address)
+        .build()
+        .unwrap();
+    let url = format!("https://localhost:{}/readyz", address.port());
+    assert_eq!(by_name.get(url).send().await.unwrap().status(), 200);
+
+    // The printed command (README: "prints the `curl --cacert tessera-demo-cert.pem …`
+    // command"), run as printed by a shell, gets a token.
+    let line = server
+        .stdout_line(|l| l.trim_start().starts_with("curl --cacert "))
+        .await;
+    let command = line.trim();
+    let cacert = command.split(' ').nth(2).unwrap();
+    assert_eq!(
+        d.join(cacert).canonicalize().unwrap(),
+        d.join("tessera-demo-cert.pem").canonicalize().unwrap()
+    );
+    let out = Command::new("sh")
+        .args(["-c", command])
+        .current_dir(d)
+        .output()
+        .expect("sh and curl run");
+    assert!(out.status.success(), "{command}: {out:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["token_type"], "Bearer", "{answer}");
+    assert!(answer["access_token"].is_string());
 }
 
 /// A CA, and certificates it (or no one) signs.

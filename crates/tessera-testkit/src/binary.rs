@@ -135,6 +135,8 @@ pub struct BinaryServer {
     pub base: String,
     /// What it wrote to stderr so far, line by line.
     stderr: Arc<Mutex<Vec<String>>>,
+    /// What it wrote to stdout after its first line so far, line by line.
+    stdout: Arc<Mutex<Vec<String>>>,
 }
 
 /// Starts `tessera ARGS` (a `serve` command) in `dir` with the variables in `env` only, and
@@ -176,13 +178,20 @@ pub fn spawn_binary(
             )
         })
         .to_owned();
-    // Keep draining stdout so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.lines() {});
+    // Keep draining stdout, kept line by line, so the server never blocks on a full pipe.
+    let stdout = Arc::new(Mutex::new(Vec::new()));
+    let sink = stdout.clone();
+    std::thread::spawn(move || {
+        for line in lines.lines().map_while(Result::ok) {
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+    });
     BinaryServer {
         tessera,
         child,
         base,
         stderr,
+        stdout,
     }
 }
 
@@ -223,6 +232,29 @@ impl BinaryServer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The first stdout line after `tessera listening on` that `wanted` accepts, waited
+    /// for 10 s at most (the demo prints its credentials and commands there).
+    pub async fn stdout_line(&self, wanted: impl Fn(&str) -> bool) -> String {
+        let lines = || {
+            self.stdout
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        };
+        let started = Instant::now();
+        loop {
+            if let Some(line) = lines().into_iter().find(|l| wanted(l)) {
+                return line;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no such stdout line within 10 s: {:?}",
+                lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The first stderr line that `wanted` accepts, waited for 10 s at most.

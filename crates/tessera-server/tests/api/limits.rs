@@ -213,12 +213,15 @@ async fn each_address_is_throttled_for_its_retry_after_and_no_longer() {
 
 #[tokio::test]
 async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let app = spawn_with(|s| s.config.max_in_flight = 1).await;
     let (id, secret) = app.client().await;
     // Requests stalled mid-body do not hold the only slot: it is taken once a body is in.
+    // Each asks `Expect: 100-continue`, and the server says `100 Continue` when it starts
+    // reading the body: so all three are known to be read up to their bodies, and stalled
+    // there, before the next request asks for the slot.
     let head = format!(
-        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\ngrant",
+        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
         basic(&id, &secret),
         NEWS.len()
     );
@@ -226,9 +229,20 @@ async fn a_slow_upload_holds_no_slot_and_the_cap_answers_503() {
     for _ in 0..3 {
         let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
         stream.write_all(head.as_bytes()).await.unwrap();
+        let mut continued = Vec::new();
+        while !continued.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+            continued.push(byte[0]);
+        }
+        assert!(
+            continued.starts_with(b"HTTP/1.1 100"),
+            "{}",
+            String::from_utf8_lossy(&continued)
+        );
+        stream.write_all(b"grant").await.unwrap();
         stalled.push(stream);
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
     drop(stalled);
 

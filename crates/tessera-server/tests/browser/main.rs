@@ -15,7 +15,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use axum::http::Method;
 use fantoccini::wd::WebDriverCompatibleCommand;
@@ -68,7 +67,7 @@ fn find(program: &str) -> Option<PathBuf> {
     })
 }
 
-/// chromedriver on a free port, stopped when dropped.
+/// chromedriver on a port of its own choosing, stopped when dropped.
 struct Driver {
     child: Child,
     url: String,
@@ -81,33 +80,48 @@ impl Drop for Driver {
     }
 }
 
+/// Starts chromedriver on port 0 and reads the port it bound from its first lines
+/// ("ChromeDriver was started successfully on port N."): no port is picked beforehand, so
+/// none can be taken by another process in between.
 async fn start_driver(chromedriver: &Path) -> Driver {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
+    use std::io::BufRead;
+    let mut child = Command::new(chromedriver)
+        .arg("--port=0")
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    let port = loop {
+        let line = match lines.next() {
+            Some(Ok(line)) => line,
+            _ => panic!("chromedriver ended before it said its port"),
+        };
+        if let Some(port) = line
+            .strip_prefix("ChromeDriver was started successfully on port ")
+            .and_then(|rest| rest.trim_end_matches('.').parse::<u16>().ok())
+        {
+            break port;
+        }
+    };
+    // Keep draining its stdout so it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     let driver = Driver {
         child,
         url: format!("http://127.0.0.1:{port}/"),
     };
     let http = reqwest::Client::new();
-    for _ in 0..100 {
-        if let Ok(status) = http.get(format!("{}status", driver.url)).send().await {
-            let body: Value = status.json().await.unwrap_or_default();
-            if body["value"]["ready"] == json!(true) {
-                return driver;
+    tessera_testkit::until("chromedriver is ready", || async {
+        match http.get(format!("{}status", driver.url)).send().await {
+            Ok(status) => {
+                let body: Value = status.json().await.unwrap_or_default();
+                body["value"]["ready"] == json!(true)
             }
+            Err(_) => false,
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("chromedriver did not become ready on port {port}");
+    })
+    .await;
+    driver
 }
 
 /// A POST to a chromedriver extension endpoint of the session.
@@ -140,10 +154,12 @@ struct Browser {
     client: Client,
     base: String,
     shots: Vec<PathBuf>,
+    /// Each page checked: its path or the button that led to it, and its weight in bytes.
+    weights: Vec<(String, u64)>,
 }
 
 impl Browser {
-    async fn open(&self, path: &str) {
+    async fn open(&mut self, path: &str) {
         self.client
             .goto(&format!("{}{path}", self.base))
             .await
@@ -151,8 +167,25 @@ impl Browser {
         self.check(path).await;
     }
 
+    /// The page's weight: its own body and every body it loaded (stylesheet, script,
+    /// images), decoded, as Resource Timing counts them.
+    async fn weight(&self) -> u64 {
+        self.client
+            .execute(
+                "return performance.getEntries().reduce(function (n, e) { \
+                   return n + (e.decodedBodySize || 0); }, 0);",
+                vec![],
+            )
+            .await
+            .unwrap()
+            .as_u64()
+            .unwrap()
+    }
+
     /// Fails on anything the page recorded, and on errors in the browser's console.
-    async fn check(&self, at: &str) {
+    async fn check(&mut self, at: &str) {
+        let weight = self.weight().await;
+        self.weights.push((at.to_owned(), weight));
         let problems = self.client.execute(PROBLEMS, vec![]).await.unwrap();
         assert_eq!(problems, json!([]), "problems on {at}");
         let log = self
@@ -190,7 +223,7 @@ impl Browser {
 
     /// Clicks the button that says `label`, waits for the page its form leads to, and
     /// checks that page.
-    async fn press(&self, label: &str) {
+    async fn press(&mut self, label: &str) {
         let xpath = format!("//button[normalize-space()='{label}']");
         let button = self
             .client
@@ -203,14 +236,13 @@ impl Browser {
             .unwrap();
         button.click().await.unwrap();
         let arrived = "return window.__left === undefined && document.readyState === 'complete';";
-        for _ in 0..100 {
-            if self.client.execute(arrived, vec![]).await.ok() == Some(json!(true)) {
-                self.check(label).await;
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("pressing {label} led to no new page");
+        // An event (the new page is loaded), polled; the bound only ends a hung run, and
+        // is the test kit's 20 s because a page may take seconds on a loaded machine.
+        tessera_testkit::until(&format!("pressing {label} leads to a new page"), || async {
+            self.client.execute(arrived, vec![]).await.ok() == Some(json!(true))
+        })
+        .await;
+        self.check(label).await;
     }
 
     async fn path(&self) -> String {
@@ -295,6 +327,7 @@ async fn an_operator_onboards_a_client_in_chromium() {
         client,
         base: app.base.clone(),
         shots: Vec::new(),
+        weights: Vec::new(),
     };
     let started = std::time::Instant::now();
 
@@ -379,20 +412,18 @@ async fn an_operator_onboards_a_client_in_chromium() {
     app.state.housekeeping().await;
     browser.open("/console/").await;
     browser.screenshot("overview").await;
-    // The page budget: the heaviest page with everything it loads, under 200 KB.
-    let bytes = browser
-        .client
-        .execute(
-            "return performance.getEntries().reduce(function (n, e) { \
-               return n + (e.decodedBodySize || 0); }, 0);",
-            vec![],
-        )
-        .await
-        .unwrap()
-        .as_u64()
+    // The page budget (README: "every page with everything it loads is under 24 KB"):
+    // every page this run checked, each with everything it loaded; the overview with a
+    // day's usage drawn is the heaviest (22 KB measured).
+    for (page, bytes) in &browser.weights {
+        eprintln!("{page}: {bytes} bytes with its assets");
+    }
+    let (heaviest, bytes) = browser
+        .weights
+        .iter()
+        .max_by_key(|(_, bytes)| *bytes)
         .unwrap();
-    eprintln!("overview page with its assets: {bytes} bytes");
-    assert!(bytes < 200 * 1024, "{bytes} bytes");
+    assert!(*bytes <= 24 * 1024, "{heaviest} weighs {bytes} bytes");
     browser.client.set_window_size(375, 800).await.unwrap();
     browser.open(&format!("/console/clients/{id}")).await;
     let width: Value = browser
@@ -439,12 +470,12 @@ async fn an_operator_onboards_a_client_in_chromium() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let caught = browser.client.execute(PROBLEMS, vec![]).await.unwrap();
-    assert!(
-        caught.to_string().contains("CSP violation: style-src"),
-        "the detector missed a violation: {caught}"
-    );
+    // The violation event is dispatched asynchronously: wait for it to be recorded.
+    tessera_testkit::until("the detector records the planted CSP violation", || async {
+        let caught = browser.client.execute(PROBLEMS, vec![]).await.unwrap();
+        caught.to_string().contains("CSP violation: style-src")
+    })
+    .await;
 
     eprintln!(
         "browser run: {:.1} s; {} screenshots, e.g. {}",
