@@ -132,8 +132,18 @@ async fn access_token(response: reqwest::Response) -> String {
     body["access_token"].as_str().unwrap().to_owned()
 }
 
-/// An address nothing listens on at the moment, for a second listener of `serve`.
-fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
+/// The address a second listener of `server` bound, as its start-up lines print it
+/// (`  LABEL:  SCHEME://ADDR/...`). Tests give such listeners port 0, so no port is picked
+/// beforehand that another process could take in between.
+async fn printed_address(server: &Server, label: &str) -> String {
+    let prefix = format!("{label}:");
+    let line = server
+        .stdout_line(|l| l.trim_start().starts_with(&prefix))
+        .await;
+    let url = line.trim_start()[prefix.len()..].trim();
+    let (_, rest) = url.split_once("://").expect("a URL");
+    rest.split(['/', ' ']).next().unwrap().to_owned()
 }
+
+/// Port 0 on loopback, for a second listener of `serve`: see [`printed_address`].
+const ANY_PORT: &str = "127.0.0.1:0";

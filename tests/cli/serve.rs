@@ -548,7 +548,7 @@ async fn serve_operating_settings_take_effect_from_the_environment_and_flags() {
         let real = tessera_testkit::postgres_server(&schema.url);
         let proxy = tessera_testkit::CuttableProxy::to(real).await;
         let url = tessera_testkit::postgres_through(&schema.url, proxy.addr);
-        let metrics = free_address();
+        let metrics = ANY_PORT;
         let mut env = vec![
             ("TESSERA_DATABASE_URL", url.as_str()),
             ("TESSERA_MASTER_KEY", key.as_str()),
@@ -556,14 +556,14 @@ async fn serve_operating_settings_take_effect_from_the_environment_and_flags() {
         let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
         if from_env {
             env.extend([
-                ("TESSERA_METRICS_LISTEN", metrics.as_str()),
+                ("TESSERA_METRICS_LISTEN", metrics),
                 ("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "2"),
                 ("TESSERA_MAX_STALENESS", "1"),
             ]);
         } else {
             args.extend([
                 "--metrics-listen",
-                &metrics,
+                metrics,
                 "--max-connections-per-address",
                 "2",
                 "--max-staleness",
@@ -574,6 +574,7 @@ async fn serve_operating_settings_take_effect_from_the_environment_and_flags() {
         let server = spawn(d, &env, &args);
         let base = server.base.as_str();
         let how = if from_env { "environment" } else { "flags" };
+        let metrics = printed_address(&server, "metrics").await;
 
         // Two connections from one address, and no third; another address is served.
         let first = held_connection(&server, [127, 0, 0, 5]).await;
@@ -626,18 +627,17 @@ async fn the_admin_listener_is_read_from_the_environment_and_the_file() {
     ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
     let (id, secret) = create_client(d, "pro");
     for from_env in [true, false] {
-        let admin_addr = free_address();
         let file = d.join("tessera.toml");
-        std::fs::write(&file, format!("admin-listen = \"{admin_addr}\"\n")).unwrap();
+        std::fs::write(&file, format!("admin-listen = \"{ANY_PORT}\"\n")).unwrap();
         let file = file.to_str().unwrap().to_owned();
         let env: Vec<(&str, &str)> = if from_env {
-            vec![("TESSERA_ADMIN_LISTEN", admin_addr.as_str())]
+            vec![("TESSERA_ADMIN_LISTEN", ANY_PORT)]
         } else {
             vec![("TESSERA_CONFIG", file.as_str())]
         };
         let how = if from_env { "environment" } else { "file" };
         let server = spawn(d, &env, &["serve", "--listen", "127.0.0.1:0"]);
-        let admin = format!("http://{admin_addr}");
+        let admin = format!("http://{}", printed_address(&server, "admin").await);
         let status = |url: String| async move { reqwest::get(url).await.unwrap().status() };
         assert_eq!(status(format!("{admin}/openapi.json")).await, 200, "{how}");
         assert_eq!(
@@ -671,7 +671,7 @@ async fn the_admin_listener_is_read_from_the_environment_and_the_file() {
             "file"
         };
         assert!(
-            checked.contains(&format!("admin-listen = \"{admin_addr}\""))
+            checked.contains(&format!("admin-listen = \"{ANY_PORT}\""))
                 && checked
                     .lines()
                     .any(|l| l.starts_with("admin-listen") && l.ends_with(source)),

@@ -194,8 +194,13 @@ async fn the_plain_listener_answers_health_checks_only() {
     let d = dir.path();
     let pair = certificate();
     let (cert_path, key_path) = write_pair(d, &pair);
-    let health_addr = super::free_address();
-    let _server = start_tls(d, &cert_path, &key_path, &["--listen-http", &health_addr]);
+    let server = start_tls(
+        d,
+        &cert_path,
+        &key_path,
+        &["--listen-http", super::ANY_PORT],
+    );
+    let health_addr = super::printed_address(&server, "health").await;
     let ready = reqwest::get(format!("http://{health_addr}/readyz"))
         .await
         .unwrap();
@@ -725,17 +730,17 @@ async fn tls_settings_are_read_from_the_environment() {
     );
     let created: serde_json::Value = serde_json::from_str(created.trim()).unwrap();
     let id = created["client_id"].as_str().unwrap().to_owned();
-    let health = super::free_address();
     let server = spawn(
         d,
         &[
             ("TESSERA_TLS_CERT", cert_path.to_str().unwrap()),
             ("TESSERA_TLS_KEY", key_path.to_str().unwrap()),
             ("TESSERA_CLIENT_CA", ca.to_str().unwrap()),
-            ("TESSERA_LISTEN_HTTP", &health),
+            ("TESSERA_LISTEN_HTTP", super::ANY_PORT),
         ],
         &["serve", "--listen", "127.0.0.1:0"],
     );
+    let health = super::printed_address(&server, "health").await;
     let base = server.base.as_str();
     assert!(base.starts_with("https://"), "{base}");
 
@@ -772,8 +777,13 @@ async fn the_admin_listener_serves_the_management_surface_alone_over_the_same_tl
     let (admin_id, admin_secret) = create_client(d, "admin");
     let pair = certificate();
     let (cert_path, key_path) = write_pair(d, &pair);
-    let admin_addr = super::free_address();
-    let server = start_tls(d, &cert_path, &key_path, &["--admin-listen", &admin_addr]);
+    let server = start_tls(
+        d,
+        &cert_path,
+        &key_path,
+        &["--admin-listen", super::ANY_PORT],
+    );
+    let admin_addr = super::printed_address(&server, "admin").await;
     let (public, admin) = (server.base.as_str(), format!("https://{admin_addr}"));
     let http = trusting(&pair.0);
     let get = |url: String| {

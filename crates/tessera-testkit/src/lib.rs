@@ -461,19 +461,28 @@ pub struct ThrowawayRedis {
 }
 
 impl ThrowawayRedis {
-    /// Starts one on a port that was free a moment ago, and waits until it answers.
+    /// Starts one and waits until it answers. redis-server cannot be told to bind port 0
+    /// and say which port it got (port 0 turns TCP off), so it is given a port that was
+    /// free a moment ago; if another process took that port in between, it is started
+    /// again on a fresh one, ten times at most.
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
         let mut redis = Self {
-            port,
+            port: 0,
             child: None,
             dir: tempfile::tempdir().expect("a temporary folder"),
         };
-        redis.restart();
-        redis
+        for _ in 0..10 {
+            redis.port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            match redis.launch() {
+                Ok(()) => return redis,
+                Err(log) if log.contains("in use") => continue,
+                Err(log) => panic!("redis-server did not start: {log}"),
+            }
+        }
+        panic!("redis-server found its port taken ten times over");
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -489,12 +498,28 @@ impl ThrowawayRedis {
         }
     }
 
-    /// Starts it (again) on the same port, empty, and waits (10 s at most) until it answers.
+    /// Starts it (again) on the same port, empty, and waits (10 s at most) until it
+    /// answers. The port is the one the server under test was given, so it cannot change:
+    /// if another process took it while this one was down, this fails and says so.
     pub fn restart(&mut self) {
         self.kill();
+        if let Err(log) = self.launch() {
+            panic!(
+                "redis-server could not start again on port {}: {log}",
+                self.port
+            );
+        }
+    }
+
+    /// Spawns redis-server on `self.port` and waits (10 s at most) until it says it is
+    /// ready and answers, or until it exits: then its log is the error.
+    fn launch(&mut self) -> Result<(), String> {
+        let log = self.dir.path().join("redis.log");
+        let _ = std::fs::remove_file(&log);
         let child = std::process::Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--logfile", "redis.log"])
             .current_dir(self.dir.path())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -502,7 +527,21 @@ impl ThrowawayRedis {
             .expect("redis-server on the PATH");
         self.child = Some(child);
         let started = std::time::Instant::now();
-        while !self.answers() {
+        // Its own log saying it is ready, not just a PONG on the port: another process's
+        // Redis could answer there.
+        let ready = || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Ready to accept connections"))
+        };
+        while !(ready() && self.answers()) {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                self.child = None;
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!("{status}: {said}"));
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "redis-server on port {} not answering after 10 s",
@@ -510,6 +549,7 @@ impl ThrowawayRedis {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 
     /// Stops it with SIGSTOP: connections stay open and nothing is answered.
