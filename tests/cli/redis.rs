@@ -64,7 +64,8 @@ async fn serve_counts_its_share_while_redis_is_down() {
             let started = Instant::now();
             statuses.push(token(base, id, secret, "news-api").await.status().as_u16());
             let took = started.elapsed();
-            assert!(took < Duration::from_secs(3), "an answer took {took:?}");
+            // Real time (Redis's): loose for a loaded machine, well short of a hang's 10 s.
+            assert!(took < Duration::from_secs(6), "an answer took {took:?}");
         }
         statuses
     }

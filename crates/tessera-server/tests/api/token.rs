@@ -686,9 +686,11 @@ async fn a_client_that_sends_its_head_too_slowly_is_disconnected() {
         .write_all(b"POST /connect/token HTTP/1.1\r\nhost: x\r\n")
         .await
         .unwrap();
-    let started = std::time::Instant::now();
+    // The head timeout runs on real time (hyper's timer), so real time must pass. The
+    // bound is loose on purpose: 5 s is ten times the 500 ms set and half the 10 s default,
+    // so a server that ignored the setting (or never closed) fails, and a loaded machine
+    // does not.
     let mut out = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
     assert!(read.is_ok(), "the server keeps a half-sent head open");
-    assert!(started.elapsed() < Duration::from_secs(2));
 }
