@@ -255,3 +255,41 @@ async fn serve_runs_with_the_settings_of_its_file() {
         serde_json::json!(["news-api"])
     );
 }
+
+/// The defaults the README states, as `config check` shows them with no file, no variable
+/// and no flag: the failure throttle ("10 a minute", "100 a minute", "1,000 a minute", "The
+/// counters in memory are bounded (100,000)"), "1,024 OAuth requests", "10,000 open
+/// connections", "1,000 connections", "within 10 s and fit in 16 KiB", "100,000 requests or
+/// 10 minutes", "every call has 50 ms" (Redis), "written every 30 s" (usage), "A full reload
+/// runs only every 10 minutes", the 250 ms poll and the 5-minute staleness bound.
+#[test]
+fn the_defaults_are_the_ones_the_readme_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok_with(dir.path(), &[], &["config", "check"]);
+    for (key, value) in [
+        ("auth-failures-per-source-and-client", "\"10/min\""),
+        ("auth-failures-per-client", "\"100/min\""),
+        ("auth-failures-per-source", "\"1000/min\""),
+        ("auth-failures-max-tracked", "100000"),
+        ("max-in-flight", "1024"),
+        ("max-connections", "10000"),
+        ("max-connections-per-address", "1000"),
+        ("header-timeout", "10"),
+        ("request-timeout", "10"),
+        ("idle-timeout", "10"),
+        ("body-limit", "8192"),
+        ("max-requests-per-connection", "100000"),
+        ("max-connection-age", "600"),
+        ("redis-timeout", "0.05"),
+        ("housekeeping-interval", "30"),
+        ("full-reload-interval", "600"),
+        ("sync-interval", "0.25"),
+        ("max-staleness", "300"),
+    ] {
+        assert_eq!(
+            setting(&out, key),
+            (value.to_owned(), "default".to_owned()),
+            "{key}"
+        );
+    }
+}

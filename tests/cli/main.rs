@@ -136,13 +136,18 @@ async fn access_token(response: reqwest::Response) -> String {
 /// (`  LABEL:  SCHEME://ADDR/...`). Tests give such listeners port 0, so no port is picked
 /// beforehand that another process could take in between.
 async fn printed_address(server: &Server, label: &str) -> String {
+    let url = printed(server, label).await;
+    let (_, rest) = url.split_once("://").expect("a URL");
+    rest.split(['/', ' ']).next().unwrap().to_owned()
+}
+
+/// What `server` printed after `LABEL:` in its start-up lines.
+async fn printed(server: &Server, label: &str) -> String {
     let prefix = format!("{label}:");
     let line = server
         .stdout_line(|l| l.trim_start().starts_with(&prefix))
         .await;
-    let url = line.trim_start()[prefix.len()..].trim();
-    let (_, rest) = url.split_once("://").expect("a URL");
-    rest.split(['/', ' ']).next().unwrap().to_owned()
+    line.trim_start()[prefix.len()..].trim().to_owned()
 }
 
 /// Port 0 on loopback, for a second listener of `serve`: see [`printed_address`].

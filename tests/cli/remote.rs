@@ -522,3 +522,41 @@ async fn a_create_answered_408_is_retried_with_its_idempotency_key() {
     let (status, body) = answer(token(&server.base, id, secret, "news-api").await).await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// README: "`serve`, `backup`, `token` and `completions` ignore `--admin-url`, so that a
+/// `TESSERA_ADMIN_URL` left in the environment does not get in their way" (`serve`: see
+/// [`admin_commands_through_the_api_match_the_database`]).
+#[tokio::test]
+async fn backup_token_and_completions_ignore_the_admin_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let refused = tessera_testkit::RefusedPort::bind();
+    let nowhere = format!("http://127.0.0.1:{}", refused.port);
+    let in_env = [("TESSERA_ADMIN_URL", nowhere.as_str())];
+
+    ok_with(d, &in_env, &["backup", "--out", "from-env.db"]);
+    ok(
+        d,
+        &["--admin-url", &nowhere, "backup", "--out", "from-flag.db"],
+    );
+    for copy in ["from-env.db", "from-flag.db"] {
+        assert!(d.join(copy).is_file(), "{copy}");
+    }
+    assert!(ok_with(d, &in_env, &["completions", "bash"]).contains("tessera"));
+    assert!(ok(d, &["--admin-url", &nowhere, "completions", "bash"]).contains("tessera"));
+
+    let server = serve(d, &[]);
+    let with_client = [
+        ("TESSERA_ADMIN_URL", nowhere.as_str()),
+        ("TESSERA_CLIENT_ID", id.as_str()),
+        ("TESSERA_CLIENT_SECRET", secret.as_str()),
+    ];
+    let args = ["--env", &server.base, "--scope", "news-api", "--no-cache"];
+    let token = ok_with(d, &with_client, &[&["token"][..], &args].concat());
+    assert_eq!(claims_of(token.trim())["sub"], id.as_str());
+    let flag = [&["--admin-url", &nowhere, "token"][..], &args].concat();
+    let token = ok_with(d, &with_client[1..], &flag);
+    assert_eq!(claims_of(token.trim())["sub"], id.as_str());
+}

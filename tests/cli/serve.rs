@@ -680,3 +680,46 @@ async fn the_admin_listener_is_read_from_the_environment_and_the_file() {
         drop(server);
     }
 }
+
+/// README: the demo "prints where it listens, its issuer, where its data lives", and the
+/// console's address; each is what it says.
+#[tokio::test]
+async fn the_demo_prints_its_address_issuer_data_and_console() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = serve(d, &["--demo"]);
+    let base = server.base.as_str();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    assert_eq!(
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    let issuer = printed(&server, "issuer").await;
+    let metadata: serde_json::Value =
+        reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(metadata["issuer"], issuer.as_str());
+    assert_eq!(issuer.trim_end_matches('/'), base);
+
+    let database = printed(&server, "database").await;
+    assert!(database.starts_with("sqlite://"), "{database}");
+    assert!(database.ends_with("tessera.db"), "{database}");
+    assert!(
+        d.join("tessera.db").is_file(),
+        "the data lives where it says"
+    );
+
+    let console = printed(&server, "console").await;
+    assert_eq!(console, format!("{base}/console/"));
+    let sign_in = reqwest::get(&console).await.unwrap();
+    assert_eq!(sign_in.status(), 200);
+    assert_eq!(sign_in.url().path(), "/console/sign-in");
+}

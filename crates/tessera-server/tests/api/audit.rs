@@ -182,3 +182,63 @@ async fn a_secret_in_any_position_never_reaches_the_log() {
     // What was refused is still there to see, under a digest.
     assert!(log.contains("unregistered:"), "{log}");
 }
+
+/// README's audit fields: `outcome` is "`issued`, `reused`, the OAuth error code, or
+/// `revoked`", and `client_id` is the client presented, "an id that names no client as
+/// `unregistered:` and 6 bytes of its SHA-256", never as given (it may be a secret pasted in
+/// the wrong field).
+#[tokio::test]
+async fn a_reused_token_and_an_unknown_client_id_are_audited_as_the_readme_says() {
+    use tessera_server::registrar::{Change, PlanSettings};
+    let app = spawn_app().await;
+    let reusing = PlanSettings {
+        reuse_percent: Change::Set(50),
+        ..PlanSettings::default()
+    };
+    app.registrar()
+        .set_plan_with("reusing", "news-api", &reusing)
+        .await
+        .unwrap();
+    let (id, secret) = app
+        .client_on("reusing", tessera_store::AuthMethod::ClientSecretBasic)
+        .await;
+    let first: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
+    let again: serde_json::Value = app.token(&id, &secret, NEWS).await.json().await.unwrap();
+    assert_eq!(first["access_token"], again["access_token"]);
+    let events = audit_events(&app.log(), id.as_str());
+    let outcomes: Vec<&str> = events
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["issued", "reused"], "{events:?}");
+    let jti = claims_of(first["access_token"].as_str().unwrap())["jti"].clone();
+    assert_eq!(events[1]["jti"], jti, "the reused token's own jti");
+
+    // An unknown id: refused, and audited as a digest.
+    let long = format!("tc_{}", "x".repeat(97));
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("{long}:tcs_guess"))
+    };
+    let refused = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("authorization", format!("Basic {basic}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(NEWS)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, long.as_bytes());
+    let hex: String = digest.as_ref()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let log = app.log();
+    let events = audit_events(&log, &format!("unregistered:{hex}"));
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["event"], "token_refused");
+    assert_eq!(events[0]["outcome"], "invalid_client");
+    assert!(!log.contains(&long), "the id is never logged as given");
+}

@@ -499,3 +499,31 @@ async fn the_console_works_on_the_admin_listener() {
     let mut elsewhere = Visitor::new(&app);
     assert_eq!(elsewhere.get("/console/sign-in").await.status(), 404);
 }
+
+/// README: the session cookie lives "as long as the token (at most 8 h)": with a token good
+/// for a day, the cookie says 8 h, and by the server's clock the session ends at 8 h.
+#[tokio::test]
+async fn a_session_lasts_at_most_8_hours_whatever_its_token() {
+    use tessera_server::registrar::PlanSettings;
+    let app = spawn_app().await;
+    let daily = PlanSettings {
+        token_ttl: Some(86_400),
+        ..PlanSettings::default()
+    };
+    app.registrar()
+        .set_plan_with("admin", "tessera-admin", &daily)
+        .await
+        .unwrap();
+    let (id, secret) = app.client_on("admin", AuthMethod::ClientSecretBasic).await;
+    let mut visitor = Visitor::new(&app);
+    let signed_in = visitor.sign_in(id.as_str(), secret.expose()).await;
+    let cookie = set_cookie(&signed_in, "tessera_console");
+    assert!(cookie.contains("Max-Age=28800"), "{cookie}");
+    app.clock
+        .advance(std::time::Duration::from_secs(8 * 3600 - 1));
+    assert_eq!(visitor.get("/console/").await.status(), StatusCode::OK);
+    app.clock.advance(std::time::Duration::from_secs(2));
+    let ended = visitor.get("/console/").await;
+    assert_eq!(ended.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&ended), "/console/sign-in");
+}

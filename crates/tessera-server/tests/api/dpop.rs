@@ -152,6 +152,9 @@ async fn every_bad_proof_is_refused_and_issues_nothing() {
         ),
         ("stale", vec![key.proof("POST", &htu, t - 120)]),
         ("from the future", vec![key.proof("POST", &htu, t + 120)]),
+        // README: "`iat` within 60 s": a second more either way is refused...
+        ("61 s old", vec![key.proof("POST", &htu, t - 61)]),
+        ("61 s ahead", vec![key.proof("POST", &htu, t + 61)]),
         (
             "signed by another key",
             vec![key.sign(&other_key_in_header, &claims("POST", &htu, t))],
@@ -191,10 +194,16 @@ async fn every_bad_proof_is_refused_and_issues_nothing() {
     let metrics = app.metrics().await;
     assert!(
         metrics.contains(
-            "tessera_token_requests_refused_total{plan=\"pro\",error=\"invalid_dpop_proof\"} 14"
+            "tessera_token_requests_refused_total{plan=\"pro\",error=\"invalid_dpop_proof\"} 16"
         ),
         "{metrics}"
     );
+    // ...and 60 s either way is accepted.
+    for iat in [t - 60, t + 60] {
+        let proof = key.proof("POST", &htu, iat);
+        let answer = token_with(&app, &client, FORM, &[&proof]).await;
+        assert_eq!(answer.status(), 200, "iat {} s from now", iat - t);
+    }
 }
 
 #[tokio::test]
