@@ -31,7 +31,8 @@
 #            ends with Tessera's tokens/s as a ratio of the floor's (and of node's).
 #            Only with --auth secret.
 # --profile: at N=10, also records the loaded Tessera with perf for 5 s and prints the top of
-#            `perf report --no-children --sort symbol`.
+#            `perf report --no-children --sort symbol`. Builds the `profiling` profile (the
+#            release build with symbols, which the shipped release binary lacks).
 # --smoke:   1 s runs, N=10 only, node only if node and npm are installed; exits 0 when every
 #            answer was 2xx. Cheap enough for CI.
 # --alg:     the signing algorithm of Tessera's key (default EdDSA; node-oidc-provider and
@@ -223,9 +224,16 @@ if [ -n "$bin" ]; then
 	tessera=$(cd "$invoked_from" && realpath "$bin")
 	[ -x "$tessera" ] || { echo "not an executable: $bin" >&2; exit 2; }
 else
-	log "building tessera (release)"
-	cargo build --release --bin tessera --quiet
-	tessera="$target_dir/release/tessera"
+	if [ "$profile" = 1 ]; then
+		# The release profile strips symbols: perf needs the profiling profile's (Cargo.toml).
+		log "building tessera (profiling: release with symbols)"
+		cargo build --profile profiling --bin tessera --quiet
+		tessera="$target_dir/profiling/tessera"
+	else
+		log "building tessera (release)"
+		cargo build --release --bin tessera --quiet
+		tessera="$target_dir/release/tessera"
+	fi
 fi
 if [ "$with_floor" = 1 ]; then
 	log "building the floor (release)"
