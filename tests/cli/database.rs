@@ -94,3 +94,27 @@ fn a_password_in_the_database_query_is_not_printed() {
         assert!(!err.contains("S3cretPW"), "{err}");
     }
 }
+
+/// README: "there is no default key file beside a PostgreSQL database": a command that
+/// needs the master key (`client create`) on one without `TESSERA_MASTER_KEY` or
+/// `--master-key-file` is refused, naming both, and no key file is written; with the
+/// variable it works. (`plan set` holds no secret and needs no key.)
+#[tokio::test]
+async fn a_postgres_database_takes_no_default_key_file() {
+    let schema = tessera_store::testing::scratch_postgres().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = schema.url.as_str();
+    let on_it = |args: &[&'static str]| -> Vec<&str> { [args, &["--database", url][..]].concat() };
+    ok(d, &on_it(&["plan", "set", "pro", "--scopes", "news-api"]));
+    let create = ["client", "create", "--plan", "pro", "--name", "app"];
+    let err = fails(d, &on_it(&create));
+    assert!(
+        err.contains("TESSERA_MASTER_KEY") && err.contains("--master-key-file"),
+        "{err}"
+    );
+    let key = master_key();
+    ok_with(d, &[("TESSERA_MASTER_KEY", key.as_str())], &on_it(&create));
+    let written: Vec<_> = std::fs::read_dir(d).unwrap().collect();
+    assert!(written.is_empty(), "no key file: {written:?}");
+}

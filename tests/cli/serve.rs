@@ -723,3 +723,58 @@ async fn the_demo_prints_its_address_issuer_data_and_console() {
     assert_eq!(sign_in.status(), 200);
     assert_eq!(sign_in.url().path(), "/console/sign-in");
 }
+
+/// README: "`serve --dpop-nonce` (`TESSERA_DPOP_NONCE`)" makes a proof carry the server's
+/// nonce, and "instances sharing the master key accept each other's nonces": two processes
+/// on one database (so one master key), the first told by the flag, the second by the
+/// variable; a nonce the first gave is good at the second.
+#[tokio::test]
+async fn dpop_nonces_from_the_flag_or_the_variable_are_good_at_every_instance() {
+    use tessera_testkit::dpop::{claims, ProofKey};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let first = serve(d, &["--dpop-nonce"]);
+    let second = spawn(
+        d,
+        &[("TESSERA_DPOP_NONCE", "true")],
+        &["serve", "--listen", "127.0.0.1:0"],
+    );
+    let key = ProofKey::ed25519();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+    let ask = |base: &str, nonce: Option<&str>| {
+        let htu = format!("{base}/connect/token");
+        let mut c = claims("POST", &htu, now());
+        if let Some(nonce) = nonce {
+            c["nonce"] = serde_json::json!(nonce);
+        }
+        reqwest::Client::new()
+            .post(htu)
+            .basic_auth(&id, Some(&secret))
+            .header("dpop", key.sign(&key.header(), &c))
+            .form(&[("grant_type", "client_credentials"), ("scope", "news-api")])
+            .send()
+    };
+    for server in [&first, &second] {
+        let refused = ask(&server.base, None).await.unwrap();
+        assert!(refused.headers().contains_key("dpop-nonce"));
+        let (status, body) = answer(refused).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("use_dpop_nonce"))
+        );
+    }
+    let given = ask(&first.base, None).await.unwrap();
+    let nonce = given.headers()["dpop-nonce"].to_str().unwrap().to_owned();
+    for server in [&first, &second] {
+        let (status, body) = answer(ask(&server.base, Some(&nonce)).await.unwrap()).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["token_type"], "DPoP");
+    }
+}
