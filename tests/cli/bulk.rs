@@ -191,6 +191,21 @@ fn client_create_count_on_a_missing_plan_creates_nothing() {
     assert_eq!(listed(d), 0);
 }
 
+/// README: `client create --count N` "(up to 1,000,000)": one more is refused by the
+/// argument parser, naming the range, and nothing is created.
+#[test]
+fn client_create_count_stops_at_a_million() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "bulk", "--scopes", "news-api"]);
+    let err = fails(
+        d,
+        &["client", "create", "--plan", "bulk", "--count", "1000001"],
+    );
+    assert!(err.contains("1..=1000000"), "{err}");
+    assert_eq!(listed(d), 0);
+}
+
 /// On a terminal (a pseudo-terminal made by util-linux `script`), stderr shows the bar;
 /// the secrets still go to stdout alone.
 #[test]
