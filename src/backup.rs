@@ -33,14 +33,12 @@ pub(crate) async fn run(data: &DataArgs, args: BackupArgs) -> Result<()> {
         MasterKeyChoice::File(path) => path.display().to_string(),
         MasterKeyChoice::BesideDatabase(_) => key_file_beside(&database).display().to_string(),
     };
-    println!(
-        "backed up {} into {}",
+    let said = format!(
+        "backed up {} into {}\nthe master key ({key}) is not in the backup, and the backup is \
+         useless without it: keep a copy of the key apart\n",
         database.display(),
         args.out.display()
     );
-    println!(
-        "the master key ({key}) is not in the backup, and the backup is useless without it: \
-         keep a copy of the key apart"
-    );
+    std::io::Write::write_all(&mut std::io::stdout(), said.as_bytes())?;
     Ok(())
 }

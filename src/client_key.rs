@@ -35,7 +35,8 @@ pub(crate) fn generate(args: GenerateClientKeyArgs) -> Result<()> {
     write_new(&args.out, pem("PRIVATE KEY", pkcs8.as_ref()).as_bytes())
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     let kid = args.kid.unwrap_or_else(|| key.thumbprint().to_owned());
-    println!("{}", serde_json::to_string_pretty(&jwks(&key, &kid))?);
+    let text = serde_json::to_string_pretty(&jwks(&key, &kid))? + "\n";
+    std::io::stdout().write_all(text.as_bytes())?;
     Ok(())
 }
 
@@ -63,7 +64,7 @@ fn pem(label: &str, der: &[u8]) -> String {
 
 /// Creates `path` with `contents`, readable by its owner only; fails if it exists (it may
 /// be another client's key).
-fn write_new(path: &Path, contents: &[u8]) -> Result<()> {
+pub(crate) fn write_new(path: &Path, contents: &[u8]) -> Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]

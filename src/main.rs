@@ -2,7 +2,8 @@
 //! `serve` runs the server, `config check` shows the settings it would run with, `plan`,
 //! `client` and `keys` administer the registry (in the database, or with `--admin-url`
 //! through a server's admin API), `backup` copies it (also while a server runs on the same
-//! database), `token` gets a token as a client, and `completions` prints shell completions.
+//! database), `token` gets a token as a client, `completions` prints shell completions and
+//! `man` writes the manual pages.
 
 use std::path::PathBuf;
 
@@ -13,7 +14,9 @@ use tessera_server::secrets::{load_master_key, MasterKeyChoice, MasterKeyOrigin,
 
 mod backup;
 mod client_key;
+mod help;
 mod manage;
+mod master_key;
 mod serve;
 mod token;
 
@@ -32,7 +35,13 @@ struct Cli {
     /// URL instead of the database. The token comes from TESSERA_ADMIN_TOKEN, or is fetched
     /// from URL/connect/token with TESSERA_CLIENT_ID and TESSERA_CLIENT_SECRET. Not used by
     /// `serve`, `backup`, `token` and `completions`.
-    #[arg(long, global = true, env = "TESSERA_ADMIN_URL", value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_ADMIN_URL",
+        value_name = "URL",
+        help_heading = help::GLOBAL
+    )]
     admin_url: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -48,12 +57,18 @@ struct DataArgs {
         long,
         global = true,
         env = "TESSERA_DATABASE_URL",
-        default_value = "sqlite://tessera.db"
+        default_value = "sqlite://tessera.db",
+        help_heading = help::GLOBAL
     )]
     database: String,
     /// File holding the master key (base64url, 32 bytes). Default: the SQLite file's path
     /// with `.key` appended, generated on first use. --master-key overrides both.
-    #[arg(long, global = true, env = "TESSERA_MASTER_KEY_FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_MASTER_KEY_FILE",
+        help_heading = help::GLOBAL
+    )]
     master_key_file: Option<PathBuf>,
     /// The master key itself (base64url, 32 bytes). Prefer TESSERA_MASTER_KEY or
     /// --master-key-file: a flag's value is visible to other users in the process list.
@@ -62,13 +77,14 @@ struct DataArgs {
         global = true,
         env = "TESSERA_MASTER_KEY",
         hide_env_values = true,
-        value_name = "KEY"
+        value_name = "KEY",
+        help_heading = help::GLOBAL
     )]
     master_key: Option<String>,
     /// Start a new, empty SQLite database although the default master key file beside it
     /// exists. Without it, `serve` and the commands that write refuse a missing or empty
     /// database beside a key file, which says that a database was there and was moved or lost.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = help::GLOBAL)]
     #[serde(skip)]
     init: bool,
 }
@@ -104,6 +120,9 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+    /// Write the manual pages (roff), one per command, into a directory, e.g.
+    /// `tessera man /usr/local/share/man/man1`.
+    Man(help::ManArgs),
 }
 
 /// `config`: the settings of `serve`.
@@ -124,6 +143,10 @@ enum KeysCommand {
     /// and print its public JWK Set, for `client create --auth-method private_key_jwt
     /// --jwks-file`.
     GenerateClientKey(client_key::GenerateClientKeyArgs),
+    /// Make a new master key (32 random bytes, base64url) for TESSERA_MASTER_KEY or
+    /// --master-key-file, as a PostgreSQL deployment needs one: printed, or written to a new
+    /// file of mode 0600 with --out.
+    GenerateMasterKey(master_key::GenerateMasterKeyArgs),
 }
 
 /// What a command does with the database.
@@ -155,9 +178,10 @@ fn parse_alg(s: &str) -> Result<Algorithm, tessera_proto::jwk::UnknownAlgorithm>
 }
 
 impl Cli {
-    /// The command tree, with `serve`'s defaults in its help ([`serve::with_defaults`]).
+    /// The command tree, with `serve`'s defaults in its help ([`serve::with_defaults`]) and
+    /// each command's help showing only the global options it uses ([`help::tidy`]).
     fn command_with_defaults() -> clap::Command {
-        serve::with_defaults(Self::command())
+        help::tidy(serve::with_defaults(Self::command()))
     }
 }
 
@@ -187,15 +211,20 @@ async fn main() -> std::process::ExitCode {
             manage::run(&cli.data, admin_url, ManageCommand::Keys(cmd)).await
         }
         Command::Keys(KeysCommand::GenerateClientKey(args)) => client_key::generate(args),
+        Command::Keys(KeysCommand::GenerateMasterKey(args)) => master_key::generate(&args),
         Command::Trust(cmd) => manage::run(&cli.data, admin_url, ManageCommand::Trust(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
         Command::Completions { shell } => completions(shell),
+        Command::Man(args) => help::man(&Cli::command_with_defaults(), &args),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // A reader that stopped reading (`tessera client list | head`) is not an error of
+        // ours: stop quietly, as ripgrep does.
+        Err(error) if help::is_broken_pipe(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", help::message(&error));
             std::process::ExitCode::FAILURE
         }
     }

@@ -29,8 +29,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TESSERA_CONFIG", value_name = "PATH")]
     #[serde(skip)]
     config: Option<PathBuf>,
-    /// Address to listen on.
-    #[arg(long, env = "TESSERA_LISTEN")]
+    /// Address to listen on: IP:PORT, e.g. 0.0.0.0:8080 (every interface) or
+    /// 127.0.0.1:8080 (this machine only).
+    #[arg(long, env = "TESSERA_LISTEN", value_name = "IP:PORT", value_parser = parse_address)]
     listen: Option<SocketAddr>,
     /// Issuer identifier (the `iss` of tokens). Default: http://ADDRESS, with the --listen address.
     #[arg(long, env = "TESSERA_ISSUER")]
@@ -39,7 +40,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TESSERA_SIGNING_ALG", value_parser = crate::parse_alg)]
     signing_alg: Option<Algorithm>,
     /// Create demo plans for market-data-api, news-api and oms-api and a demo client, and
-    /// print a ready curl command.
+    /// print a ready curl command. The demo clients' secrets come from the master key: the
+    /// same on every start with it.
     #[arg(long)]
     demo: bool,
     /// With --demo: serve HTTPS with a self-signed certificate for localhost, generated
@@ -67,15 +69,15 @@ pub(crate) struct ServeArgs {
     client_cert_header: Option<String>,
     /// With TLS: also answer plain HTTP here, for health checks only (/healthz, /readyz),
     /// e.g. for a load balancer.
-    #[arg(long, env = "TESSERA_LISTEN_HTTP")]
+    #[arg(long, env = "TESSERA_LISTEN_HTTP", value_name = "IP:PORT", value_parser = parse_address)]
     listen_http: Option<SocketAddr>,
     /// Serve /metrics on this address only (e.g. 127.0.0.1:9100), not on --listen.
-    #[arg(long, env = "TESSERA_METRICS_LISTEN")]
+    #[arg(long, env = "TESSERA_METRICS_LISTEN", value_name = "IP:PORT", value_parser = parse_address)]
     metrics_listen: Option<SocketAddr>,
     /// Serve the admin API (/admin/v1), the console (/console/) and /openapi.json on this
     /// address only (e.g. 10.0.0.5:8443), with --listen's TLS; --listen then serves the
     /// token endpoint and the rest of OAuth alone.
-    #[arg(long, env = "TESSERA_ADMIN_LISTEN")]
+    #[arg(long, env = "TESSERA_ADMIN_LISTEN", value_name = "IP:PORT", value_parser = parse_address)]
     admin_listen: Option<SocketAddr>,
     /// Proxies (IP addresses) whose X-Forwarded-For is believed for rate limits and audit
     /// events; repeat or separate with commas.
@@ -194,6 +196,30 @@ pub(crate) struct ServeArgs {
     /// count alone.
     #[arg(long, env = "TESSERA_EXPECTED_INSTANCES", value_name = "N")]
     expected_instances: Option<NonZeroU32>,
+}
+
+/// A listener's address, IP:PORT; what is wrong with another form says the form wanted,
+/// with the address meant where it can be guessed (`8080`, `:8080`, `localhost:8080`).
+/// Host names are not taken: which address a name resolves to is the resolver's choice.
+fn parse_address(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = value.parse() {
+        return Ok(address);
+    }
+    let port = value
+        .strip_prefix("localhost:")
+        .or_else(|| value.strip_prefix(':'))
+        .unwrap_or(value);
+    let hint = match port.parse::<u16>() {
+        Ok(port) if value.starts_with("localhost:") => {
+            format!(": for this machine only, 127.0.0.1:{port} (or [::1]:{port})")
+        }
+        Ok(port) => format!(
+            ": for every interface, 0.0.0.0:{port} (or [::]:{port}); for this machine only, \
+             127.0.0.1:{port}"
+        ),
+        Err(_) => String::from(", e.g. 127.0.0.1:8080, 0.0.0.0:8080 or [::]:8080"),
+    };
+    Err(format!("expected an IP address and port, IP:PORT{hint}"))
 }
 
 /// The command tree with the defaults of `serve`'s settings shown in its help (and in
@@ -446,7 +472,8 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
 
 /// Plans for the seed's three APIs and a client on the plan with all three; and an admin
 /// plan with an admin client, for the admin API (at `admin_base`, the issuer unless it has
-/// a listener of its own). Their secrets are new on each start.
+/// a listener of its own). Their secrets are the same on every start with this master key
+/// ([`demo_client`]).
 async fn demo(
     store: &dyn tessera_store::Store,
     secrets: &tessera_server::secrets::Secrets,
@@ -464,20 +491,9 @@ async fn demo(
     ops.set_plan("admin", "tessera-admin tessera-admin-read", None)
         .await?;
     let existing = store.clients().await?;
-    let demo_client = |label: &'static str, plan: &'static str| {
-        let found = existing.iter().find(|c| c.label == label).cloned();
-        async move {
-            match found {
-                Some(c) => ops.rotate_secret(secrets, c.id.as_str(), 0).await,
-                None => {
-                    ops.create_client(secrets, plan, label, AuthMethod::ClientSecretBasic)
-                        .await
-                }
-            }
-        }
-    };
-    let (client, secret) = demo_client("demo", "full").await?;
-    let (admin, admin_secret) = demo_client("demo-admin", "admin").await?;
+    let (client, secret) = demo_client(&ops, store, secrets, &existing, "demo", "full").await?;
+    let (admin, admin_secret) =
+        demo_client(&ops, store, secrets, &existing, "demo-admin", "admin").await?;
     let issuer = issuer.trim_end_matches('/');
     // With the demo certificate, curl must be told to trust it.
     let curl = match cacert {
@@ -514,6 +530,51 @@ async fn demo(
     }
     println!();
     Ok(())
+}
+
+/// The demo client `label` on `plan`, with its secret: [`Secrets::demo_secret`], derived
+/// from the master key, so that a restart prints (and accepts) the secret of the last start.
+/// A demo client whose secret was changed since (rotated in the console, or made by a
+/// Tessera that drew demo secrets at random) gets the derived one back, and that is said
+/// loudly on stderr: the other secret no longer works.
+///
+/// [`Secrets::demo_secret`]: tessera_server::secrets::Secrets::demo_secret
+async fn demo_client(
+    ops: &tessera_server::registrar::Registrar<'_>,
+    store: &dyn tessera_store::Store,
+    secrets: &tessera_server::secrets::Secrets,
+    existing: &[tessera_store::Client],
+    label: &str,
+    plan: &str,
+) -> Result<(tessera_store::Client, tessera_proto::ClientSecret)> {
+    use tessera_store::Credential;
+    let Some(found) = existing.iter().find(|c| c.label == label) else {
+        let (mut client, _) = ops.new_client(secrets, plan, label, AuthMethod::ClientSecretBasic);
+        let secret = secrets.demo_secret(&client.id);
+        client.credential = Credential::secret(secrets.hash_secret(&secret));
+        store.insert_client(&client).await?;
+        return Ok((client, secret));
+    };
+    let secret = secrets.demo_secret(&found.id);
+    let kept = matches!(&found.credential, Credential::Secret { hash, previous: None }
+        if secrets.verify_secret(&secret, hash));
+    if kept {
+        return Ok((found.clone(), secret));
+    }
+    let hash = secrets.hash_secret(&secret);
+    let client = ops
+        .update_client(found.id.as_str(), |c| {
+            c.credential = Credential::secret(hash);
+            c.auth_method = AuthMethod::ClientSecretBasic;
+        })
+        .await?;
+    eprintln!(
+        "NOTE: the secret of the demo client {label} ({}) had been changed since the demo set \
+         it; --demo has set it back to the one printed below, and the other one no longer \
+         works",
+        client.id
+    );
+    Ok((client, secret))
 }
 
 /// A self-signed certificate for `localhost`, `127.0.0.1` and `::1`, new on each start,

@@ -11,9 +11,10 @@ pub(crate) enum PlanCommand {
     Set {
         /// Plan name.
         name: String,
-        /// Space-separated scope names, each naming one API.
+        /// Space-separated scope names, each naming one API. Required for a new plan; a
+        /// plan that exists keeps its scopes without it.
         #[arg(long)]
-        scopes: String,
+        scopes: Option<String>,
         /// Token lifetime in seconds (default 3600 for a new plan).
         #[arg(long)]
         token_ttl: Option<u32>,

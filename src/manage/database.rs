@@ -93,7 +93,25 @@ fn with_secrets(created: CreatedClients) -> impl Iterator<Item = ClientWithSecre
 }
 
 impl Operations for Database<'_> {
-    async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan> {
+    async fn set_plan(
+        &self,
+        name: &str,
+        scopes: Option<&str>,
+        settings: &PlanSettings,
+    ) -> Result<Plan> {
+        let kept;
+        let scopes = match scopes {
+            Some(scopes) => scopes,
+            None => {
+                let plans = self.store.plans().await?;
+                let plan = plans.iter().find(|p| p.name == name);
+                kept = plan
+                    .ok_or_else(|| super::new_plan_needs_scopes(name))?
+                    .scopes
+                    .to_string();
+                &kept
+            }
+        };
         let written = self
             .registrar()
             .set_plan_with(name, scopes, settings)

@@ -320,15 +320,25 @@ impl Operations for Http {
     /// `GET` the plan, apply the settings given to it as the database backend does (a
     /// setting not named keeps its value), then `PUT` it with `If-Match`, so that a change
     /// made by someone else in between is refused (412) rather than overwritten.
-    async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan> {
+    async fn set_plan(
+        &self,
+        name: &str,
+        scopes: Option<&str>,
+        settings: &PlanSettings,
+    ) -> Result<Plan> {
         let (plan, etag) = match self.get_tagged::<Plan>(&["plans", name]).await {
             Ok((plan, etag)) => (Some(plan), etag),
             Err(e) if refused_with(&e) == Some(StatusCode::NOT_FOUND) => (None, None),
             Err(e) => return Err(e),
         };
+        let scopes = match (scopes, &plan) {
+            (Some(scopes), _) => scopes.split_whitespace().map(str::to_owned).collect(),
+            (None, Some(plan)) => plan.scopes.clone(),
+            (None, None) => return Err(super::new_plan_needs_scopes(name)),
+        };
         // PUT replaces, so every setting is sent.
         let input = api::PlanInput {
-            scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+            scopes,
             token_ttl: settings.token_ttl.or(plan.as_ref().map(|p| p.token_ttl)),
             token_rate: settings
                 .token_rate

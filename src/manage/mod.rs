@@ -61,6 +61,11 @@ impl ManageCommand {
     }
 }
 
+/// The error of `plan set` without `--scopes` for a plan that does not exist.
+pub(crate) fn new_plan_needs_scopes(name: &str) -> anyhow::Error {
+    anyhow::anyhow!("there is no plan {name} yet: a new plan needs --scopes")
+}
+
 /// The context of a failure after `made` of `count` clients were created (and printed):
 /// how many exist, and that running the command again makes `count` more, not the rest.
 pub(crate) fn created_before(made: u32, count: u32) -> String {
@@ -82,8 +87,14 @@ pub(crate) type OnCreated<'a> =
 /// The admin operations, one implementation per backend. Each answers with the admin API's
 /// objects; an error says what was refused, in words for the operator.
 pub(crate) trait Operations {
-    /// Creates a plan or changes it; a setting not named keeps its value.
-    async fn set_plan(&self, name: &str, scopes: &str, settings: &PlanSettings) -> Result<Plan>;
+    /// Creates a plan or changes it; a setting not named keeps its value, the scopes
+    /// (`None`) among them. A new plan needs its scopes.
+    async fn set_plan(
+        &self,
+        name: &str,
+        scopes: Option<&str>,
+        settings: &PlanSettings,
+    ) -> Result<Plan>;
     /// Every plan, by name.
     async fn list_plans(&self) -> Result<Vec<Plan>>;
     /// Registers `count` clients, handing them with their secrets to `on_created`, those
@@ -187,7 +198,7 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
                     })
                     .transpose()?,
             };
-            let plan = ops.set_plan(&name, &scopes, &settings).await?;
+            let plan = ops.set_plan(&name, scopes.as_deref(), &settings).await?;
             Output::of(json).object(&plan, output::plan)
         }
         PlanCommand::List { json } => {
@@ -430,7 +441,8 @@ async fn trust(ops: &impl Operations, cmd: TrustCommand) -> Result<()> {
         }
         TrustCommand::Remove { name } => {
             ops.remove_trust_policy(&name).await?;
-            println!("trust policy {name} removed");
+            let said = format!("trust policy {name} removed\n");
+            std::io::Write::write_all(&mut std::io::stdout(), said.as_bytes())?;
             Ok(())
         }
     }

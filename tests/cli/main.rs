@@ -1,8 +1,9 @@
 //! The `tessera` binary as an operator uses it, one file per concern: the admin commands
 //! (`commands`, `bulk`, `locks`, `operator`, `remote`), the keys (`keys`, `client_keys`), `serve`
 //! (`serve`, `config`, `tls`, `subject_dn`, `signals`), the data it keeps (`data`,
-//! `database`, `redis`), `token` (`token_command`), and the book's pages about the binary
-//! (`docs`). The process harness is the test kit's
+//! `database`, `redis`), `token` (`token_command`), the book's pages about the binary
+//! (`docs`), and the rough edges of a first hour (`first_hour`). The process harness is the
+//! test kit's
 //! ([`tessera_testkit::binary`]); here are the shortcuts to it and the helpers several files
 //! share.
 
@@ -20,6 +21,7 @@ mod config;
 mod data;
 mod database;
 mod docs;
+mod first_hour;
 mod keys;
 mod locks;
 mod operator;

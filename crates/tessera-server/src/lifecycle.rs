@@ -120,7 +120,16 @@ pub struct Server {
     state: AppState,
     store: Arc<dyn Store>,
     listeners: Listeners,
+    /// SIGHUP, handled from the start on, so that a `systemctl reload` never ends the
+    /// process, not even before it serves ([`reload_on_hangup`]).
+    hangups: Hangups,
 }
+
+/// The stream of SIGHUPs; `None` where it cannot be had.
+#[cfg(unix)]
+type Hangups = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangups = Option<()>;
 
 impl Server {
     /// Prepares a server of `config` on `listeners`: checks the settings, loads TLS,
@@ -189,10 +198,15 @@ impl Server {
                  every server on a database the same --issuer"
             );
         }
+        #[cfg(unix)]
+        let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        #[cfg(not(unix))]
+        let hangups = None;
         Ok(Self {
             state,
             store,
             listeners,
+            hangups,
         })
     }
 
@@ -260,12 +274,18 @@ impl Server {
             state,
             store,
             listeners,
+            hangups,
         } = self;
         let mut beside: Vec<JoinHandle<()>> = Vec::new();
         if let Some(tls) = state.tls() {
             beside.push(tokio::spawn(tls.clone().watch(TLS_WATCH_INTERVAL)));
-            beside.push(tokio::spawn(reload_on_hangup(tls.clone())));
         }
+        // Always: without a handler, SIGHUP (a unit's `systemctl reload`) would end the
+        // process.
+        beside.push(tokio::spawn(reload_on_hangup(
+            state.tls().cloned(),
+            hangups,
+        )));
         if let Some(listener) = listeners.health {
             let state = state.clone();
             beside.push(tokio::spawn(async move {
@@ -304,23 +324,33 @@ impl Server {
     }
 }
 
-/// Reloads the certificate on each SIGHUP, until the task is dropped.
-async fn reload_on_hangup(tls: Arc<Tls>) {
+/// Reloads the certificate on each SIGHUP, until the task is dropped; without TLS, says
+/// that there is nothing to reload. The other settings are read at start only: a change
+/// to them needs a restart.
+async fn reload_on_hangup(tls: Option<Arc<Tls>>, hangups: Hangups) {
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        let Some(mut hangups) = hangups else {
             return;
         };
         while hangups.recv().await.is_some() {
-            if let Err(error) = tls.reload() {
-                tracing::error!(
-                    %error,
-                    "SIGHUP: the TLS files cannot be used; keeping the previous certificate"
-                );
+            match &tls {
+                Some(tls) => {
+                    if let Err(error) = tls.reload() {
+                        tracing::error!(
+                            %error,
+                            "SIGHUP: the TLS files cannot be used; keeping the previous \
+                             certificate"
+                        );
+                    }
+                }
+                None => tracing::info!(
+                    "SIGHUP: nothing to reload without TLS; the other settings are read at \
+                     start, a change to them needs a restart"
+                ),
             }
         }
     }
     #[cfg(not(unix))]
-    drop(tls);
+    drop((tls, hangups));
 }

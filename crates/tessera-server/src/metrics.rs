@@ -178,6 +178,13 @@ impl Metrics {
                 age,
             );
         }
+        if let Some(not_after) = gauges.tls_not_after {
+            gauge(
+                "tessera_tls_certificate_expiry_timestamp_seconds",
+                "When the TLS certificate served expires (its notAfter), in Unix seconds",
+                not_after,
+            );
+        }
         gauge(
             "tessera_requests_in_flight",
             "OAuth requests being worked on now, as the in-flight cap counts them",
@@ -307,6 +314,8 @@ impl Metrics {
 pub struct Gauges {
     /// The age of the active signing key; `None` when there is none.
     pub key_age_secs: Option<i64>,
+    /// When the served TLS certificate expires, in Unix seconds; `None` without TLS.
+    pub tls_not_after: Option<i64>,
     /// OAuth requests being worked on now.
     pub in_flight: usize,
     /// Seconds since the store last answered.
@@ -365,6 +374,7 @@ mod tests {
         };
         let text = m.render(&Gauges {
             key_age_secs: Some(5),
+            tls_not_after: Some(4_102_444_800),
             store_write_errors: 3,
             redis: Some(redis),
             registry,
@@ -389,6 +399,8 @@ mod tests {
             "tessera_token_request_duration_seconds_count 1",
             "# TYPE tessera_signing_key_age_seconds gauge",
             "tessera_signing_key_age_seconds 5",
+            "# TYPE tessera_tls_certificate_expiry_timestamp_seconds gauge",
+            "tessera_tls_certificate_expiry_timestamp_seconds 4102444800",
             "# TYPE tessera_rate_limiter_redis_up gauge",
             "tessera_rate_limiter_redis_up 0",
             "# TYPE tessera_redis_errors_total counter",
@@ -421,5 +433,6 @@ mod tests {
         let memory_only = m.render(&Gauges::default());
         assert!(!memory_only.contains("tessera_signing_key_age_seconds"));
         assert!(!memory_only.contains("redis"));
+        assert!(!memory_only.contains("tls"));
     }
 }

@@ -9,6 +9,7 @@
 //! binary also reloads on `SIGHUP`.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -57,6 +58,9 @@ pub struct Tls {
     client_ca: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
     /// The files' modification times and sizes when last loaded, to notice a change.
     seen: Mutex<Option<[(SystemTime, u64); 3]>>,
+    /// When the certificate in force expires (its notAfter, RFC 5280 section 4.1.2.5), in
+    /// Unix seconds, for `/metrics`.
+    not_after: AtomicI64,
 }
 
 impl std::fmt::Debug for Tls {
@@ -69,12 +73,13 @@ impl Tls {
     /// Loads the pair; fails if it cannot be used.
     pub fn load(files: TlsFiles) -> Result<Self, TlsError> {
         let seen = stamp(&files);
-        let (config, client_ca) = server_config(&files)?;
+        let (config, client_ca, not_after) = server_config(&files)?;
         Ok(Self {
             files,
             current: RwLock::new(Arc::new(config)),
             client_ca: RwLock::new(client_ca),
             seen: Mutex::new(seen),
+            not_after: AtomicI64::new(not_after),
         })
     }
 
@@ -87,12 +92,18 @@ impl Tls {
     /// force stays.
     pub fn reload(&self) -> Result<(), TlsError> {
         let seen = stamp(&self.files);
-        let (config, client_ca) = server_config(&self.files)?;
+        let (config, client_ca, not_after) = server_config(&self.files)?;
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        self.not_after.store(not_after, Ordering::Relaxed);
         *self.client_ca.write().unwrap_or_else(|p| p.into_inner()) = client_ca;
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = seen;
         tracing::info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
         Ok(())
+    }
+
+    /// When the certificate in force expires, in Unix seconds.
+    pub fn not_after(&self) -> i64 {
+        self.not_after.load(Ordering::Relaxed)
     }
 
     /// The verifier of `tls_client_auth` chains, when a client CA is configured.
@@ -143,7 +154,8 @@ fn stamp(files: &TlsFiles) -> Option<[(SystemTime, u64); 3]> {
     Some([one(&files.cert)?, one(&files.key)?, ca])
 }
 
-type Loaded = (ServerConfig, Option<Arc<dyn ClientCertVerifier>>);
+/// The configuration, the client CA's verifier and the certificate's notAfter.
+type Loaded = (ServerConfig, Option<Arc<dyn ClientCertVerifier>>, i64);
 
 /// The verifier of `tls_client_auth` chains against the CA(s) in `path` (PEM).
 pub fn client_ca(path: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
@@ -188,6 +200,12 @@ fn server_config(files: &TlsFiles) -> Result<Loaded, TlsError> {
     if chain.is_empty() {
         return Err(file_error(&files.cert, "no CERTIFICATE in it".into()));
     }
+    let not_after = {
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        let (_, leaf) = X509Certificate::from_der(&chain[0])
+            .map_err(|e| file_error(&files.cert, format!("not an X.509 certificate: {e}")))?;
+        leaf.validity().not_after.timestamp()
+    };
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| file_error(&files.key, format!("no usable private key: {e}")))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -209,5 +227,5 @@ fn server_config(files: &TlsFiles) -> Result<Loaded, TlsError> {
     // Resumption by tickets as well as by the server's session cache (on by default), so
     // that a returning client skips the full handshake.
     config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
-    Ok((config, client_ca))
+    Ok((config, client_ca, not_after))
 }

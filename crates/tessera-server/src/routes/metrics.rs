@@ -24,6 +24,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics().render(&Gauges {
             key_age_secs: age,
+            tls_not_after: state.tls().map(|tls| tls.not_after()),
             in_flight: state.in_flight().in_use(),
             registry_age_secs: state.live().age(),
             store_up: state.live().store_up(),

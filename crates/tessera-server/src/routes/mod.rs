@@ -1,8 +1,9 @@
 //! The data plane's HTTP routes, one module per endpoint family, merged under one layer
 //! stack: the token endpoint, introspection, revocation, the keys and metadata, health and
-//! metrics (the management surface is the control plane, `control/`); and the pieces of a
-//! request the OAuth endpoints read alike: the body and its form, the caller's address and
-//! `Authorization` header (its client certificate: `crate::mtls::peer_certificate`).
+//! metrics, and a page of links at `/` (the management surface is the control plane,
+//! `control/`); and the pieces of a request the OAuth endpoints read alike: the body and its
+//! form, the caller's address and `Authorization` header (its client certificate:
+//! `crate::mtls::peer_certificate`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -22,6 +23,7 @@ use crate::AppState;
 
 pub(crate) mod discovery;
 pub(crate) mod health;
+pub(crate) mod home;
 pub(crate) mod introspection;
 pub(crate) mod metrics;
 pub(crate) mod revocation;
@@ -39,6 +41,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(revocation::router())
         .merge(discovery::router())
         .merge(health::router())
+        .merge(home::router())
         .merge(if config.metrics_on_main_listener() {
             metrics::router()
         } else {

@@ -72,6 +72,8 @@ pub struct Secrets {
     /// Authenticates DPoP nonces, so that every instance sharing the master key accepts the
     /// nonces of the others (`crate::grant::dpop`).
     nonces: hmac::Key,
+    /// Derives the secrets of `serve --demo`'s clients ([`Secrets::demo_secret`]).
+    demo: hmac::Key,
 }
 
 impl fmt::Debug for Secrets {
@@ -114,11 +116,26 @@ impl Secrets {
             .expand(&[b"dpop-nonce-v1"], hmac::HMAC_SHA256)
             .expect("HKDF output of one hash length")
             .into();
+        let demo: hmac::Key = prk
+            .expand(&[b"demo-client-secret-v1"], hmac::HMAC_SHA256)
+            .expect("HKDF output of one hash length")
+            .into();
         Self {
             pepper,
             sealing: LessSafeKey::new(sealing),
             nonces,
+            demo,
         }
+    }
+
+    /// The secret of the demo client `id` (`serve --demo`): `tcs_` and 256 bits derived
+    /// from the master key and the id, so that every start with the same master key prints
+    /// the same secret, and nothing but the master key has to be kept for it. Only the
+    /// demo's clients get such a secret; every other one is random
+    /// ([`credentials::new_client_secret`]).
+    pub fn demo_secret(&self, id: &tessera_proto::ClientId) -> ClientSecret {
+        let tag = hmac::sign(&self.demo, id.as_str().as_bytes());
+        ClientSecret::new(format!("tcs_{}", URL_SAFE_NO_PAD.encode(tag.as_ref())))
     }
 
     /// The key DPoP nonces are authenticated with.
