@@ -2,8 +2,8 @@
 //! (`commands`, `bulk`, `locks`, `operator`, `remote`), the keys (`keys`, `client_keys`), `serve`
 //! (`serve`, `config`, `tls`, `subject_dn`, `signals`), the data it keeps (`data`,
 //! `database`, `redis`), `token` (`token_command`), the book's pages about the binary
-//! (`docs`), and the rough edges of a first hour (`first_hour`). The process harness is the
-//! test kit's
+//! (`docs`), the rough edges of a first hour (`first_hour`) and the deployment files of
+//! `deploy/` against the binary (`deploy`). The process harness is the test kit's
 //! ([`tessera_testkit::binary`]); here are the shortcuts to it and the helpers several files
 //! share.
 
@@ -20,6 +20,7 @@ mod commands;
 mod config;
 mod data;
 mod database;
+mod deploy;
 mod docs;
 mod first_hour;
 mod keys;
