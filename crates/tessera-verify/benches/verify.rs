@@ -8,7 +8,13 @@
 //! - `uncached/*`: the same token again with the cache off, as before the cache existed;
 //! - `repeat-verification/*`: the same token again, served from the cache;
 //! - `repeat-verification-threads/EdDSA`: as above from two threads at once on ten tokens,
-//!   wall time per verification, to see whether the shard locks contend.
+//!   wall time per verification, to see whether the shard locks contend;
+//! - `request/*`: a whole `verify_request` of a cached token (the `Authorization` header read,
+//!   the token looked up), without plan limits, with them counted in memory (`plan-limits`:
+//!   the document looked up, GCRA and a daily quota counted, the two fields written), and
+//!   counted in Redis at `TESSERA_TEST_REDIS_URL` (default the local one), which adds a round
+//!   trip (`plan-limits-redis`; each call driven by a runtime's `block_on`, skipped when Redis
+//!   does not answer). The limits come from a limits document served on 127.0.0.1.
 //!
 //! `verify` is async only for a key fetch; with static keys it never waits, so each call is
 //! polled once ([`ready`]) rather than run by an executor, whose `block_on` would add about
@@ -173,5 +179,88 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// `verify_request` with and without plan limits: what the limiter costs per request.
+fn bench_limits(c: &mut Criterion) {
+    use axum::http::{HeaderMap, HeaderValue, Method, Uri};
+    use tessera_verify::AccessRequest;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _entered = rt.enter();
+    // The limits document: a plan far above what the loop reaches, with a daily quota.
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let issuer = format!("http://{}", listener.local_addr().unwrap());
+    let document = json!({"api": AUDIENCE, "plans": {"partner": {
+        "rate": {"limit": 1_000_000_000u32, "window_seconds": 1}, "burst": 1_000_000_000u32,
+        "quota": {"limit": 1_000_000_000_000u64, "period": "day"}}}});
+    let app = axum::Router::new().route(
+        &format!("/api-limits/{AUDIENCE}"),
+        axum::routing::get(move || {
+            let document = document.clone();
+            async move { axum::Json(document) }
+        }),
+    );
+    rt.spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let ed = Ed25519KeyPair::generate().unwrap();
+    let jwks = JwkSet {
+        keys: vec![jwk("ed", "EdDSA", ed.public_key().as_ref(), None)],
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let header = json!({"alg": "EdDSA", "kid": "ed", "typ": "at+jwt"});
+    let claims = json!({
+        "iss": issuer, "sub": "client-1", "client_id": "client-1", "aud": [AUDIENCE],
+        "scope": AUDIENCE, "iat": now, "exp": now + 600, "app_only": true, "plan": "partner",
+        "jti": "7f1c6c3a9b2e4d5f8a0b1c2d3e4f5a6b",
+    });
+    let input = format!("{}.{}", b64(header.to_string()), b64(claims.to_string()));
+    let token = format!("{input}.{}", b64(ed.sign(input.as_bytes())));
+    let (method, uri) = (Method::GET, Uri::from_static("/market-data/v1/quotes"));
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "authorization",
+        HeaderValue::try_from(format!("Bearer {token}")).unwrap(),
+    );
+    let request = AccessRequest::new(&method, &uri, &headers);
+    let builder = || Verifier::builder(&issuer, AUDIENCE).static_keys(jwks.clone());
+
+    let plain = builder().build().unwrap();
+    let limited = builder().plan_limits().build().unwrap();
+    rt.block_on(limited.refresh_limits()).unwrap();
+    for (name, verifier) in [("no-limits", &plain), ("plan-limits", &limited)] {
+        let fields = ready(verifier.verify_request(&request)).unwrap();
+        assert_eq!(fields.rate_limit().is_some(), name == "plan-limits");
+        c.bench_function(&format!("request/{name}"), |b| {
+            b.iter(|| ready(verifier.verify_request(black_box(&request))).unwrap())
+        });
+    }
+    let redis_url =
+        std::env::var("TESSERA_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let shared = builder()
+        .plan_limits()
+        .redis_url(redis_url)
+        .redis_prefix(format!("tessera-bench-{}:", std::process::id()))
+        .build()
+        .unwrap();
+    if rt.block_on(shared.refresh_limits()).unwrap() {
+        c.bench_function("request/plan-limits-redis", |b| {
+            b.iter(|| {
+                rt.block_on(shared.verify_request(black_box(&request)))
+                    .unwrap()
+            })
+        });
+    } else {
+        eprintln!("request/plan-limits-redis skipped: Redis does not answer");
+    }
+}
+
+criterion_group!(benches, bench, bench_limits);
 criterion_main!(benches);

@@ -5,7 +5,8 @@
 //!   background once the document is [`REFRESH`] old, by the request that notices, and by a
 //!   task that looks every [`REFRESH`] so that a quiet API is not left with an old document:
 //!   a change reaches the API within 60 s;
-//! - at most one fetch per [`REFRESH`], never two at once;
+//! - at most one fetch per [`REFRESH`] (per second until the first succeeds), never two at
+//!   once;
 //! - a failed fetch keeps the last document, which goes on applying while Tessera is
 //!   unreachable.
 
@@ -23,6 +24,9 @@ use crate::error::KeySourceError;
 /// How old the document may grow before it is fetched again, and the least time between two
 /// fetches: 30 s, the `max-age` Tessera serves it with.
 pub(crate) const REFRESH: Duration = Duration::from_secs(30);
+
+/// The least time between two attempts while no document was ever learned.
+pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// The name the fields and the problem give the limits of a token whose plan the document
 /// does not list (see `crate::limits`).
@@ -226,9 +230,16 @@ impl DocumentCache {
         Ok(document)
     }
 
+    /// Once per [`REFRESH`]; once per [`FIRST_RETRY`] while no document was ever learned,
+    /// since every request is refused until one is.
     fn may_fetch(&self, s: &Snapshot) -> bool {
+        let interval = if s.compiled.is_some() {
+            REFRESH
+        } else {
+            FIRST_RETRY
+        };
         s.attempted_at
-            .is_none_or(|at| self.clock.elapsed().saturating_sub(at) >= REFRESH)
+            .is_none_or(|at| self.clock.elapsed().saturating_sub(at) >= interval)
     }
 
     /// Successful fetches so far.

@@ -24,7 +24,7 @@
 //!   served, never unlimited where some plan is limited, and its client gets its plan's own
 //!   limits with its next token (or the next fetch).
 //! - **Before the first document** (Tessera not reached yet since the API started): 503 with
-//!   `Retry-After: 5` and a `temporary-reduced-capacity` problem. Once a document was
+//!   `Retry-After: 1` and a `temporary-reduced-capacity` problem (tried again once a second). Once a document was
 //!   learned, it goes on applying while Tessera is unreachable.
 //! - **Counts** are per client and API, never per token: a client keeps its token for its
 //!   lifetime. Refused requests take nothing from any allowance.
@@ -202,7 +202,7 @@ impl Limits {
             None => document
                 .after_refetch()
                 .await
-                .ok_or_else(|| LimitRejection::unknown(&self.api, 5))?,
+                .ok_or_else(|| LimitRejection::unknown(&self.api, 1))?,
         };
         let policy: Arc<Policy> = match claims.plan.as_deref().and_then(|p| compiled.plan(p)) {
             Some(policy) => policy.clone(),

@@ -162,7 +162,7 @@ impl Issuer {
 }
 
 /// The API: `GET /news` behind `Scoped<News>`, with the fields added to every answer.
-async fn api(verifier: Verifier) -> String {
+pub(crate) async fn api(verifier: Verifier) -> String {
     let app = Router::new()
         .route(
             "/news",
@@ -178,7 +178,7 @@ async fn api(verifier: Verifier) -> String {
     url
 }
 
-async fn call(url: &str, token: &str) -> reqwest::Response {
+pub(crate) async fn call(url: &str, token: &str) -> reqwest::Response {
     reqwest::Client::new()
         .get(url)
         .bearer_auth(token)
@@ -189,13 +189,13 @@ async fn call(url: &str, token: &str) -> reqwest::Response {
 
 /// A member of an RFC 8941 List field, parsed: its name and integer parameters.
 #[derive(Debug, PartialEq)]
-struct Member {
+pub(crate) struct Member {
     name: String,
     params: Vec<(String, i64)>,
 }
 
 /// Parses a `RateLimit` or `RateLimit-Policy` field with an RFC 8941 parser.
-fn members(response: &reqwest::Response, field: &str) -> Vec<Member> {
+pub(crate) fn members(response: &reqwest::Response, field: &str) -> Vec<Member> {
     let value = response
         .headers()
         .get(field)
@@ -228,7 +228,7 @@ fn members(response: &reqwest::Response, field: &str) -> Vec<Member> {
         .collect()
 }
 
-fn member(name: &str, params: &[(&str, i64)]) -> Member {
+pub(crate) fn member(name: &str, params: &[(&str, i64)]) -> Member {
     Member {
         name: name.to_owned(),
         params: params.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
@@ -428,7 +428,7 @@ async fn the_last_limits_apply_while_the_issuer_is_down_and_none_means_503() {
     let token = issuer.token("alice", Some("free"), &clock);
     let answer = call(&url, &token).await;
     assert_eq!(answer.status(), 503);
-    assert_eq!(answer.headers()["retry-after"], "5");
+    assert_eq!(answer.headers()["retry-after"], "1");
     let problem: Value = answer.json().await.unwrap();
     assert_eq!(
         problem["type"],
