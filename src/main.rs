@@ -225,7 +225,11 @@ async fn main() -> std::process::ExitCode {
         Err(error) if help::is_broken_pipe(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", help::message(&error));
-            std::process::ExitCode::FAILURE
+            if error.downcast_ref::<manage::BadUsage>().is_some() {
+                std::process::ExitCode::from(2)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }

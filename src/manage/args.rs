@@ -3,7 +3,8 @@
 
 use clap::Subcommand;
 use tessera_proto::Algorithm;
-use tessera_store::AuthMethod;
+use tessera_server::registrar::Change;
+use tessera_store::{AuthMethod, Quota, RateLimit};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PlanCommand {
@@ -39,6 +40,20 @@ pub(crate) enum PlanCommand {
         /// when one comes, `off` ignores proofs and issues Bearer tokens only.
         #[arg(long, value_parser = ["required", "allowed", "off"])]
         dpop: Option<String>,
+        /// A limit on each client's requests to one API the plan grants, enforced by the
+        /// API: API=COUNT/UNIT with UNIT sec, min, hour or day (e.g. news-api=5/min), or
+        /// API=none to remove it. Repeat for each API.
+        #[arg(long, value_name = "API=RATE", value_parser = parse_api_rate)]
+        api_rate: Vec<(String, Change<RateLimit>)>,
+        /// Requests a client may make to the API at once after a quiet spell: API=N
+        /// (default: the rate's COUNT). Repeat for each API.
+        #[arg(long, value_name = "API=N", value_parser = parse_api_burst)]
+        api_burst: Vec<(String, u32)>,
+        /// A hard count of each client's requests to one API per calendar period in UTC,
+        /// reset at its start: API=COUNT/day or API=COUNT/month (e.g. news-api=1000/day),
+        /// or API=none. Repeat for each API.
+        #[arg(long, value_name = "API=QUOTA", value_parser = parse_api_quota)]
+        api_quota: Vec<(String, Change<Quota>)>,
         /// Print the plan as JSON.
         #[arg(long)]
         json: bool,
@@ -241,6 +256,45 @@ pub(crate) enum TrustCommand {
         /// Policy name.
         name: String,
     },
+}
+
+/// `API=VALUE`, both sides non-empty.
+fn api_pair(s: &str) -> Result<(String, &str), String> {
+    match s.split_once('=') {
+        Some((api, value)) if !api.is_empty() && !value.is_empty() => Ok((api.to_owned(), value)),
+        _ => Err(format!("{s:?} is not API=VALUE")),
+    }
+}
+
+fn parse_api_rate(s: &str) -> Result<(String, Change<RateLimit>), String> {
+    let (api, spec) = api_pair(s)?;
+    if spec == "none" {
+        return Ok((api, Change::Clear));
+    }
+    let rate = RateLimit::parse(spec)
+        .ok_or_else(|| format!("bad rate {spec:?}: use COUNT/UNIT, e.g. news-api=5/min"))?;
+    Ok((api, Change::Set(rate)))
+}
+
+fn parse_api_burst(s: &str) -> Result<(String, u32), String> {
+    let (api, n) = api_pair(s)?;
+    let burst = n
+        .parse()
+        .ok()
+        .filter(|b| *b > 0)
+        .ok_or_else(|| format!("bad burst {n:?}: a count of at least 1"))?;
+    Ok((api, burst))
+}
+
+fn parse_api_quota(s: &str) -> Result<(String, Change<Quota>), String> {
+    let (api, spec) = api_pair(s)?;
+    if spec == "none" {
+        return Ok((api, Change::Clear));
+    }
+    let quota = tessera_store::parse_quota(spec).ok_or_else(|| {
+        format!("bad quota {spec:?}: use COUNT/day or COUNT/month, e.g. news-api=1000/day")
+    })?;
+    Ok((api, Change::Set(quota)))
 }
 
 fn parse_claim(s: &str) -> Result<(String, String), String> {

@@ -243,7 +243,8 @@ impl Operations for Database<'_> {
 
     async fn usage(&self, id: &str) -> Result<Vec<UsageDay>> {
         let c = self.registrar().client(id).await?;
-        Ok(views::usage_days(self.store.usage(&c.id).await?))
+        let usage = self.store.usage(&c.id).await?;
+        Ok(views::usage_days(usage, self.store.api_usage(&c.id).await?))
     }
 
     async fn put_trust_policy(

@@ -21,7 +21,7 @@ use tessera_proto::admin::{
 };
 use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::Algorithm;
-use tessera_server::registrar::{views, PlanSettings};
+use tessera_server::registrar::{views, PlanSettings, RegistrarError};
 use tokio::sync::OnceCell;
 
 use super::progress::Progress;
@@ -331,13 +331,32 @@ impl Operations for Http {
             Err(e) if refused_with(&e) == Some(StatusCode::NOT_FOUND) => (None, None),
             Err(e) => return Err(e),
         };
-        let scopes = match (scopes, &plan) {
+        let scopes: Vec<String> = match (scopes, &plan) {
             (Some(scopes), _) => scopes.split_whitespace().map(str::to_owned).collect(),
             (None, Some(plan)) => plan.scopes.clone(),
             (None, None) => return Err(super::new_plan_needs_scopes(name)),
         };
+        // The limits as the database backend changes them, from those read.
+        let current = plan
+            .as_ref()
+            .map(|p| {
+                p.api_limits
+                    .iter()
+                    .map(|(api, l)| Ok((api.clone(), views::api_limit_of(api, l)?)))
+                    .collect::<Result<_, RegistrarError>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let granted = tessera_proto::ScopeSet::parse_names(&scopes.join(" "))?;
+        let api_limits = settings
+            .api_limits
+            .apply(&current, &granted)?
+            .iter()
+            .map(|(api, limit)| (api.clone(), views::api_limit(limit)))
+            .collect();
         // PUT replaces, so every setting is sent.
         let input = api::PlanInput {
+            api_limits,
             scopes,
             token_ttl: settings.token_ttl.or(plan.as_ref().map(|p| p.token_ttl)),
             token_rate: settings

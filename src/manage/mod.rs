@@ -21,7 +21,7 @@ use tessera_proto::admin::{
 };
 use tessera_proto::clock::{rfc3339, Clock};
 use tessera_proto::Algorithm;
-use tessera_server::registrar::{views, Change, PlanSettings};
+use tessera_server::registrar::{views, ApiLimitEdit, ApiLimitsChange, Change, PlanSettings};
 use tessera_store::{AuthMethod, RateLimit};
 
 use crate::{Access, DataArgs};
@@ -167,8 +167,12 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
             reuse_percent,
             introspect_any,
             dpop,
+            api_rate,
+            api_burst,
+            api_quota,
             json,
         } => {
+            let api_limits = api_limit_edits(scopes.as_deref(), api_rate, api_burst, api_quota)?;
             let token_rate = match token_rate.as_deref() {
                 None => Change::Keep,
                 Some("none") => Change::Clear,
@@ -197,6 +201,7 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
                             .map_err(|e: tessera_store::UnknownDpopPolicy| anyhow::anyhow!(e))
                     })
                     .transpose()?,
+                api_limits,
             };
             let plan = ops.set_plan(&name, scopes.as_deref(), &settings).await?;
             Output::of(json).object(&plan, output::plan)
@@ -206,6 +211,56 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
             Output::of(json).list(&plans, None, output::plan)
         }
     }
+}
+
+/// A command line that names something it may not (exit status 2, as clap's own usage
+/// errors).
+#[derive(Debug)]
+pub(crate) struct BadUsage(pub(crate) String);
+
+impl std::fmt::Display for BadUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadUsage {}
+
+/// The `--api-rate`, `--api-burst` and `--api-quota` of `plan set` as one edit per API; an
+/// API that `--scopes`, when given, does not grant is refused here (without it, the plan's
+/// scopes are checked where they are known).
+fn api_limit_edits(
+    scopes: Option<&str>,
+    rates: Vec<(String, Change<RateLimit>)>,
+    bursts: Vec<(String, u32)>,
+    quotas: Vec<(String, Change<tessera_store::Quota>)>,
+) -> Result<ApiLimitsChange> {
+    let mut edits = std::collections::BTreeMap::<String, ApiLimitEdit>::new();
+    let check = |flag: &str, api: &str| -> Result<()> {
+        let Some(scopes) = scopes else {
+            return Ok(());
+        };
+        if scopes.split_whitespace().any(|s| s == api) {
+            return Ok(());
+        }
+        Err(BadUsage(format!(
+            "{flag} {api}=…: the plan does not grant API {api:?} (it is not in --scopes), so              it cannot limit requests to it"
+        ))
+        .into())
+    };
+    for (api, rate) in rates {
+        check("--api-rate", &api)?;
+        edits.entry(api).or_default().rate = rate;
+    }
+    for (api, burst) in bursts {
+        check("--api-burst", &api)?;
+        edits.entry(api).or_default().burst = Some(burst);
+    }
+    for (api, quota) in quotas {
+        check("--api-quota", &api)?;
+        edits.entry(api).or_default().quota = quota;
+    }
+    Ok(ApiLimitsChange::Edit(edits))
 }
 
 async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
@@ -361,9 +416,22 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
         }
         ClientCommand::Usage { id, json } => {
             let days = ops.usage(&id).await?;
-            let header = format!("{:<10} {:>10} {:>10}", "DAY", "ISSUED", "REFUSED");
+            let header = format!(
+                "{:<10} {:>10} {:>10}  API REQUESTS (SERVED/REFUSED)",
+                "DAY", "ISSUED", "REFUSED"
+            );
             Output::of(json).list(&days, Some(header), |u| {
-                format!("{:<10} {:>10} {:>10}", u.day, u.issued, u.refused)
+                let apis: Vec<String> = u
+                    .apis
+                    .iter()
+                    .map(|(api, n)| format!("{api} {}/{}", n.requests, n.refused))
+                    .collect();
+                let row = format!("{:<10} {:>10} {:>10}", u.day, u.issued, u.refused);
+                if apis.is_empty() {
+                    row
+                } else {
+                    format!("{row}  {}", apis.join(", "))
+                }
             })
         }
     }

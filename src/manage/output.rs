@@ -93,8 +93,25 @@ pub(crate) fn plan(p: &Plan) -> String {
         api::Dpop::Off => ", DPoP off",
         api::Dpop::Allowed => "",
     };
+    let limits: Vec<String> = p
+        .api_limits
+        .iter()
+        .map(|(api, limit)| {
+            let rate = limit.rate.as_ref().map(|rate| match limit.burst {
+                Some(burst) => format!("{rate} (burst {burst})"),
+                None => rate.clone(),
+            });
+            let parts: Vec<String> = rate.into_iter().chain(limit.quota.clone()).collect();
+            format!("{api} {}", parts.join(" and "))
+        })
+        .collect();
+    let limits = if limits.is_empty() {
+        String::new()
+    } else {
+        format!("; API requests per client: {}", limits.join(", "))
+    };
     format!(
-        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}{introspect}{dpop}",
+        "plan {}: scopes \"{}\", tokens live {} s, {rate}{reuse}{introspect}{dpop}{limits}",
         p.name,
         p.scopes.join(" "),
         p.token_ttl

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tessera_testkit::binary::{spawn_binary, BinaryServer, Tessera};
 use tessera_testkit::{claims_of, header_of};
 
+mod api_limits;
 mod bulk;
 mod client_keys;
 mod commands;

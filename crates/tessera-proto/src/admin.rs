@@ -76,6 +76,12 @@ pub struct Plan {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub dpop: Dpop,
+    /// Limits on its clients' requests to the APIs it grants, by API; an API not named is
+    /// not limited. The APIs enforce them, from `GET /api-limits/{api}`.
+    // Read as none when absent, as from a server older than API limits.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub api_limits: BTreeMap<String, ApiLimit>,
     /// How many clients are on the plan.
     pub clients: u64,
     /// When it was created.
@@ -159,6 +165,39 @@ pub struct PlanInput {
     /// Default `allowed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dpop: Option<Dpop>,
+    /// Limits on requests to the APIs the plan grants, by API (each one of `scopes`);
+    /// default none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub api_limits: BTreeMap<String, ApiLimit>,
+}
+
+/// A plan's limits on each client's requests to one API; an absent part is no limit, and
+/// `{}` none at all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ApiLimit {
+    /// Requests per client: `COUNT/UNIT` with UNIT `sec`, `min`, `hour` or `day`, e.g.
+    /// `5/min` (GCRA, as the token rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[1-9][0-9]*/(sec|min|hour|day)$", example = "5/min")
+    )]
+    pub rate: Option<String>,
+    /// Requests a client may make at once after a quiet spell; only with `rate` (default:
+    /// its COUNT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub burst: Option<u32>,
+    /// Requests per client per calendar period in UTC, reset at its start: `COUNT/day` or
+    /// `COUNT/month`, e.g. `1000/day`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[1-9][0-9]*/(day|month)$", example = "1000/day")
+    )]
+    pub quota: Option<String>,
 }
 
 /// A rate to set; `burst` defaults to `count`.
@@ -211,6 +250,20 @@ pub struct UsageDay {
     /// Tokens issued (reused ones included).
     pub issued: u64,
     /// Requests refused after the client was identified.
+    pub refused: u64,
+    /// Requests to each API, as the APIs reported them (`POST /api-usage`); APIs without
+    /// any are left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub apis: BTreeMap<String, ApiRequests>,
+}
+
+/// Requests to one API on one day.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApiRequests {
+    /// Requests the API served.
+    pub requests: u64,
+    /// Requests the API refused for the plan's limits.
     pub refused: u64,
 }
 

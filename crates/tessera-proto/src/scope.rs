@@ -19,6 +19,13 @@ pub fn is_admin_scope(scope: &str) -> bool {
     scope == ADMIN_SCOPE || scope == ADMIN_READ_SCOPE
 }
 
+/// Whether `scope` is one of Tessera's own: the admin scopes and
+/// [`USAGE_SCOPE`](crate::api_limits::USAGE_SCOPE), with which an API reports its usage.
+/// They name no API, and a token that carries one has the issuer itself as its audience.
+pub fn names_issuer(scope: &str) -> bool {
+    is_admin_scope(scope) || scope == crate::api_limits::USAGE_SCOPE
+}
+
 /// Why a scope string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ScopeError {

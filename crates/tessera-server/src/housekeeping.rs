@@ -31,6 +31,10 @@ impl AppState {
         if let Err(error) = self.store().prune_hourly_usage(&two_days_ago).await {
             tracing::debug!(%error, "forgetting old hourly usage failed");
         }
+        let batches_since = now - crate::routes::api_limits::BATCH_MEMORY;
+        if let Err(error) = self.store().prune_api_usage_batches(batches_since).await {
+            tracing::debug!(%error, "forgetting old API usage batches failed");
+        }
         let remembered_since = now - crate::registrar::IDEMPOTENCY_WINDOW;
         if let Err(error) = self
             .store()

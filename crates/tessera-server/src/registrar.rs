@@ -5,14 +5,15 @@
 //! writes, and writes once, so that bad input leaves nothing behind. The registry in memory
 //! (`registry.rs`) learns of a change from the store's change log.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use tessera_proto::clock::Timestamp;
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
 use tessera_store::{
-    AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Plan, RateLimit,
-    SigningKey, Store, StoreError,
+    ApiLimit, AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Plan, Quota,
+    RateLimit, SigningKey, Store, StoreError,
 };
 use thiserror::Error;
 
@@ -92,6 +93,20 @@ pub enum RegistrarError {
     /// A reuse share out of range.
     #[error("token reuse must be a percentage between 1 and 99")]
     BadReuse,
+    /// A request limit for an API that the plan does not grant (none of its scopes names
+    /// it).
+    #[error("plan does not grant API {0:?}: a request limit needs one of the plan's scopes")]
+    ApiNotGranted(String),
+    /// A request limit out of shape: the API, the part (`rate`, `burst`, `quota`) and why.
+    #[error("{part} of API {api:?}: {why}")]
+    BadApiLimit {
+        /// The API.
+        api: String,
+        /// `rate`, `burst` or `quota`.
+        part: &'static str,
+        /// Why.
+        why: &'static str,
+    },
     /// No such client.
     #[error("no client with id {0:?}")]
     UnknownClient(String),
@@ -263,6 +278,100 @@ pub struct PlanSettings {
     /// Whether its clients' tokens are bound to DPoP keys (RFC 9449); `None` keeps the
     /// current value (`allowed` for a new plan).
     pub dpop: Option<DpopPolicy>,
+    /// The limits on its clients' requests to the APIs it grants.
+    pub api_limits: ApiLimitsChange,
+}
+
+/// A change to a plan's request limits on the APIs it grants (issue 27).
+#[derive(Debug, Clone)]
+pub enum ApiLimitsChange {
+    /// Change the limits of the APIs named, each part kept, cleared or set, and keep the
+    /// others' (`plan set --api-rate/--api-burst/--api-quota`). A kept limit of an API the
+    /// new scopes no longer grant goes with it.
+    Edit(BTreeMap<String, ApiLimitEdit>),
+    /// Replace them all (the admin API's `PUT`).
+    Replace(BTreeMap<String, ApiLimit>),
+}
+
+impl Default for ApiLimitsChange {
+    fn default() -> Self {
+        Self::Edit(BTreeMap::new())
+    }
+}
+
+/// A change to one API's limits on a plan.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiLimitEdit {
+    /// The rate (its burst the count, unless `burst` says otherwise).
+    pub rate: Change<RateLimit>,
+    /// A new burst for the rate the API has after the change; there must be one.
+    pub burst: Option<u32>,
+    /// The quota per calendar period.
+    pub quota: Change<Quota>,
+}
+
+impl ApiLimitsChange {
+    /// The limits after the change, given the current ones and the plan's new scopes: only
+    /// limits that limit something are kept, and each names a granted API.
+    pub fn apply(
+        &self,
+        current: &BTreeMap<String, ApiLimit>,
+        scopes: &ScopeSet,
+    ) -> Result<BTreeMap<String, ApiLimit>, RegistrarError> {
+        let granted = |api: &str| scopes.iter().any(|s| s.as_str() == api);
+        let mut limits = match self {
+            Self::Replace(all) => all.clone(),
+            Self::Edit(edits) => {
+                let mut limits: BTreeMap<String, ApiLimit> = current
+                    .iter()
+                    .filter(|(api, _)| granted(api) || edits.contains_key(*api))
+                    .map(|(api, limit)| (api.clone(), *limit))
+                    .collect();
+                for (api, edit) in edits {
+                    let limit = limits.entry(api.clone()).or_default();
+                    limit.rate = edit.rate.apply(limit.rate);
+                    limit.quota = edit.quota.apply(limit.quota);
+                    if let Some(burst) = edit.burst {
+                        let Some(rate) = limit.rate.as_mut() else {
+                            return Err(bad_limit(api, "burst", "a burst needs a rate"));
+                        };
+                        rate.burst = burst;
+                    }
+                }
+                limits
+            }
+        };
+        for (api, limit) in &limits {
+            if !granted(api) {
+                return Err(RegistrarError::ApiNotGranted(api.clone()));
+            }
+            if let Some(rate) = limit.rate {
+                if rate.count == 0 || rate.period_secs == 0 {
+                    return Err(bad_limit(
+                        api,
+                        "rate",
+                        "a rate is COUNT/UNIT, COUNT at least 1",
+                    ));
+                }
+                if rate.burst == 0 {
+                    return Err(bad_limit(api, "burst", "a burst is at least 1"));
+                }
+            }
+            if limit.quota.is_some_and(|q| q.limit == 0) {
+                return Err(bad_limit(api, "quota", "a quota is at least 1"));
+            }
+        }
+        limits.retain(|_, limit| !limit.is_unlimited());
+        Ok(limits)
+    }
+}
+
+fn bad_limit(api: &str, part: &'static str, why: &'static str) -> RegistrarError {
+    RegistrarError::BadApiLimit {
+        api: api.to_owned(),
+        part,
+        why,
+    }
 }
 
 /// The registry's operations on one store, reading the time from one clock: the CLI's on the
@@ -328,9 +437,16 @@ impl<'a> Registrar<'a> {
             .await?
             .into_iter()
             .find(|p| p.name == name);
+        let api_limits = settings.api_limits.apply(
+            existing
+                .as_ref()
+                .map_or(&BTreeMap::new(), |p| &p.api_limits),
+            &scopes,
+        )?;
         let now = self.clock.now();
         let plan = Plan {
             name: name.to_owned(),
+            api_limits,
             scopes,
             token_ttl: settings
                 .token_ttl

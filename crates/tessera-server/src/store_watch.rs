@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tessera_proto::ClientId;
 use tessera_store::{
-    Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey, Store,
-    StoreError, Timestamp, TrustPolicy, Usage,
+    ApiUsage, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey,
+    Store, StoreError, Timestamp, TrustPolicy, Usage,
 };
 
 use crate::clock::Clock;
@@ -443,5 +443,30 @@ impl Store for WatchedStore {
 
     async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>> {
         self.read("plan usage", self.inner.plan_usage(plan)).await
+    }
+
+    async fn add_api_usage(
+        &self,
+        batch: &str,
+        received_at: Timestamp,
+        usage: &[ApiUsage],
+    ) -> Result<bool> {
+        let write = self.inner.add_api_usage(batch, received_at, usage);
+        self.write("API usage", write, if_true).await
+    }
+
+    async fn prune_api_usage_batches(&self, before: Timestamp) -> Result<()> {
+        let write = self.inner.prune_api_usage_batches(before);
+        self.write("API usage batches pruned", write, never).await
+    }
+
+    async fn api_usage(&self, client_id: &ClientId) -> Result<Vec<ApiUsage>> {
+        self.read("API usage", self.inner.api_usage(client_id))
+            .await
+    }
+
+    async fn plan_api_usage(&self, plan: &str) -> Result<Vec<ApiUsage>> {
+        self.read("plan API usage", self.inner.plan_api_usage(plan))
+            .await
     }
 }

@@ -21,6 +21,7 @@ fn plan(name: &str, scopes: &str) -> Plan {
         reuse_percent: None,
         introspect_any: false,
         dpop: crate::DpopPolicy::Allowed,
+        api_limits: Default::default(),
         created_at: now(),
         updated_at: now(),
     }
@@ -61,6 +62,20 @@ pub(crate) async fn contract(store: &dyn Store) {
     pro.reuse_percent = Some(50);
     pro.introspect_any = true;
     pro.dpop = crate::DpopPolicy::Required;
+    pro.api_limits.insert(
+        "oms-api".into(),
+        crate::ApiLimit {
+            rate: Some(RateLimit {
+                count: 5,
+                period_secs: 60,
+                burst: 7,
+            }),
+            quota: Some(crate::Quota {
+                limit: 1000,
+                period: crate::Period::Month,
+            }),
+        },
+    );
     store.put_plan(&pro).await.unwrap();
     let plans = store.plans().await.unwrap();
     assert_eq!(plans.len(), 2);
@@ -361,6 +376,46 @@ async fn admin_contract(store: &dyn Store) {
         .map(|u| (u.day.as_str(), u.issued, u.refused))
         .collect();
     assert_eq!(days, [("2026-01-01", 5, 2), ("2026-01-02", 4, 1)]);
+
+    // API requests as reported: added per client, day and API; a batch counts once.
+    let api = |id: &str, day: &str, api: &str, requests, refused| crate::ApiUsage {
+        day: day.into(),
+        client_id: id.into(),
+        api: api.into(),
+        requests,
+        refused,
+    };
+    let first = [
+        api("k3", "2026-01-01", "news-api", 10, 1),
+        api("k3", "2026-01-01", "oms-api", 2, 0),
+        api("k5", "2026-01-01", "news-api", 5, 0),
+    ];
+    assert!(store.add_api_usage("b1", now(), &first).await.unwrap());
+    assert!(!store.add_api_usage("b1", now(), &first).await.unwrap());
+    let second = [api("k3", "2026-01-01", "news-api", 3, 2)];
+    assert!(store
+        .add_api_usage("b2", now() + 10, &second)
+        .await
+        .unwrap());
+    let k3 = ClientId::parse("k3").unwrap();
+    assert_eq!(
+        store.api_usage(&k3).await.unwrap(),
+        [
+            api("k3", "2026-01-01", "news-api", 13, 3),
+            api("k3", "2026-01-01", "oms-api", 2, 0)
+        ]
+    );
+    assert_eq!(
+        store.plan_api_usage("a").await.unwrap(),
+        [
+            api("", "2026-01-01", "news-api", 18, 3),
+            api("", "2026-01-01", "oms-api", 2, 0)
+        ]
+    );
+    // Pruned batch ids are forgotten: only the older one.
+    store.prune_api_usage_batches(now() + 5).await.unwrap();
+    assert!(!store.add_api_usage("b2", now(), &[]).await.unwrap());
+    assert!(store.add_api_usage("b1", now(), &[]).await.unwrap());
 
     // A remembered answer: the first insert writes, a second one with the same key writes
     // nothing and hands back the first answer.

@@ -18,6 +18,7 @@
 //! The token hot path never calls the store: the server holds the registry in memory and
 //! polls [`Store::changes_since`] to apply the changes made by other processes, row by row.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -31,6 +32,7 @@ pub mod sqlite;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
+pub use tessera_proto::api_limits::{Period, Quota};
 pub use tessera_proto::clock::Timestamp;
 
 /// What can go wrong in a store. Knows nothing of HTTP; the server maps it at its edge.
@@ -226,6 +228,10 @@ pub struct Plan {
     pub introspect_any: bool,
     /// Whether its clients' tokens are bound to a DPoP key (RFC 9449).
     pub dpop: DpopPolicy,
+    /// The limits on its clients' requests to the APIs it grants, by API (each a scope of
+    /// the plan); an API without an entry is not limited. The APIs enforce them
+    /// (`GET /api-limits/{api}`, issue 27).
+    pub api_limits: BTreeMap<String, ApiLimit>,
     /// When the plan was created.
     pub created_at: Timestamp,
     /// When the plan last changed.
@@ -311,6 +317,20 @@ impl RateLimit {
     }
 }
 
+impl RateLimit {
+    /// The rate as [`RateLimit::parse`] reads it, without the burst: `5/min`; a period of
+    /// no named unit in seconds (`5/90s`).
+    pub fn spec(&self) -> String {
+        match self.period_secs {
+            1 => format!("{}/sec", self.count),
+            60 => format!("{}/min", self.count),
+            3600 => format!("{}/hour", self.count),
+            86_400 => format!("{}/day", self.count),
+            other => format!("{}/{other}s", self.count),
+        }
+    }
+}
+
 impl std::fmt::Display for RateLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let unit = match self.period_secs {
@@ -322,6 +342,56 @@ impl std::fmt::Display for RateLimit {
         };
         write!(f, "{}/{unit} (burst {})", self.count, self.burst)
     }
+}
+
+/// A plan's limits on its clients' requests to one API: a rate (GCRA, with a burst) and a
+/// hard count per calendar period in UTC; each part absent is no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ApiLimit {
+    /// Requests per client per period, with bursts.
+    pub rate: Option<RateLimit>,
+    /// Requests per client per UTC day or month.
+    pub quota: Option<Quota>,
+}
+
+impl ApiLimit {
+    /// Whether it limits nothing.
+    pub fn is_unlimited(&self) -> bool {
+        self.rate.is_none() && self.quota.is_none()
+    }
+}
+
+/// Parses a quota: `COUNT/day` or `COUNT/month`, a count of at least 1.
+pub fn parse_quota(spec: &str) -> Option<Quota> {
+    let (count, period) = spec.trim().split_once('/')?;
+    let limit: u64 = count.trim().parse().ok().filter(|c| *c > 0)?;
+    let period = match period.trim() {
+        "d" | "day" => Period::Day,
+        "month" => Period::Month,
+        _ => return None,
+    };
+    Some(Quota { limit, period })
+}
+
+/// A quota as [`parse_quota`] reads it: `1000/day`.
+pub fn quota_spec(quota: Quota) -> String {
+    format!("{}/{}", quota.limit, quota.period.as_str())
+}
+
+/// Requests one client made to one API on one UTC day, as the API reported them
+/// (`POST /api-usage`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiUsage {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    /// The client.
+    pub client_id: String,
+    /// The API.
+    pub api: String,
+    /// Requests the API served.
+    pub requests: u64,
+    /// Requests the API refused for the plan's limits.
+    pub refused: u64,
 }
 
 /// Token requests of one client on one UTC day.
@@ -738,6 +808,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>>;
     /// The usage of the clients now on `plan`, summed per day (`client_id` left empty).
     async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>>;
+    /// Adds the API requests of report `batch` (`POST /api-usage`) to those stored, in one
+    /// transaction, unless that batch was counted before: `false` then, and nothing is
+    /// written.
+    async fn add_api_usage(
+        &self,
+        batch: &str,
+        received_at: Timestamp,
+        usage: &[ApiUsage],
+    ) -> Result<bool>;
+    /// Forgets the report batches received before `before` (a batch sent again after that
+    /// would count again).
+    async fn prune_api_usage_batches(&self, before: Timestamp) -> Result<()>;
+    /// One client's API requests per UTC day and API, oldest first.
+    async fn api_usage(&self, client_id: &ClientId) -> Result<Vec<ApiUsage>>;
+    /// The API requests of a plan's clients per UTC day and API (`client_id` empty).
+    async fn plan_api_usage(&self, plan: &str) -> Result<Vec<ApiUsage>>;
 
     /// `error`, from a call to this store, with its cause named where the driver's own
     /// error does not: a pool that timed out waiting for a connection is probed (is the

@@ -6,9 +6,13 @@ use std::str::FromStr;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 use tessera_proto::{Algorithm, ClientId, ScopeSet};
 
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
 use crate::{
-    AuthMethod, CertificateMatch, Client, Credential, KeySource, Plan, RateLimit, Revoked,
-    SigningKey, StoreError, Timestamp, Usage,
+    ApiLimit, ApiUsage, AuthMethod, CertificateMatch, Client, Credential, KeySource, Period, Plan,
+    Quota, RateLimit, Revoked, SigningKey, StoreError, Timestamp, Usage,
 };
 
 /// Reads column `name` as `T`.
@@ -45,6 +49,7 @@ where
 {
     let scopes: String = get(row, "scopes")?;
     let dpop: String = get(row, "dpop")?;
+    let api_limits: String = get(row, "api_limits")?;
     let rate = (
         get_small::<R, u32>(row, "rate_count")?,
         get_small::<R, u32>(row, "rate_period")?,
@@ -68,6 +73,8 @@ where
         dpop: dpop
             .parse()
             .map_err(|e: crate::UnknownDpopPolicy| corrupt("plans.dpop", e))?,
+        api_limits: api_limits_of(&api_limits)
+            .ok_or_else(|| corrupt("plans.api_limits", &api_limits))?,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })
@@ -354,6 +361,85 @@ where
         client_id: get(row, "client_id")?,
         day: get(row, "day")?,
         issued: count("issued")?,
+        refused: count("refused")?,
+    })
+}
+
+/// `plans.api_limits` as written: a JSON object by API, each with a `rate` of `[count,
+/// period_secs, burst]` and a `quota` of `[count, "day" | "month"]`, both optional.
+pub(crate) fn api_limits_column(limits: &BTreeMap<String, ApiLimit>) -> String {
+    let object: serde_json::Map<String, Value> = limits
+        .iter()
+        .filter(|(_, limit)| !limit.is_unlimited())
+        .map(|(api, limit)| {
+            let mut parts = serde_json::Map::new();
+            if let Some(r) = limit.rate {
+                parts.insert("rate".into(), json!([r.count, r.period_secs, r.burst]));
+            }
+            if let Some(q) = limit.quota {
+                parts.insert("quota".into(), json!([q.limit, q.period.as_str()]));
+            }
+            (api.clone(), Value::Object(parts))
+        })
+        .collect();
+    Value::Object(object).to_string()
+}
+
+/// Reads `plans.api_limits` ([`api_limits_column`]); `None` if it is not of that shape.
+fn api_limits_of(column: &str) -> Option<BTreeMap<String, ApiLimit>> {
+    let Value::Object(object) = serde_json::from_str(column).ok()? else {
+        return None;
+    };
+    let small = |v: &Value| {
+        v.as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0)
+    };
+    object
+        .into_iter()
+        .map(|(api, parts)| {
+            let rate = match parts.get("rate") {
+                None => None,
+                Some(Value::Array(r)) if r.len() == 3 => Some(RateLimit {
+                    count: small(&r[0])?,
+                    period_secs: small(&r[1])?,
+                    burst: small(&r[2])?,
+                }),
+                Some(_) => return None,
+            };
+            let quota = match parts.get("quota") {
+                None => None,
+                Some(Value::Array(q)) if q.len() == 2 => Some(Quota {
+                    limit: q[0].as_u64().filter(|n| *n > 0)?,
+                    period: match q[1].as_str()? {
+                        "day" => Period::Day,
+                        "month" => Period::Month,
+                        _ => return None,
+                    },
+                }),
+                Some(_) => return None,
+            };
+            Some((api, ApiLimit { rate, quota }))
+        })
+        .collect()
+}
+
+pub(crate) fn api_usage<R>(row: &R) -> Result<ApiUsage, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    let count = |name: &str| -> Result<u64, StoreError> {
+        let v: i64 = get(row, name)?;
+        u64::try_from(v).map_err(|_| corrupt(name, v))
+    };
+    Ok(ApiUsage {
+        day: get(row, "day")?,
+        client_id: get(row, "client_id")?,
+        api: get(row, "api")?,
+        requests: count("requests")?,
         refused: count("refused")?,
     })
 }

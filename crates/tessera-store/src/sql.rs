@@ -23,8 +23,8 @@ use sqlx::{
 use tessera_proto::ClientId;
 
 use crate::{
-    rows, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey, Store,
-    StoreError, Timestamp, Usage, WRITE_LOCK_TIMEOUT, WRITE_STATEMENT_TIMEOUT,
+    rows, ApiUsage, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked,
+    SigningKey, Store, StoreError, Timestamp, Usage, WRITE_LOCK_TIMEOUT, WRITE_STATEMENT_TIMEOUT,
 };
 
 /// The statements one database needs in its own words.
@@ -332,11 +332,12 @@ where
         let mut tx = begin_write(&self.pool).await?;
         sqlx::query(
             "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
-             rate_count, rate_period, rate_burst, reuse_percent, introspect_any, dpop) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             rate_count, rate_period, rate_burst, reuse_percent, introspect_any, dpop, \
+             api_limits) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (name) DO UPDATE SET scopes = $2, token_ttl = $3, updated_at = $5, \
              rate_count = $6, rate_period = $7, rate_burst = $8, reuse_percent = $9, \
-             introspect_any = $10, dpop = $11",
+             introspect_any = $10, dpop = $11, api_limits = $12",
         )
         .bind(plan.name.as_str())
         .bind(plan.scopes.to_string())
@@ -349,6 +350,7 @@ where
         .bind(plan.reuse_percent.map(i64::from))
         .bind(plan.introspect_any)
         .bind(plan.dpop.as_str())
+        .bind(rows::api_limits_column(&plan.api_limits))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -863,6 +865,81 @@ where
         .await?
         .iter()
         .map(rows::usage)
+        .collect()
+    }
+
+    async fn add_api_usage(
+        &self,
+        batch: &str,
+        received_at: Timestamp,
+        usage: &[ApiUsage],
+    ) -> Result<bool> {
+        // The batch and its counts commit together: a batch is counted once, and whole.
+        let mut tx = self.pool.begin().await?;
+        let new = sqlx::query(
+            "INSERT INTO api_usage_batches (batch, received_at) VALUES ($1, $2) \
+             ON CONFLICT (batch) DO NOTHING RETURNING batch",
+        )
+        .bind(batch)
+        .bind(received_at)
+        .fetch_all(&mut *tx)
+        .await?;
+        if new.is_empty() {
+            return Ok(false);
+        }
+        for u in usage {
+            sqlx::query(
+                "INSERT INTO api_usage (client_id, day, api, requests, refused) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (client_id, day, api) DO UPDATE \
+                 SET requests = api_usage.requests + excluded.requests, \
+                 refused = api_usage.refused + excluded.refused",
+            )
+            .bind(u.client_id.as_str())
+            .bind(u.day.as_str())
+            .bind(u.api.as_str())
+            .bind(i64::try_from(u.requests).unwrap_or(i64::MAX))
+            .bind(i64::try_from(u.refused).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn prune_api_usage_batches(&self, before: Timestamp) -> Result<()> {
+        sqlx::query("DELETE FROM api_usage_batches WHERE received_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn api_usage(&self, client_id: &ClientId) -> Result<Vec<ApiUsage>> {
+        sqlx::query(
+            "SELECT client_id, day, api, requests, refused FROM api_usage WHERE client_id = $1 \
+             ORDER BY day, api",
+        )
+        .bind(client_id.as_str())
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::api_usage)
+        .collect()
+    }
+
+    async fn plan_api_usage(&self, plan: &str) -> Result<Vec<ApiUsage>> {
+        sqlx::query(
+            "SELECT '' AS client_id, u.day AS day, u.api AS api, \
+             CAST(SUM(u.requests) AS BIGINT) AS requests, \
+             CAST(SUM(u.refused) AS BIGINT) AS refused \
+             FROM api_usage u JOIN clients c ON c.id = u.client_id \
+             WHERE c.plan = $1 GROUP BY u.day, u.api ORDER BY u.day, u.api",
+        )
+        .bind(plan)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::api_usage)
         .collect()
     }
 }

@@ -417,6 +417,7 @@ mod tests {
             reuse_percent: None,
             introspect_any: false,
             dpop: crate::DpopPolicy::Allowed,
+            api_limits: Default::default(),
             created_at: 0,
             updated_at: 0,
         }

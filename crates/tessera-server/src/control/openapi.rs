@@ -37,8 +37,8 @@ async fn document() -> impl IntoResponse {
 #[openapi(
     info(title = "Tessera", description = "OAuth 2.0 Client Credentials token service and its admin API"),
     paths(
-        token, introspect, revoke, jwks, metadata, openid_configuration, healthz, readyz, metrics,
-        openapi,
+        token, introspect, revoke, jwks, metadata, openid_configuration, api_limits, api_usage,
+        healthz, readyz, metrics, openapi,
         admin::plans::list_plans, admin::plans::get_plan, admin::plans::put_plan,
         admin::plans::delete_plan, admin::plans::plan_usage, admin::plans::hourly_usage,
         admin::clients::list_clients, admin::clients::create_client, admin::clients::get_client,
@@ -50,7 +50,8 @@ async fn document() -> impl IntoResponse {
         admin::trust::delete_policy,
     ),
     components(schemas(Problem, OAuthError, TokenForm, TokenAnswer, IntrospectionForm,
-        Introspection, RevocationForm, Jwks, Metadata)),
+        Introspection, RevocationForm, Jwks, Metadata, LimitsDocument, PlanLimits, LimitRate,
+        LimitQuota, UsageReport, UsageCount)),
     modifiers(&Security, &OptionalBodies),
     tags((name = "oauth", description = "RFC 6749 and the endpoints around it"),
          (name = "plans"), (name = "clients"), (name = "keys"),
@@ -195,6 +196,96 @@ struct Metadata {
     introspection_endpoint: Option<String>,
     revocation_endpoint: Option<String>,
 }
+
+/// `GET /api-limits/{api}` (`tessera_proto::api_limits::LimitsDocument`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct LimitsDocument {
+    /// The API.
+    api: String,
+    /// Every plan that grants the API, by name: its limits, `{}` for none.
+    plans: std::collections::BTreeMap<String, PlanLimits>,
+}
+
+/// One plan's limits on one API; an absent part is no limit.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct PlanLimits {
+    rate: Option<LimitRate>,
+    /// Requests at once after a quiet spell.
+    #[schema(minimum = 1)]
+    burst: Option<u32>,
+    quota: Option<LimitQuota>,
+}
+
+/// `limit` requests per `window_seconds` (GCRA).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct LimitRate {
+    #[schema(minimum = 1)]
+    limit: u32,
+    #[schema(minimum = 1)]
+    window_seconds: u32,
+}
+
+/// `limit` requests per calendar `period` in UTC, reset at its start.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct LimitQuota {
+    #[schema(minimum = 1)]
+    limit: u64,
+    #[schema(pattern = "^(day|month)$")]
+    period: String,
+}
+
+/// `POST /api-usage` (`tessera_proto::api_limits::UsageReport`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct UsageReport {
+    /// Chosen by the API, the same on every retry: a batch counts once.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
+    batch: String,
+    /// The API that served the requests.
+    api: String,
+    counts: Vec<UsageCount>,
+}
+
+/// Requests of one client to the API on one UTC day.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct UsageCount {
+    #[schema(format = Date)]
+    day: String,
+    client_id: String,
+    requests: u64,
+    refused: u64,
+}
+
+/// The request limits of every plan that grants an API, for the API to enforce (issue 27);
+/// public and cacheable, as the JWK Set.
+#[utoipa::path(get, path = "/api-limits/{api}", tag = "oauth",
+    params(("api" = String, Path, description = "The API: a scope that names it")),
+    responses(
+        (status = 200, description = "The limits, by plan", body = LimitsDocument,
+         headers(("ETag" = String), ("Cache-Control" = String))),
+        (status = 304, description = "Unchanged since the ETag in If-None-Match"),
+        (status = 404, description = "No plan grants the API", body = Problem, content_type = "application/problem+json")))]
+#[allow(dead_code)]
+fn api_limits() {}
+
+/// An API's report of the requests it served, per client and UTC day, with a token of the
+/// scope `tessera-usage`; a batch sent again counts once.
+#[utoipa::path(post, path = "/api-usage", tag = "oauth",
+    request_body(content = UsageReport, content_type = "application/json"),
+    responses(
+        (status = 204, description = "Counted (or counted before)"),
+        (status = 400, description = "The body or a field is not as described", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or not one of this issuer's (RFC 6750 section 3)", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "insufficient_scope: the token lacks tessera-usage", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store does not answer", body = Problem, content_type = "application/problem+json")),
+    security(("admin_token" = ["tessera-usage"])))]
+#[allow(dead_code)]
+fn api_usage() {}
 
 /// Issue an access token to a client acting on its own behalf (RFC 6749 section 4.4).
 #[utoipa::path(post, path = "/connect/token", tag = "oauth",

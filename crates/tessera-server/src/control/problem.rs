@@ -286,6 +286,12 @@ impl From<RegistrarError> for Problem {
             RegistrarError::BadTtl => Problem::invalid_field("token_ttl", detail),
             RegistrarError::BadRate => Problem::invalid_field("token_rate", detail),
             RegistrarError::BadReuse => Problem::invalid_field("reuse_percent", detail),
+            RegistrarError::ApiNotGranted(ref api) => {
+                Problem::invalid_field(&format!("api_limits.{api}"), detail)
+            }
+            RegistrarError::BadApiLimit { ref api, part, .. } => {
+                Problem::invalid_field(&format!("api_limits.{api}.{part}"), detail)
+            }
             RegistrarError::UnknownClient(_) => Problem::not_found(detail),
             RegistrarError::NoSecret(_) => Problem::conflict(detail),
             RegistrarError::ManyMatches => {

@@ -21,7 +21,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use tessera_proto::scope::is_admin_scope;
+use tessera_proto::scope::names_issuer;
 use tessera_proto::token::TokenType;
 use tessera_proto::{GrantType, ScopeSet, TokenRequest, TokenResponse};
 use tessera_store::{DpopPolicy, Plan, RateLimit, Timestamp};
@@ -211,6 +211,9 @@ struct SignedClaims<'a> {
     app_only: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     cnf: Option<Cnf<'a>>,
+    /// The plan the client is on (Tessera's claim, issue 27): an API looks up the plan's
+    /// request limits in `GET /api-limits/{api}`. Borrowed from the registry's plan.
+    plan: &'a str,
     /// Workload identity federation: the external subject the client's token came from
     /// (not RFC 8693 `act`, which names a party acting for the subject: here the workload
     /// is the client itself).
@@ -239,7 +242,7 @@ impl serde::Serialize for Audiences<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut issuer_named = false;
         serializer.collect_seq(self.scopes.iter().filter_map(|s| {
-            if !is_admin_scope(s.as_str()) {
+            if !names_issuer(s.as_str()) {
                 Some(s.as_str())
             } else if !std::mem::replace(&mut issuer_named, true) {
                 Some(self.issuer)
@@ -370,6 +373,7 @@ impl Grantor<'_> {
                 certificate: client.bound_to.as_deref(),
                 jkt: jkt.as_deref(),
             }),
+            plan: &plan.name,
             federated_sub: client.federated.as_ref().map(|f| f.subject.as_str()),
         };
         let access_token = key.sign_jwt(&claims);
@@ -498,13 +502,13 @@ fn resources(
     let admin: Vec<&str> = plan_scopes
         .iter()
         .map(|s| s.as_str())
-        .filter(|s| is_admin_scope(s))
+        .filter(|s| names_issuer(s))
         .collect();
     let mut names: Vec<&str> = Vec::new();
     for target in resource {
         if target.trim_end_matches('/') == issuer && !admin.is_empty() {
             names.extend(&admin);
-        } else if plan_scopes.iter().any(|s| s.as_str() == target) && !is_admin_scope(target) {
+        } else if plan_scopes.iter().any(|s| s.as_str() == target) && !names_issuer(target) {
             names.push(target);
         } else {
             let named = registry.knows_scope(target).then(|| target.clone());
@@ -542,6 +546,7 @@ mod tests {
                 certificate: None,
                 jkt: Some("k"),
             }),
+            plan: "pro",
             federated_sub: None,
         };
         let json = serde_json::to_vec(&claims).unwrap();
@@ -563,14 +568,15 @@ mod tests {
                     x5t_s256: None,
                     jkt: Some("k".into()),
                 }),
-                plan: None,
+                plan: Some("pro".into()),
             }
         );
     }
 
     #[test]
-    fn the_admin_scopes_name_the_issuer_once() {
-        let scopes = ScopeSet::parse("tessera-admin news-api tessera-admin-read").unwrap();
+    fn the_admin_and_usage_scopes_name_the_issuer_once() {
+        let scopes =
+            ScopeSet::parse("tessera-admin news-api tessera-admin-read tessera-usage").unwrap();
         let aud = Audiences {
             scopes: &scopes,
             issuer: "https://issuer",

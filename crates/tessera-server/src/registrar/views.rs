@@ -6,8 +6,8 @@ use tessera_proto::admin as api;
 use tessera_proto::clock::Timestamp;
 use tessera_proto::ClientSecret;
 use tessera_store::{
-    AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Plan, RateLimit,
-    SigningKey,
+    ApiLimit, AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Plan,
+    RateLimit, SigningKey,
 };
 
 use super::{RegistrarError, TrustPolicyInput, MAX_TOKEN_TTL};
@@ -22,6 +22,11 @@ pub fn plan(plan: &Plan, clients: u64) -> api::Plan {
         reuse_percent: plan.reuse_percent,
         introspect_any: plan.introspect_any,
         dpop: dpop(plan.dpop),
+        api_limits: plan
+            .api_limits
+            .iter()
+            .map(|(api, limit)| (api.clone(), api_limit(limit)))
+            .collect(),
         clients,
         created_at: plan.created_at,
         updated_at: plan.updated_at,
@@ -207,16 +212,78 @@ pub fn trust_policy_input(name: &str, input: api::TrustPolicyInput) -> TrustPoli
     }
 }
 
-/// Usage rows as the contract's days.
-pub fn usage_days(usage: Vec<tessera_store::Usage>) -> Vec<api::UsageDay> {
-    usage
+/// Usage rows as the contract's days: token requests, and beside them the API requests
+/// reported for the same day (a day with either is shown), oldest first.
+pub fn usage_days(
+    usage: Vec<tessera_store::Usage>,
+    api_usage: Vec<tessera_store::ApiUsage>,
+) -> Vec<api::UsageDay> {
+    let mut days: std::collections::BTreeMap<String, api::UsageDay> = usage
         .into_iter()
-        .map(|u| api::UsageDay {
-            day: u.day,
-            issued: u.issued,
-            refused: u.refused,
+        .map(|u| {
+            let day = api::UsageDay {
+                day: u.day.clone(),
+                issued: u.issued,
+                refused: u.refused,
+                apis: Default::default(),
+            };
+            (u.day, day)
         })
-        .collect()
+        .collect();
+    for u in api_usage {
+        let day = days.entry(u.day.clone()).or_insert_with(|| api::UsageDay {
+            day: u.day,
+            issued: 0,
+            refused: 0,
+            apis: Default::default(),
+        });
+        let requests = day.apis.entry(u.api).or_default();
+        requests.requests += u.requests;
+        requests.refused += u.refused;
+    }
+    days.into_values().collect()
+}
+
+/// A plan's request limits on one API as the contract writes them.
+pub fn api_limit(limit: &ApiLimit) -> api::ApiLimit {
+    api::ApiLimit {
+        rate: limit.rate.map(|r| r.spec()),
+        burst: limit.rate.map(|r| r.burst),
+        quota: limit.quota.map(tessera_store::quota_spec),
+    }
+}
+
+/// The limits a contract's limits on `api` stand for; a rate or quota that does not read
+/// is refused, naming the part.
+pub fn api_limit_of(api: &str, limit: &api::ApiLimit) -> Result<ApiLimit, RegistrarError> {
+    let bad = |part, why| RegistrarError::BadApiLimit {
+        api: api.to_owned(),
+        part,
+        why,
+    };
+    let mut rate = limit
+        .rate
+        .as_deref()
+        .map(|spec| {
+            RateLimit::parse(spec)
+                .ok_or_else(|| bad("rate", "use COUNT/UNIT with UNIT sec, min, hour or day"))
+        })
+        .transpose()?;
+    if let Some(burst) = limit.burst {
+        let rate = rate
+            .as_mut()
+            .ok_or_else(|| bad("burst", "a burst needs a rate"))?;
+        rate.burst = burst;
+    }
+    let quota = limit
+        .quota
+        .as_deref()
+        .map(|spec| {
+            tessera_store::parse_quota(spec)
+                .ok_or_else(|| bad("quota", "use COUNT/day or COUNT/month"))
+        })
+        .transpose()?;
+    Ok(ApiLimit { rate, quota })
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! The data plane's HTTP routes, one module per endpoint family, merged under one layer
-//! stack: the token endpoint, introspection, revocation, the keys and metadata, health and
-//! metrics, and a page of links at `/` (the management surface is the control plane,
-//! `control/`); and the pieces of a request the OAuth endpoints read alike: the body and its
-//! form, the caller's address and `Authorization` header (its client certificate:
-//! `crate::mtls::peer_certificate`).
+//! stack: the token endpoint, introspection, revocation, the keys and metadata, the plans'
+//! API limits and the APIs' usage reports, health and metrics, and a page of links at `/`
+//! (the management surface is the control plane, `control/`); and the pieces of a request the
+//! OAuth endpoints read alike: the body and its form, the caller's address and
+//! `Authorization` header (its client certificate: `crate::mtls::peer_certificate`).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -21,6 +21,7 @@ use crate::grant::Authorization;
 use crate::limits::canonical;
 use crate::AppState;
 
+pub(crate) mod api_limits;
 pub(crate) mod discovery;
 pub(crate) mod health;
 pub(crate) mod home;
@@ -40,6 +41,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(introspection::router())
         .merge(revocation::router())
         .merge(discovery::router())
+        .merge(api_limits::router())
         .merge(health::router())
         .merge(home::router())
         .merge(if config.metrics_on_main_listener() {

@@ -527,3 +527,133 @@ async fn a_session_lasts_at_most_8_hours_whatever_its_token() {
     assert_eq!(ended.status(), StatusCode::SEE_OTHER);
     assert_eq!(location(&ended), "/console/sign-in");
 }
+
+/// Issue 27: the plan form sets each API's limits (a typed form, refused with the API's
+/// problem when a limit names an API the plan does not grant), the plan pages show them,
+/// and a client's page charts the API requests its APIs reported.
+#[tokio::test]
+async fn the_plan_form_sets_api_limits_and_the_client_page_charts_api_requests() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let csrf = visitor.csrf().await;
+    let created = visitor
+        .post(
+            "/console/plans",
+            &[
+                ("csrf", &csrf),
+                ("name", "free"),
+                ("scopes", "news-api market-data-api"),
+                ("limit_api", "news-api"),
+                ("limit_rate", "5/min"),
+                ("limit_burst", ""),
+                ("limit_quota", "1000/day"),
+                ("limit_api", ""),
+                ("limit_rate", ""),
+                ("limit_burst", ""),
+                ("limit_quota", ""),
+                ("limit_api", "market-data-api"),
+                ("limit_rate", ""),
+                ("limit_burst", ""),
+                ("limit_quota", "25/month"),
+            ],
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&created), "/console/plans");
+    let plan = app
+        .store
+        .plans()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == "free")
+        .expect("plan free");
+    assert_eq!(plan.api_limits.len(), 2);
+    assert_eq!(plan.api_limits["news-api"].rate.unwrap().count, 5);
+    assert_eq!(plan.api_limits["market-data-api"].quota.unwrap().limit, 25);
+    let list = visitor.get("/console/plans").await.text().await.unwrap();
+    assert!(
+        list.contains("news-api: 5/min (burst 5), 1000/day"),
+        "{list}"
+    );
+
+    // The edit form has a row per API the plan grants, filled in.
+    let page = visitor
+        .get("/console/plans/free")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("value=\"1000/day\""), "{page}");
+    let etag = hidden(&page, "etag").replace("&quot;", "\"");
+    let edit = |rate: &'static str, api: &'static str| {
+        [
+            ("scopes", "news-api market-data-api"),
+            ("limit_api", api),
+            ("limit_rate", rate),
+            ("limit_burst", "2"),
+            ("limit_quota", ""),
+        ]
+    };
+    let mut form = vec![("csrf", csrf.as_str()), ("etag", etag.as_str())];
+    form.extend(edit("9/hour", "oms-api"));
+    let refused = visitor.post("/console/plans/free", &form).await;
+    assert_eq!(location(&refused), "/console/plans/free");
+    let page = visitor
+        .get("/console/plans/free")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("does not grant API"),
+        "the flash names the fault: {page}"
+    );
+    let mut form = vec![("csrf", csrf.as_str()), ("etag", etag.as_str())];
+    form.extend(edit("9/hour", "news-api"));
+    let saved = visitor.post("/console/plans/free", &form).await;
+    assert_eq!(location(&saved), "/console/plans/free");
+    let plan = app
+        .store
+        .plans()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == "free")
+        .unwrap();
+    let rate = plan.api_limits["news-api"].rate.unwrap();
+    assert_eq!((rate.count, rate.period_secs, rate.burst), (9, 3600, 2));
+    assert!(plan.api_limits["news-api"].quota.is_none());
+    assert!(
+        !plan.api_limits.contains_key("market-data-api"),
+        "its row came empty"
+    );
+
+    // A client's page: a chart of each API's reported requests.
+    let (caller, _) = app.client_on("free", AuthMethod::ClientSecretBasic).await;
+    let today = tessera_proto::clock::utc_day(app.clock.now());
+    let reported = tessera_store::ApiUsage {
+        day: today,
+        client_id: caller.as_str().to_owned(),
+        api: "news-api".into(),
+        requests: 42,
+        refused: 4,
+    };
+    app.store
+        .add_api_usage("console-test", app.clock.now(), &[reported])
+        .await
+        .unwrap();
+    let page = visitor
+        .get(&format!("/console/clients/{caller}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let charts = page.split("API requests, last 30 days").nth(1).unwrap();
+    assert!(
+        charts.contains("Requests to news-api: 42 requests served and 4 requests refused"),
+        "{charts}"
+    );
+}

@@ -2,6 +2,7 @@
 //! file per test.
 
 mod admin;
+mod api_limits;
 mod assertion;
 mod audit;
 mod cluster;

@@ -12,12 +12,14 @@
 //! [`Caller<Write>`] argument, checked before any other part of the request is read.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, OriginalUri};
 use axum::http::request::Parts;
 use axum::http::Uri;
 use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
-use tessera_proto::JwkSet;
+use tessera_proto::{AccessTokenClaims, JwkSet};
+use tessera_store::Plan;
 use tessera_verify::{AccessRequest, ClientCertificate, Verifier};
 
 use crate::control::problem::Problem;
@@ -102,6 +104,42 @@ impl AdminGuard {
 /// Authenticates the caller of an admin request and returns its client id; `write` needs
 /// `tessera-admin`, a read either admin scope.
 async fn authorize(state: &AppState, parts: &Parts, write: bool) -> Result<String, Problem> {
+    let token = own_token(state, parts, REALM).await?;
+    let allowed = token.holds(ADMIN_SCOPE) || (!write && token.holds(ADMIN_READ_SCOPE));
+    if !allowed {
+        return Err(Problem::insufficient_scope(
+            REALM,
+            if write { ADMIN_SCOPE } else { ADMIN_READ_SCOPE },
+        ));
+    }
+    Ok(token.claims.client_id)
+}
+
+/// An access token this server issued for its own audience (the issuer), accepted by
+/// [`own_token`]: its claims and its client's plan now.
+pub(crate) struct OwnToken {
+    /// The token's claims.
+    pub(crate) claims: AccessTokenClaims,
+    /// The plan its client is on now.
+    pub(crate) plan: Arc<Plan>,
+}
+
+impl OwnToken {
+    /// Whether the token grants `scope`: a scope counts only while both the token and the
+    /// client's plan carry it.
+    pub(crate) fn holds(&self, scope: &str) -> bool {
+        self.claims.has_scope(scope) && self.plan.scopes.iter().any(|s| s.as_str() == scope)
+    }
+}
+
+/// Accepts a request's access token as one this server issued for itself, as the module
+/// says (the admin API's and `POST /api-usage`'s): verified, not revoked, its client still
+/// there and enabled. A refusal is the problem of RFC 6750 section 3 in `realm`.
+pub(crate) async fn own_token(
+    state: &AppState,
+    parts: &Parts,
+    realm: &str,
+) -> Result<OwnToken, Problem> {
     // The URL a DPoP proof names: the issuer's, and the path under it that the client called,
     // whatever prefix routing stripped.
     let path = parts
@@ -130,9 +168,9 @@ async fn authorize(state: &AppState, parts: &Parts, write: bool) -> Result<Strin
         .verifier(state)?
         .verify_request(&request)
         .await
-        .map_err(|rejection| Problem::refused_token(REALM, &rejection))?
+        .map_err(|rejection| Problem::refused_token(realm, &rejection))?
         .into_claims();
-    let invalid = |why: &str| Problem::unauthorized(REALM, Some("invalid_token"), why);
+    let invalid = |why: &str| Problem::unauthorized(realm, Some("invalid_token"), why);
     if state.is_revoked(&claims.jti) {
         return Err(invalid("the token was revoked"));
     }
@@ -144,17 +182,5 @@ async fn authorize(state: &AppState, parts: &Parts, write: bool) -> Result<Strin
         .flatten()
         .and_then(|slot| registry.plan(slot).cloned())
         .ok_or_else(|| invalid("the token's client is disabled or gone"))?;
-    // A scope counts only while both the token and the client's plan carry it.
-    let holds = |scope: &str| {
-        claims.scope.split(' ').any(|s| s == scope)
-            && plan.scopes.iter().any(|s| s.as_str() == scope)
-    };
-    let allowed = holds(ADMIN_SCOPE) || (!write && holds(ADMIN_READ_SCOPE));
-    if !allowed {
-        return Err(Problem::insufficient_scope(
-            REALM,
-            if write { ADMIN_SCOPE } else { ADMIN_READ_SCOPE },
-        ));
-    }
-    Ok(claims.client_id)
+    Ok(OwnToken { claims, plan })
 }

@@ -413,7 +413,7 @@ pub(crate) async fn rotate_secret(
            ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD"),
            ("to" = Option<String>, Query, format = Date, description = "Last day, YYYY-MM-DD")),
     responses(
-        (status = 200, description = "Issued and refused per day", body = api::Usage),
+        (status = 200, description = "Tokens issued and refused per day, and requests to each API as the APIs reported them", body = api::Usage),
         (status = 404, description = "No such client", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
@@ -426,5 +426,10 @@ pub(crate) async fn client_usage(
     let range = query.day_range()?;
     let client = load(&state, &id).await?;
     let usage = state.store().usage(&client.id).await?;
-    Ok(json(StatusCode::OK, &usage_within(range, usage), None))
+    let api_usage = state.store().api_usage(&client.id).await?;
+    Ok(json(
+        StatusCode::OK,
+        &usage_within(range, usage, api_usage),
+        None,
+    ))
 }

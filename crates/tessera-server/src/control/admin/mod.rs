@@ -25,7 +25,7 @@ use crate::control::problem::Problem;
 use crate::registrar::views;
 use crate::AppState;
 
-mod auth;
+pub(crate) mod auth;
 pub(crate) mod clients;
 mod extract;
 mod idempotency;
@@ -84,15 +84,16 @@ pub(crate) async fn in_force(state: &AppState) {
 pub(crate) fn usage_within(
     (from, to): (Option<String>, Option<String>),
     usage: Vec<tessera_store::Usage>,
+    api_usage: Vec<tessera_store::ApiUsage>,
 ) -> api::Usage {
-    let days = usage
-        .into_iter()
-        .filter(|u| from.as_ref().is_none_or(|f| u.day >= *f))
-        .filter(|u| to.as_ref().is_none_or(|t| u.day <= *t))
-        .collect();
+    let within = |day: &String| {
+        from.as_ref().is_none_or(|f| day >= f) && to.as_ref().is_none_or(|t| day <= t)
+    };
+    let days = usage.into_iter().filter(|u| within(&u.day)).collect();
+    let api_days = api_usage.into_iter().filter(|u| within(&u.day)).collect();
     api::Usage {
+        days: views::usage_days(days, api_days),
         from,
         to,
-        days: views::usage_days(days),
     }
 }

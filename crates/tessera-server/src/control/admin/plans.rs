@@ -1,4 +1,5 @@
-//! `/admin/v1/plans`: the scopes a client may request, its token lifetime, rate and reuse.
+//! `/admin/v1/plans`: the scopes a client may request, its token lifetime, rate and reuse,
+//! and the limits on its requests to the APIs.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,7 +15,9 @@ use super::responses::{ReadErrors, WriteErrors};
 use super::{etag, in_force, json, usage_within};
 use crate::audit;
 use crate::control::problem::Problem;
-use crate::registrar::{views, Change, PlanSettings, DEFAULT_TOKEN_TTL};
+use crate::registrar::{
+    views, ApiLimitsChange, Change, PlanSettings, RegistrarError, DEFAULT_TOKEN_TTL,
+};
 use crate::AppState;
 
 pub(crate) fn router() -> Router<AppState> {
@@ -155,7 +158,13 @@ pub(crate) async fn put_plan(
             burst: r.burst.unwrap_or(r.count),
         }),
     };
+    let api_limits = input
+        .api_limits
+        .iter()
+        .map(|(api, limit)| Ok((api.clone(), views::api_limit_of(api, limit)?)))
+        .collect::<Result<_, RegistrarError>>()?;
     let settings = PlanSettings {
+        api_limits: ApiLimitsChange::Replace(api_limits),
         token_ttl: Some(input.token_ttl.unwrap_or(DEFAULT_TOKEN_TTL)),
         token_rate,
         reuse_percent: input.reuse_percent.map_or(Change::Clear, Change::Set),
@@ -229,7 +238,7 @@ pub(crate) async fn delete_plan(
            ("from" = Option<String>, Query, format = Date, description = "First day, YYYY-MM-DD"),
            ("to" = Option<String>, Query, format = Date, description = "Last day, YYYY-MM-DD")),
     responses(
-        (status = 200, description = "Issued and refused per day", body = api::Usage),
+        (status = 200, description = "Tokens issued and refused per day, and requests to each API as the APIs reported them", body = api::Usage),
         (status = 404, description = "No such plan", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
     security(("admin_token" = ["tessera-admin-read"])))]
@@ -244,5 +253,10 @@ pub(crate) async fn plan_usage(
         .await?
         .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
     let usage = state.store().plan_usage(&name).await?;
-    Ok(json(StatusCode::OK, &usage_within(range, usage), None))
+    let api_usage = state.store().plan_api_usage(&name).await?;
+    Ok(json(
+        StatusCode::OK,
+        &usage_within(range, usage, api_usage),
+        None,
+    ))
 }

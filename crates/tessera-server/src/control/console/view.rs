@@ -135,10 +135,6 @@ pub(super) fn usage_chart_of(
     caption: &str,
     unit: Unit,
 ) -> Markup {
-    let (units, heading) = match unit {
-        Unit::Day => ("days", "Day (UTC)"),
-        Unit::Hour => ("hours", "Hour (UTC)"),
-    };
     let counts: Vec<(u64, u64)> = days
         .iter()
         .map(|d| {
@@ -148,6 +144,57 @@ pub(super) fn usage_chart_of(
                 .map_or((0, 0), |u| (u.issued, u.refused))
         })
         .collect();
+    bars(days, &counts, caption, unit, Served::Tokens)
+}
+
+/// Charts of the requests to each API (as the APIs reported them) over `days`, one per API
+/// seen, beside the token chart.
+pub(super) fn api_usage_charts(days: &[String], usage: &[UsageDay]) -> Markup {
+    let apis: std::collections::BTreeSet<&String> =
+        usage.iter().flat_map(|u| u.apis.keys()).collect();
+    html! {
+        @if apis.is_empty() {
+            p.empty { "No API has reported requests of this client in these days." }
+        }
+        @for api in apis {
+            @let counts: Vec<(u64, u64)> = days
+                .iter()
+                .map(|d| {
+                    usage
+                        .iter()
+                        .find(|u| &u.day == d)
+                        .and_then(|u| u.apis.get(api))
+                        .map_or((0, 0), |n| (n.requests, n.refused))
+                })
+                .collect();
+            (bars(days, &counts, &format!("Requests to {api}"), Unit::Day, Served::Requests))
+        }
+    }
+}
+
+/// What the lower part of a bar counts: tokens issued, or API requests served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    Tokens,
+    Requests,
+}
+
+/// A bar chart of `(served, refused)` per label of `days`.
+fn bars(
+    days: &[String],
+    counts: &[(u64, u64)],
+    caption: &str,
+    unit: Unit,
+    served: Served,
+) -> Markup {
+    let (units, heading) = match unit {
+        Unit::Day => ("days", "Day (UTC)"),
+        Unit::Hour => ("hours", "Hour (UTC)"),
+    };
+    let (what, word, column) = match served {
+        Served::Tokens => ("tokens issued", "issued", "Issued"),
+        Served::Requests => ("requests served", "served", "Served"),
+    };
     let total_issued: u64 = counts.iter().map(|c| c.0).sum();
     let total_refused: u64 = counts.iter().map(|c| c.1).sum();
     let max = counts.iter().map(|(i, r)| i + r).max().unwrap_or(0).max(1);
@@ -157,7 +204,7 @@ pub(super) fn usage_chart_of(
     let bar = (slot * 0.7).max(1.0);
     let y = |v: u64| 10.0 + plot_h - plot_h * v as f64 / max as f64;
     let label = format!(
-        "{caption}: {total_issued} tokens issued and {total_refused} requests refused in {} {units}",
+        "{caption}: {total_issued} {what} and {total_refused} requests refused in {} {units}",
         days.len()
     );
     html! {
@@ -166,10 +213,10 @@ pub(super) fn usage_chart_of(
                 line.axis x1=(left) y1=(10.0 + plot_h) x2=(width) y2=(10.0 + plot_h) {}
                 text.tick x=(left - 4.0) y=(14.0) text-anchor="end" { (max) }
                 text.tick x=(left - 4.0) y=(10.0 + plot_h) text-anchor="end" { "0" }
-                @for (i, (day, (issued, refused))) in days.iter().zip(&counts).enumerate() {
+                @for (i, (day, (issued, refused))) in days.iter().zip(counts).enumerate() {
                     @let x = left + slot * i as f64 + (slot - bar) / 2.0;
                     g {
-                        title { (day) ": " (issued) " issued, " (refused) " refused" }
+                        title { (day) ": " (issued) " " (word) ", " (refused) " refused" }
                         rect.issued x=(x) y=(y(*issued)) width=(bar) height=(10.0 + plot_h - y(*issued)) {}
                         rect.refused x=(x) y=(y(issued + refused)) width=(bar) height=(y(*issued) - y(issued + refused)) {}
                     }
@@ -181,7 +228,7 @@ pub(super) fn usage_chart_of(
             }
             figcaption {
                 (caption) ": "
-                span.key-issued { (total_issued) " issued" } ", "
+                span.key-issued { (total_issued) " " (word) } ", "
                 span.key-refused { (total_refused) " refused" }
                 " (UTC " (units) ")."
             }
@@ -189,9 +236,9 @@ pub(super) fn usage_chart_of(
                 summary { "The numbers" }
                 div.table-wrap {
                     table {
-                        thead { tr { th scope="col" { (heading) } th scope="col" { "Issued" } th scope="col" { "Refused" } } }
+                        thead { tr { th scope="col" { (heading) } th scope="col" { (column) } th scope="col" { "Refused" } } }
                         tbody {
-                            @for (day, (issued, refused)) in days.iter().zip(&counts).rev() {
+                            @for (day, (issued, refused)) in days.iter().zip(counts).rev() {
                                 @if issued + refused > 0 {
                                     tr { td { (day) } td { (issued) } td { (refused) } }
                                 }

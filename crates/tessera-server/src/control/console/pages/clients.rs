@@ -331,6 +331,8 @@ async fn client(
         }
         h2 { "Usage, last 30 days" }
         (usage_chart(&days, &usage.days, "This client"))
+        h2 { "API requests, last 30 days" }
+        (view::api_usage_charts(&days, &usage.days))
         h2 { "Last refusals" }
         @if refusals.refusals.is_empty() {
             p.empty { "No refused token request seen by this instance." }

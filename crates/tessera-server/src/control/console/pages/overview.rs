@@ -72,6 +72,7 @@ async fn overview(State(console): State<Console>, session: Session) -> Result<Pa
             day: h.hour,
             issued: h.issued,
             refused: h.refused,
+            apis: Default::default(),
         })
         .collect();
     let keys: KeyList = get_json(&console, &session, "/keys").await?;

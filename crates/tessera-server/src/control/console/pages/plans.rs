@@ -6,8 +6,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use maud::{html, Markup};
-use serde_json::{json, Value};
-use tessera_proto::admin::{Plan, PlanList};
+use tessera_proto::admin::{ApiLimit, Dpop, Plan, PlanInput, PlanList, RateInput};
 use tessera_proto::form::encode_component as seg;
 
 use super::{get_json, get_tagged};
@@ -27,7 +26,7 @@ async fn plans(State(console): State<Console>, session: Session) -> Result<Page,
     let plans: PlanList = get_json(&console, &session, "/plans").await?;
     let body = html! {
         h1 { "Plans" }
-        p { "A plan names the scopes its clients may request, their tokens' lifetime, and how often they may ask." }
+        p { "A plan names the scopes its clients may request, their tokens' lifetime, how often they may ask, and how often they may call each API." }
         @if plans.plans.is_empty() {
             p.empty { "No plans yet. "
                 @if session.write { "Create the first one below; then create clients on it." }
@@ -36,7 +35,7 @@ async fn plans(State(console): State<Console>, session: Session) -> Result<Page,
             div.table-wrap { table {
                 thead { tr {
                     th scope="col" { "Plan" } th scope="col" { "Scopes" } th scope="col" { "Token lifetime" }
-                    th scope="col" { "Rate" } th scope="col" { "Reuse" } th scope="col" { "Clients" } th scope="col" { "Updated" }
+                    th scope="col" { "Rate" } th scope="col" { "API limits" } th scope="col" { "Reuse" } th scope="col" { "Clients" } th scope="col" { "Updated" }
                 } }
                 tbody { @for plan in &plans.plans {
                     tr {
@@ -44,6 +43,7 @@ async fn plans(State(console): State<Console>, session: Session) -> Result<Page,
                         td { (plan.scopes.join(" ")) }
                         td { (plan.token_ttl) " s" }
                         td { (rate(plan)) }
+                        td { (api_limits(plan)) }
                         td { @match plan.reuse_percent { Some(p) => { (p) " %" }, None => "no" } }
                         td { a href={"/console/clients?plan=" (seg(&plan.name))} { (plan.clients) } }
                         td { (time(plan.updated_at)) }
@@ -68,6 +68,50 @@ fn rate(plan: &Plan) -> String {
             r.burst
         ),
         None => "no limit".into(),
+    }
+}
+
+/// One API's limits in words: `5/min (burst 5), 1000/day`.
+fn api_limit(limit: &ApiLimit) -> String {
+    let rate = limit.rate.as_ref().map(|r| match limit.burst {
+        Some(b) => format!("{r} (burst {b})"),
+        None => r.clone(),
+    });
+    let parts: Vec<String> = rate.into_iter().chain(limit.quota.clone()).collect();
+    if parts.is_empty() {
+        "no limit".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A plan's API limits in words, API by API.
+fn api_limits(plan: &Plan) -> String {
+    if plan.api_limits.is_empty() {
+        return "none".into();
+    }
+    let all: Vec<String> = plan
+        .api_limits
+        .iter()
+        .map(|(api, limit)| format!("{api}: {}", api_limit(limit)))
+        .collect();
+    all.join("; ")
+}
+
+/// The APIs whose limits the form offers: an edited plan's scopes (but Tessera's own), or
+/// three rows to name for a new plan.
+fn limit_rows(plan: Option<&Plan>) -> Vec<(Option<&str>, ApiLimit)> {
+    match plan {
+        Some(p) => p
+            .scopes
+            .iter()
+            .filter(|s| !tessera_proto::scope::names_issuer(s))
+            .map(|s| {
+                let limit = p.api_limits.get(s).cloned().unwrap_or_default();
+                (Some(s.as_str()), limit)
+            })
+            .collect(),
+        None => vec![(None, ApiLimit::default()); 3],
     }
 }
 
@@ -109,6 +153,38 @@ fn plan_form(session: &Session, plan: Option<&Plan>, etag: Option<&str>) -> Mark
                 label for="plan-burst" { "Burst (default: the count)" }
                 input #plan-burst type="number" name="rate_burst" min="1" value=[rate.map(|r| r.burst)];
             }
+            fieldset {
+                legend { "API request limits per client (enforced by each API; leave empty for none)" }
+                div.table-wrap { table {
+                    thead { tr {
+                        th scope="col" { "API" }
+                        th scope="col" { "Rate, e.g. 5/min" }
+                        th scope="col" { "Burst" }
+                        th scope="col" { "Quota, e.g. 1000/day" }
+                    } }
+                    tbody { @for (i, (api, limit)) in limit_rows(plan).into_iter().enumerate() {
+                        tr {
+                            td {
+                                @if let Some(api) = api {
+                                    input type="hidden" name="limit_api" value=(api);
+                                    label for={"limit-rate-" (i)} { (api) }
+                                } @else {
+                                    input type="text" name="limit_api" spellcheck="false"
+                                        aria-label={"API " (i + 1)} pattern="[A-Za-z0-9._:/\\-]{1,128}";
+                                }
+                            }
+                            td { input #{"limit-rate-" (i)} type="text" name="limit_rate" spellcheck="false"
+                                pattern="[1-9][0-9]*/(sec|min|hour|day)" value=[limit.rate.as_deref()]
+                                aria-label={"Rate " (api.unwrap_or(""))}; }
+                            td { input type="number" name="limit_burst" min="1" value=[limit.burst]
+                                aria-label={"Burst " (api.unwrap_or(""))}; }
+                            td { input type="text" name="limit_quota" spellcheck="false"
+                                pattern="[1-9][0-9]*/(day|month)" value=[limit.quota.as_deref()]
+                                aria-label={"Quota " (api.unwrap_or(""))}; }
+                        }
+                    } }
+                } }
+            }
             label for="plan-reuse" { "Reuse a token while more than this % of its life is left (empty: never)" }
             input #plan-reuse type="number" name="reuse_percent" min="1" max="99"
                 value=[plan.and_then(|p| p.reuse_percent)];
@@ -128,10 +204,10 @@ fn plan_form(session: &Session, plan: Option<&Plan>, etag: Option<&str>) -> Mark
     }
 }
 
-/// A `PlanInput` from the form, or what is wrong with it.
-fn plan_input(pairs: &[(String, String)]) -> Result<Value, String> {
-    let number = |name: &str, what: &str| -> Result<Option<u64>, String> {
-        match field(pairs, name).map(str::trim).filter(|v| !v.is_empty()) {
+/// A [`PlanInput`] from the form, or what is wrong with it.
+fn plan_input(pairs: &[(String, String)]) -> Result<PlanInput, String> {
+    let number = |value: Option<&str>, what: &str| -> Result<Option<u32>, String> {
+        match value.map(str::trim).filter(|v| !v.is_empty()) {
             None => Ok(None),
             Some(v) => v
                 .parse()
@@ -139,30 +215,74 @@ fn plan_input(pairs: &[(String, String)]) -> Result<Value, String> {
                 .map_err(|_| format!("{what} must be a whole number")),
         }
     };
-    let scopes: Vec<&str> = field(pairs, "scopes")
+    let text = |value: Option<&str>| {
+        value
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let scopes = field(pairs, "scopes")
         .unwrap_or_default()
         .split_whitespace()
+        .map(str::to_owned)
         .collect();
-    let mut input = json!({ "scopes": scopes });
-    if let Some(ttl) = number("token_ttl", "The token lifetime")? {
-        input["token_ttl"] = json!(ttl);
-    }
-    if let Some(count) = number("rate_count", "The rate")? {
-        let mut rate = json!({
-            "count": count,
-            "period_secs": number("rate_period", "The period")?.unwrap_or(60),
-        });
-        if let Some(burst) = number("rate_burst", "The burst")? {
-            rate["burst"] = json!(burst);
+    let token_rate = match number(field(pairs, "rate_count"), "The rate")? {
+        None => None,
+        Some(count) => Some(RateInput {
+            count,
+            period_secs: number(field(pairs, "rate_period"), "The period")?.unwrap_or(60),
+            burst: number(field(pairs, "rate_burst"), "The burst")?,
+        }),
+    };
+    let reuse_percent = number(field(pairs, "reuse_percent"), "The reuse percentage")?
+        .map(|p| u8::try_from(p).map_err(|_| "The reuse percentage must be 1 to 99".to_owned()))
+        .transpose()?;
+    let dpop = match field(pairs, "dpop").unwrap_or("allowed") {
+        "required" => Dpop::Required,
+        "off" => Dpop::Off,
+        _ => Dpop::Allowed,
+    };
+    // The limit rows: parallel lists of fields, one entry per row, in the form's order.
+    let all = |name: &str| -> Vec<&str> {
+        pairs
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    let (apis, rates, bursts, quotas) = (
+        all("limit_api"),
+        all("limit_rate"),
+        all("limit_burst"),
+        all("limit_quota"),
+    );
+    let mut api_limits = std::collections::BTreeMap::new();
+    for (i, api) in apis.iter().enumerate() {
+        let limit = ApiLimit {
+            rate: text(rates.get(i).copied()),
+            burst: number(bursts.get(i).copied(), "A burst")?,
+            quota: text(quotas.get(i).copied()),
+        };
+        let api = api.trim();
+        if api.is_empty() {
+            if limit != ApiLimit::default() {
+                return Err("Name the API of each limit".into());
+            }
+            continue;
         }
-        input["token_rate"] = rate;
+        if limit != ApiLimit::default() {
+            api_limits.insert(api.to_owned(), limit);
+        }
     }
-    if let Some(reuse) = number("reuse_percent", "The reuse percentage")? {
-        input["reuse_percent"] = json!(reuse);
-    }
-    input["introspect_any"] = json!(field(pairs, "introspect_any") == Some("true"));
-    input["dpop"] = json!(field(pairs, "dpop").unwrap_or("allowed"));
-    Ok(input)
+    Ok(PlanInput {
+        scopes,
+        token_ttl: number(field(pairs, "token_ttl"), "The token lifetime")?,
+        token_rate,
+        reuse_percent,
+        introspect_any: Some(field(pairs, "introspect_any") == Some("true")),
+        dpop: Some(dpop),
+        api_limits,
+    })
 }
 
 async fn create_plan(State(console): State<Console>, form: Form) -> Result<Response, Fail> {
@@ -223,6 +343,7 @@ async fn plan(
                 dt { "Scopes" } dd { (plan.scopes.join(" ")) }
                 dt { "Token lifetime" } dd { (plan.token_ttl) " s" }
                 dt { "Rate" } dd { (rate(&plan)) }
+                dt { "API limits" } dd { (api_limits(&plan)) }
                 dt { "Reuse" } dd { @match plan.reuse_percent { Some(p) => { (p) " %" }, None => "no" } }
                 dt { "Introspects others' tokens" } dd { @if plan.introspect_any { "yes" } @else { "no" } }
                 dt { "DPoP" } dd { (plan.dpop.as_str()) }
