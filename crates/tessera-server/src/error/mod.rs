@@ -274,6 +274,11 @@ impl OAuthError {
     pub(crate) fn code(&self) -> ErrorCode {
         self.body.error
     }
+
+    /// The HTTP status.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.status
+    }
 }
 
 /// Headers every token endpoint answer carries (RFC 6749 section 5.1).

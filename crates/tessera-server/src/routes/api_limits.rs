@@ -31,6 +31,10 @@ use crate::AppState;
 /// The `realm` of `POST /api-usage`'s challenges.
 const REALM: &str = "tessera-usage";
 
+/// The largest report taken: the verify kit sends up to 1,000 rows (about 100 bytes each) in
+/// a batch, far over the OAuth endpoints' form limit.
+pub(crate) const REPORT_BODY_LIMIT: usize = 1 << 20;
+
 /// How long a batch id is remembered: a report sent again within it counts once.
 pub(crate) const BATCH_MEMORY: tessera_proto::clock::Timestamp = 7 * 86_400;
 
@@ -111,7 +115,7 @@ fn limits_of(limit: Option<&ApiLimit>) -> PlanLimits {
 
 /// `POST /api-usage`: 204 once the batch is stored (or was before).
 async fn report(State(state): State<AppState>, request: Request) -> Response {
-    let (parts, body) = split(request, state.config().body_limit).await;
+    let (parts, body) = split(request, REPORT_BODY_LIMIT).await;
     let outcome = async {
         let token = own_token(&state, &parts, REALM).await?;
         if !token.holds(USAGE_SCOPE) {
@@ -148,7 +152,10 @@ fn read_report(
             "Content-Type must be application/json",
         ));
     }
-    let body = body.map_err(|_| Problem::invalid_body("the body could not be read in full"))?;
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Problem::too_large(REPORT_BODY_LIMIT),
+        _ => Problem::invalid_body("the body could not be read in full"),
+    })?;
     let report: UsageReport =
         serde_json::from_slice(&body).map_err(|e| Problem::invalid_body(e.to_string()))?;
     let batch_ok = (1..=128).contains(&report.batch.len())

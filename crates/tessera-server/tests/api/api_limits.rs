@@ -387,6 +387,18 @@ async fn reported_usage_counts_once_per_batch_and_shows_beside_token_requests() 
         json!({"news-api": {"requests": 120, "refused": 3},
                "market-data-api": {"requests": 4, "refused": 0}})
     );
+    // The verify kit's batches of 1,000 rows are taken whole; a body past 1 MiB is a 413.
+    let rows: Vec<Value> = (0..1000)
+        .map(|i| {
+            json!({"day": "2026-02-01", "client_id": format!("tc_{i:040}"),
+                        "requests": 1, "refused": 0})
+        })
+        .collect();
+    let big = json!({"batch": "b-3", "api": "news-api", "counts": rows});
+    assert_eq!(report(&app, Some(&reporter), &big).await.status(), 204);
+    let too_big = json!({"batch": "b-4", "api": "news-api", "counts": [],
+                         "padding": "x".repeat(1 << 20)});
+    problem(report(&app, Some(&reporter), &too_big).await, 413).await;
     let plan: Value = app
         .http
         .get(app.url("/admin/v1/plans/pro/usage?from=2026-02-01"))
