@@ -3,7 +3,7 @@
 # tokens over and over, as an API sees a handful of clients' cached tokens.
 #
 #   bench/api.sh [--apis PATH] [--tessera PATH] [--tokens N] [--duration S] [--warmup S]
-#                [--connections C]
+#                [--connections C] [--limits off|open|counted] [--redis-url URL]
 #
 # Starts a Tessera with its demo client (on core 1, idle once the tokens are issued), takes N
 # tokens (default 10) for market-data-api from it, starts the protected APIs on core 0
@@ -13,6 +13,11 @@
 # APIs' CPU per request and the cores' load. A run with a non-2xx answer or a socket error
 # is INVALID.
 #
+# --limits:  the plan limits (issue 27). `off`: the APIs run with --no-plan-limits. `open`
+#            (default): enforced, the demo plan has none for market-data-api (the document
+#            is looked up, nothing counted). `counted`: the demo plan gets a rate and a daily
+#            quota far above what the run reaches, so every request is counted (GCRA, quota,
+#            the RateLimit fields); with --redis-url, counted in that Redis.
 # --apis:    measure this protected_apis binary (e.g. one built from another commit) instead
 #            of this tree's; --tessera likewise for the issuer.
 #
@@ -30,6 +35,8 @@ tokens=10
 duration=10
 warmup=3
 connections=32
+limits=open
+redis_url=
 
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -39,6 +46,8 @@ while [ $# -gt 0 ]; do
 	--duration) duration=${2:?}; shift 2 ;;
 	--warmup) warmup=${2:?}; shift 2 ;;
 	--connections) connections=${2:?}; shift 2 ;;
+	--limits) limits=${2:?}; shift 2 ;;
+	--redis-url) redis_url=${2:?}; shift 2 ;;
 	-h | --help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
 	*) echo "unknown argument $1" >&2; exit 2 ;;
 	esac
@@ -86,13 +95,32 @@ pids+=($!)
 wait_line "$work/tessera.out" '^  client_secret: '
 issuer=$(sed -n 's/^tessera listening on //p' "$work/tessera.out" | head -n1)
 id=$(awk '/^  client_id:/ { print $2; exit }' "$work/tessera.out")
+apis_args=()
+case "$limits" in
+off) apis_args+=(--no-plan-limits) ;;
+open) ;;
+counted)
+	# The demo client's plan, full, gets limits that count every request and refuse none.
+	scopes=$(curl -fsS "$issuer/.well-known/oauth-authorization-server" | jq -r '.scopes_supported | join(" ")')
+	TESSERA_DATABASE_URL="sqlite://$work/tessera.db" "$tessera" plan set full --scopes "$scopes" \
+		--api-rate market-data-api=1000000/sec --api-quota market-data-api=1000000000/day >/dev/null
+	for _ in $(seq 1 100); do
+		curl -fsS "$issuer/api-limits/market-data-api" | jq -e '.plans.full.rate' >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	curl -fsS "$issuer/api-limits/market-data-api" | jq -e '.plans.full.rate' >/dev/null ||
+		{ echo "the plan limits did not reach the issuer" >&2; exit 1; }
+	[ -n "$redis_url" ] && apis_args+=(--redis-url "$redis_url")
+	;;
+*) echo "--limits off, open or counted" >&2; exit 2 ;;
+esac
 secret=$(awk '/^  client_secret:/ { print $2; exit }' "$work/tessera.out")
 for _ in $(seq 1 "$tokens"); do
 	curl -fsS -u "$id:$secret" -d grant_type=client_credentials -d scope=market-data-api \
 		"$issuer/connect/token" | jq -r .access_token
 done >"$work/tokens"
 
-taskset -c 0 "$apis" --issuer "$issuer" --listen 127.0.0.1:0 >"$work/apis.out" 2>"$work/apis.err" &
+taskset -c 0 "$apis" --issuer "$issuer" --listen 127.0.0.1:0 "${apis_args[@]}" >"$work/apis.out" 2>"$work/apis.err" &
 apis_pid=$!
 pids+=("$apis_pid")
 wait_line "$work/apis.out" 'http://127.0.0.1:'
@@ -134,11 +162,11 @@ fi
 awk -v req="$requests" -v us="$duration_us" -v p50="$p50_us" -v p99="$p99_us" \
 	-v ticks=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$tokens" -v conns="$connections" \
 	-v c=$((c1 - c0)) -v ct=$((ct1 - ct0)) -v g=$((g1 - g0)) -v gt=$((gt1 - gt0)) \
-	-v verdict="$verdict" -v loadavg="$(cut -d' ' -f1-3 /proc/loadavg)" '
+	-v verdict="$verdict" -v lim="$limits${redis_url:+ (Redis)}" -v loadavg="$(cut -d' ' -f1-3 /proc/loadavg)" '
 	BEGIN {
 		secs = us / 1e6; cpu = ticks / hz
-		printf "%d tokens, %d connections: %.0f requests/s, p50 %.2f ms, p99 %.2f ms, APIs CPU %.0f%%, %.1f µs CPU/request  %s\n",
-			n, conns, req / secs, p50 / 1000, p99 / 1000, cpu / secs * 100, cpu / req * 1e6, verdict
+		printf "limits %s: %d tokens, %d connections: %.0f requests/s, p50 %.2f ms, p99 %.2f ms, APIs CPU %.0f%%, %.1f µs CPU/request  %s\n",
+			lim, n, conns, req / secs, p50 / 1000, p99 / 1000, cpu / secs * 100, cpu / req * 1e6, verdict
 		printf "core 0 busy %.0f%%, core 1 (wrk, issuer) busy %.0f%%, load average %s\n",
 			ct ? c / ct * 100 : 0, gt ? g / gt * 100 : 0, loadavg
 	}'

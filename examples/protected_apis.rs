@@ -14,6 +14,14 @@
 //! proxy's header, believed from that proxy only; with `--tls-cert --tls-key --client-ca` the
 //! API terminates TLS itself and inserts the connection's certificate into each request on it.
 //!
+//! Each API enforces the request limits of the caller's plan (issue 27), learned from the
+//! issuer's `GET /api-limits/{api}`: every answer carries `RateLimit-Policy` and `RateLimit`,
+//! and a request over a limit gets 429 with `Retry-After` and a `quota-exceeded` problem.
+//! Counted in memory, or with `--redis-url` in Redis, shared by every instance of the APIs.
+//! With `--usage-client-id ID --usage-client-secret SECRET` (a client on a plan granting
+//! `tessera-usage`) the requests per client and day are reported to Tessera, which shows them
+//! in `tessera client usage`.
+//!
 //! ```sh
 //! cargo run --release --example protected_apis -- --issuer http://127.0.0.1:8080 --listen 127.0.0.1:9090
 //! curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:9090/market-data/v1/quotes
@@ -30,7 +38,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use clap::Parser;
 use serde_json::{json, Value};
-use tessera_verify::{ClientCertificate, ConfigError, RequiredScope, Scoped, UserToken, Verifier};
+use tessera_verify::{ClientCertificate, RequiredScope, Scoped, UserToken, Verifier};
 
 /// `market-data-api`: quotes.
 #[derive(Debug)]
@@ -91,15 +99,49 @@ async fn my_orders(_scope: Scoped<Oms>, user: UserToken) -> Json<Value> {
     Json(json!({ "user": user.sub, "orders": [] }))
 }
 
-/// The three APIs at `public_url`, each verifying tokens of `issuer` for its own audience and
-/// serving its protected resource metadata (RFC 9728): resource `{public_url}/market-data`
-/// and so on.
-pub(crate) fn app(issuer: &str, public_url: &str) -> Result<Router, ConfigError> {
+/// How the APIs count their plans' limits and report usage.
+#[derive(Debug, Default)]
+pub(crate) struct Limits {
+    /// Serve without the plans' limits (`--no-plan-limits`).
+    off: bool,
+    /// Counters shared through this Redis; in memory without it.
+    redis_url: Option<String>,
+    /// The APIs' own client, to report usage with.
+    usage: Option<(tessera_proto::ClientId, tessera_proto::ClientSecret)>,
+}
+
+/// The three APIs at `public_url`, each verifying tokens of `issuer` for its own audience,
+/// enforcing the plans' limits for it, and serving its protected resource metadata
+/// (RFC 9728): resource `{public_url}/market-data` and so on. Also returns the verifiers, to
+/// flush their usage at shutdown.
+pub(crate) fn app(
+    issuer: &str,
+    public_url: &str,
+    limits: &Limits,
+) -> Result<(Router, Vec<Verifier>), Box<dyn std::error::Error>> {
     let public_url = public_url.trim_end_matches('/');
-    let verifier = |audience: &str, path: &str| {
-        Verifier::builder(issuer, audience)
-            .resource_url(format!("{public_url}/{path}"))
-            .build()
+    let verifier = |audience: &str, path: &str| -> Result<Verifier, Box<dyn std::error::Error>> {
+        let mut builder =
+            Verifier::builder(issuer, audience).resource_url(format!("{public_url}/{path}"));
+        if !limits.off {
+            builder = builder.plan_limits();
+        }
+        if let Some(url) = &limits.redis_url {
+            builder = builder.redis_url(url);
+        }
+        if let Some((id, secret)) = &limits.usage {
+            let reporter = tessera_client::TokenClient::builder()
+                .environment(tessera_client::Environment::Production)
+                .production_url(issuer.parse()?)
+                .client_id(id.clone())
+                .client_secret(secret.clone())
+                .scopes(tessera_proto::ScopeSet::parse(
+                    tessera_proto::api_limits::USAGE_SCOPE,
+                )?)
+                .build()?;
+            builder = builder.report_usage(reporter);
+        }
+        Ok(builder.build()?)
     };
     let market = verifier(MarketData::SCOPE, "market-data")?;
     let news = verifier(News::SCOPE, "news")?;
@@ -108,6 +150,7 @@ pub(crate) fn app(issuer: &str, public_url: &str) -> Result<Router, ConfigError>
         .protected_resource_router(&[MarketData::SCOPE])
         .merge(news.protected_resource_router(&[News::SCOPE]))
         .merge(oms.protected_resource_router(&[Oms::SCOPE]));
+    let verifiers = vec![market.clone(), news.clone(), oms.clone()];
     let market = Router::new()
         .route("/market-data/v1/quotes", get(quotes))
         .with_state(market);
@@ -118,7 +161,14 @@ pub(crate) fn app(issuer: &str, public_url: &str) -> Result<Router, ConfigError>
         .route("/oms/v1/orders", get(orders))
         .route("/oms/v1/me/orders", get(my_orders))
         .with_state(oms);
-    Ok(market.merge(news).merge(oms).merge(metadata))
+    // The extractors count each request; this adds the RateLimit fields to the answers.
+    let apis = market
+        .merge(news)
+        .merge(oms)
+        .layer(axum::middleware::from_fn(
+            tessera_verify::limits::rate_limit_headers,
+        ));
+    Ok((apis.merge(metadata), verifiers))
 }
 
 /// Where a trusted proxy puts the client certificate, and who that proxy is.
@@ -179,6 +229,26 @@ struct Args {
     /// PEM: the CA of the client certificates asked for (optional for clients).
     #[arg(long, requires = "tls_cert")]
     client_ca: Option<std::path::PathBuf>,
+    /// Do not enforce the plans' limits (an issuer that does not serve `/api-limits`, or a
+    /// baseline for the benchmark).
+    #[arg(long, conflicts_with = "redis_url")]
+    no_plan_limits: bool,
+    /// Count the plans' limits in this Redis (`redis://host:port/db`), shared by every
+    /// instance of the APIs; in memory without it.
+    #[arg(long, env = "TESSERA_APIS_REDIS_URL")]
+    redis_url: Option<String>,
+    /// The APIs' own client (on a plan granting tessera-usage), to report the requests per
+    /// client and day to Tessera.
+    #[arg(long, requires = "usage_client_secret")]
+    usage_client_id: Option<String>,
+    /// Its secret.
+    #[arg(
+        long,
+        env = "TESSERA_USAGE_CLIENT_SECRET",
+        requires = "usage_client_id",
+        hide_env_values = true
+    )]
+    usage_client_secret: Option<String>,
 }
 
 /// HTTPS with optional client certificates: each connection's certificate goes into every
@@ -251,7 +321,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(url) => url.clone(),
         None => format!("{scheme}://{}", listener.local_addr()?),
     };
-    let mut app = app(&args.issuer, &public_url)?;
+    let usage = match (&args.usage_client_id, &args.usage_client_secret) {
+        (Some(id), Some(secret)) => Some((
+            tessera_proto::ClientId::parse(id).ok_or("--usage-client-id is not a client id")?,
+            tessera_proto::ClientSecret::new(secret.clone()),
+        )),
+        _ => None,
+    };
+    let limits = Limits {
+        off: args.no_plan_limits,
+        redis_url: args.redis_url.clone(),
+        usage,
+    };
+    let (mut app, verifiers) = app(&args.issuer, &public_url, &limits)?;
+    // Learn the limits now; an issuer not up yet is learned from at the first request.
+    for verifier in &verifiers {
+        match verifier.refresh_limits().await {
+            Ok(true) => {}
+            Ok(false) => eprintln!(
+                "{}: Redis did not answer; counting in memory at this instance's share until \
+                 it does",
+                verifier.audience()
+            ),
+            Err(e) => eprintln!(
+                "{}: the plan limits are not known yet: {e}",
+                verifier.audience()
+            ),
+        }
+    }
     if let (Some(header), Some(address)) = (args.client_cert_header.clone(), args.trusted_proxy) {
         let proxy = Arc::new(Proxy { header, address });
         app = app.layer(axum::middleware::from_fn(move |request, next| {
@@ -270,6 +367,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
     .await?;
+    // Counts not reported yet go now.
+    for verifier in &verifiers {
+        if let Err(e) = verifier.flush_usage().await {
+            eprintln!("{}: usage not reported: {e}", verifier.audience());
+        }
+    }
     Ok(())
 }

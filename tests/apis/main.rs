@@ -3,6 +3,7 @@
 //! staging from production (seed section 4).
 
 mod dpop;
+mod limits;
 
 use tessera_proto::{BasicCredentials, ClientId, ClientSecret};
 use tessera_store::AuthMethod;
@@ -22,6 +23,8 @@ async fn issuer(alg: tessera_proto::Algorithm) -> Issuer {
         .await
         .unwrap();
     admin.set_plan("news", "news-api", None).await.unwrap();
+    // Known to the server (its registry) before the APIs ask for their limits.
+    app.sync().await;
     Issuer {
         base: app.base.clone(),
         app,

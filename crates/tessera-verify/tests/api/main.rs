@@ -8,4 +8,5 @@ mod hostile;
 mod limits;
 mod plain_http;
 mod router;
+mod tessera;
 mod token_cache;
