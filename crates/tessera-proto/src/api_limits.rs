@@ -75,6 +75,15 @@ impl Period {
         }
     }
 
+    /// The period named `day` or `month` ([`as_str`](Self::as_str)'s inverse).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "day" => Some(Self::Day),
+            "month" => Some(Self::Month),
+            _ => None,
+        }
+    }
+
     /// The period that holds `unix` (seconds since the epoch): its start and its end, in
     /// seconds since the epoch.
     pub fn bounds(self, unix: crate::clock::Timestamp) -> (i64, i64) {

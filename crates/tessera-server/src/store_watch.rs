@@ -158,8 +158,19 @@ impl WatchedStore {
         write: impl std::future::Future<Output = Result<T>>,
         wrote: fn(&T) -> bool,
     ) -> Result<T> {
+        self.write_within(what, CALL_WITHIN, write, wrote).await
+    }
+
+    /// [`write`](Self::write), abandoned after `within` rather than [`CALL_WITHIN`].
+    async fn write_within<T>(
+        &self,
+        what: &'static str,
+        within: std::time::Duration,
+        write: impl std::future::Future<Output = Result<T>>,
+        wrote: fn(&T) -> bool,
+    ) -> Result<T> {
         crate::deadline::writing();
-        let outcome = self.explained(bounded(what, write).await).await;
+        let outcome = self.explained(bounded(within, write).await).await;
         match &outcome {
             Ok(value) if wrote(value) => {
                 if let Some(episode) = self.health.writes.succeeded() {
@@ -194,7 +205,17 @@ impl WatchedStore {
         what: &'static str,
         read: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        let outcome = self.explained(bounded(what, read).await).await;
+        self.read_within(what, CALL_WITHIN, read).await
+    }
+
+    /// [`read`](Self::read), abandoned after `within` rather than [`CALL_WITHIN`].
+    async fn read_within<T>(
+        &self,
+        what: &'static str,
+        within: std::time::Duration,
+        read: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let outcome = self.explained(bounded(within, read).await).await;
         match &outcome {
             Ok(_) => {
                 if let Some(episode) = self.health.reads.succeeded() {
@@ -229,20 +250,11 @@ const CALL_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// thousands of new clients, a checkpoint of SQLite's log): they take longer when healthy.
 const BULK_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The bound of the call named `what` ([`CALL_WITHIN`], [`BULK_WITHIN`]).
-fn bound_of(what: &str) -> std::time::Duration {
-    match what {
-        "every client" | "clients" | "checkpoint" => BULK_WITHIN,
-        _ => CALL_WITHIN,
-    }
-}
-
-/// `call`, abandoned once it has gone unanswered for its bound.
+/// `call`, abandoned once it has gone unanswered for `within`.
 async fn bounded<T>(
-    what: &'static str,
+    within: std::time::Duration,
     call: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    let within = bound_of(what);
     tokio::time::timeout(within, call)
         .await
         .unwrap_or(Err(StoreError::Unanswered { within }))
@@ -286,7 +298,8 @@ impl Store for WatchedStore {
     }
 
     async fn clients(&self) -> Result<Vec<Client>> {
-        self.read("every client", self.inner.clients()).await
+        self.read_within("every client", BULK_WITHIN, self.inner.clients())
+            .await
     }
 
     async fn client(&self, id: &ClientId) -> Result<Option<Client>> {
@@ -310,7 +323,8 @@ impl Store for WatchedStore {
     ) -> Result<Option<IdempotentAnswer>> {
         let write = self.inner.insert_clients_once(clients, answer);
         // An earlier answer returned: nothing was written.
-        self.write("clients", write, Option::is_none).await
+        self.write_within("clients", BULK_WITHIN, write, Option::is_none)
+            .await
     }
 
     async fn idempotent_answer(&self, owner: &str, key: &str) -> Result<Option<IdempotentAnswer>> {
@@ -412,7 +426,7 @@ impl Store for WatchedStore {
     }
 
     async fn checkpoint(&self) -> Result<bool> {
-        self.write("checkpoint", self.inner.checkpoint(), never)
+        self.write_within("checkpoint", BULK_WITHIN, self.inner.checkpoint(), never)
             .await
     }
 

@@ -366,9 +366,8 @@ pub fn parse_quota(spec: &str) -> Option<Quota> {
     let (count, period) = spec.trim().split_once('/')?;
     let limit: u64 = count.trim().parse().ok().filter(|c| *c > 0)?;
     let period = match period.trim() {
-        "d" | "day" => Period::Day,
-        "month" => Period::Month,
-        _ => return None,
+        "d" => Period::Day,
+        name => Period::from_name(name)?,
     };
     Some(Quota { limit, period })
 }

@@ -353,15 +353,11 @@ where
     String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
-    let count = |name: &str| -> Result<u64, StoreError> {
-        let v: i64 = get(row, name)?;
-        u64::try_from(v).map_err(|_| corrupt(name, v))
-    };
     Ok(Usage {
         client_id: get(row, "client_id")?,
         day: get(row, "day")?,
-        issued: count("issued")?,
-        refused: count("refused")?,
+        issued: count(row, "issued")?,
+        refused: count(row, "refused")?,
     })
 }
 
@@ -411,11 +407,7 @@ fn api_limits_of(column: &str) -> Option<BTreeMap<String, ApiLimit>> {
                 None => None,
                 Some(Value::Array(q)) if q.len() == 2 => Some(Quota {
                     limit: q[0].as_u64().filter(|n| *n > 0)?,
-                    period: match q[1].as_str()? {
-                        "day" => Period::Day,
-                        "month" => Period::Month,
-                        _ => return None,
-                    },
+                    period: Period::from_name(q[1].as_str()?)?,
                 }),
                 Some(_) => return None,
             };
@@ -431,16 +423,12 @@ where
     String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
     i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
 {
-    let count = |name: &str| -> Result<u64, StoreError> {
-        let v: i64 = get(row, name)?;
-        u64::try_from(v).map_err(|_| corrupt(name, v))
-    };
     Ok(ApiUsage {
         day: get(row, "day")?,
         client_id: get(row, "client_id")?,
         api: get(row, "api")?,
-        requests: count("requests")?,
-        refused: count("refused")?,
+        requests: count(row, "requests")?,
+        refused: count(row, "refused")?,
     })
 }
 
@@ -461,4 +449,15 @@ pub(crate) fn constraint(err: sqlx::Error, what: &str, plan: &str) -> StoreError
         }
     }
     err.into()
+}
+
+/// A count column: stored as a signed integer, never negative.
+fn count<R>(row: &R, name: &str) -> Result<u64, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    let v: i64 = get(row, name)?;
+    u64::try_from(v).map_err(|_| corrupt(name, v))
 }
