@@ -412,6 +412,35 @@ async fn admin_contract(store: &dyn Store) {
             api("", "2026-01-01", "oms-api", 2, 0)
         ]
     );
+    // A batch larger than one statement (1,000 rows), whose rows repeat a key in the
+    // same statement and across two: every row is added, once.
+    let mut big: Vec<_> = (0..1_200)
+        .map(|i| api(&format!("bulk{i}"), "2026-01-02", "news-api", i + 1, 0))
+        .collect();
+    big.push(api("k3", "2026-01-02", "news-api", 4, 1));
+    big.push(api("k3", "2026-01-02", "news-api", 5, 0));
+    big.push(api("bulk1", "2026-01-02", "news-api", 100, 7));
+    big.push(api("k3", "2026-01-02", "oms-api", 1, 0));
+    assert!(store.add_api_usage("b3", now(), &big).await.unwrap());
+    assert!(!store.add_api_usage("b3", now(), &big).await.unwrap());
+    let k3_days = store.api_usage(&k3).await.unwrap();
+    assert_eq!(
+        k3_days[2..],
+        [
+            api("k3", "2026-01-02", "news-api", 9, 1),
+            api("k3", "2026-01-02", "oms-api", 1, 0)
+        ]
+    );
+    let bulk1 = ClientId::parse("bulk1").unwrap();
+    assert_eq!(
+        store.api_usage(&bulk1).await.unwrap(),
+        [api("bulk1", "2026-01-02", "news-api", 102, 7)]
+    );
+    let last = ClientId::parse("bulk1199").unwrap();
+    assert_eq!(
+        store.api_usage(&last).await.unwrap(),
+        [api("bulk1199", "2026-01-02", "news-api", 1_200, 0)]
+    );
     // Pruned batch ids are forgotten: only the older one.
     store.prune_api_usage_batches(now() + 5).await.unwrap();
     assert!(!store.add_api_usage("b2", now(), &[]).await.unwrap());

@@ -153,6 +153,55 @@ fn usage_insert<DB: Dialect>(rows: usize) -> String {
     )
 }
 
+/// Inserts `rows` rows of API usage, five parameters to a row, adding to the counts already
+/// there.
+fn api_usage_insert<DB: Dialect>(rows: usize) -> String {
+    format!(
+        "INSERT INTO api_usage (client_id, day, api, requests, refused) VALUES {} \
+         ON CONFLICT (client_id, day, api) DO UPDATE \
+         SET requests = api_usage.requests + excluded.requests, \
+         refused = api_usage.refused + excluded.refused",
+        bulk_values::<DB>(rows, 5)
+    )
+}
+
+/// One row of API usage as [`api_usage_insert`] binds it.
+struct ApiUsageRow<'a> {
+    client_id: &'a str,
+    day: &'a str,
+    api: &'a str,
+    requests: u64,
+    refused: u64,
+}
+
+/// `usage` with the rows of one (client, day, API) added into one, in their first order:
+/// PostgreSQL refuses an `INSERT … ON CONFLICT DO UPDATE` that meets the same key twice.
+fn merged_api_usage(usage: &[ApiUsage]) -> Vec<ApiUsageRow<'_>> {
+    let mut rows: Vec<ApiUsageRow<'_>> = Vec::with_capacity(usage.len());
+    let mut seen = std::collections::HashMap::with_capacity(usage.len());
+    for u in usage {
+        let key = (u.client_id.as_str(), u.day.as_str(), u.api.as_str());
+        match seen.get(&key) {
+            Some(&i) => {
+                let row: &mut ApiUsageRow<'_> = &mut rows[i];
+                row.requests = row.requests.saturating_add(u.requests);
+                row.refused = row.refused.saturating_add(u.refused);
+            }
+            None => {
+                seen.insert(key, rows.len());
+                rows.push(ApiUsageRow {
+                    client_id: key.0,
+                    day: key.1,
+                    api: key.2,
+                    requests: u.requests,
+                    refused: u.refused,
+                });
+            }
+        }
+    }
+    rows
+}
+
 /// The columns of `clients` one client fills, in the order [`insert_client_rows`] binds them.
 const CLIENT_COLUMNS: [&str; 15] = [
     "id",
@@ -887,20 +936,19 @@ where
         if new.is_empty() {
             return Ok(false);
         }
-        for u in usage {
-            sqlx::query(
-                "INSERT INTO api_usage (client_id, day, api, requests, refused) \
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (client_id, day, api) DO UPDATE \
-                 SET requests = api_usage.requests + excluded.requests, \
-                 refused = api_usage.refused + excluded.refused",
-            )
-            .bind(u.client_id.as_str())
-            .bind(u.day.as_str())
-            .bind(u.api.as_str())
-            .bind(i64::try_from(u.requests).unwrap_or(i64::MAX))
-            .bind(i64::try_from(u.refused).unwrap_or(i64::MAX))
-            .execute(&mut *tx)
-            .await?;
+        // One statement per [`USAGE_CHUNK`] rows (a kit's batch is 1,000), not one per row.
+        for chunk in merged_api_usage(usage).chunks(USAGE_CHUNK) {
+            let sql = api_usage_insert::<DB>(chunk.len());
+            let mut insert = sqlx::query(&sql);
+            for u in chunk {
+                insert = insert
+                    .bind(u.client_id)
+                    .bind(u.day)
+                    .bind(u.api)
+                    .bind(i64::try_from(u.requests).unwrap_or(i64::MAX))
+                    .bind(i64::try_from(u.refused).unwrap_or(i64::MAX));
+            }
+            insert.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(true)
