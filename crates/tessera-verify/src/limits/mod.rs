@@ -47,7 +47,7 @@ pub use fields::{
     Allowance, LimitRejection, Problem, QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY,
     TEMPORARY_REDUCED_CAPACITY,
 };
-pub use usage::UsageError;
+pub use usage::{UsageError, RETRY_FOR as USAGE_RETRY_FOR};
 
 use document::DocumentCache;
 use fields::Policy;
@@ -92,12 +92,16 @@ pub struct LimitsHealth {
     pub fallback_instances: u32,
     /// Clients counted in this process's memory.
     pub tracked_clients: usize,
-    /// Usage batches Tessera took, failed reports, and (day, client) rows dropped at the bound.
+    /// Usage batches Tessera took.
     pub usage_batches_sent: u64,
-    /// Reports that failed (their counts kept).
+    /// Reports that failed for a reason that may pass (their batch kept and sent again).
     pub usage_failures: u64,
     /// Rows of usage dropped because the unsent counts were at their bound.
     pub usage_dropped: u64,
+    /// Usage batches Tessera refused for good (a 4xx other than 401, 408 and 429), dropped.
+    pub usage_batches_refused: u64,
+    /// Usage batches that failed for [`USAGE_RETRY_FOR`] after their first attempt, dropped.
+    pub usage_batches_expired: u64,
     /// Rows of usage not yet taken by Tessera.
     pub usage_pending: usize,
 }
@@ -183,6 +187,7 @@ impl Limits {
                     http.clone(),
                     tokens,
                     config.usage_interval.unwrap_or(USAGE_INTERVAL),
+                    clock.clone(),
                 ))
             }),
         }))
@@ -283,6 +288,8 @@ impl Limits {
             health.usage_batches_sent = usage.sent.load(Relaxed);
             health.usage_failures = usage.failures.load(Relaxed);
             health.usage_dropped = usage.dropped.load(Relaxed);
+            health.usage_batches_refused = usage.refused.load(Relaxed);
+            health.usage_batches_expired = usage.expired.load(Relaxed);
             health.usage_pending = usage.pending();
         }
         health

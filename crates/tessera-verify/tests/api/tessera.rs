@@ -185,3 +185,109 @@ async fn a_tessera_quota_resets_at_midnight_utc() {
         [member("trial-quota", &[("r", 1), ("t", 86_400)])]
     );
 }
+
+/// A reporter for `news-api` on the client `id`, asking for `scope`; only the test flushes.
+fn reporting_verifier(app: &TestApp, id: ClientId, secret: ClientSecret, scope: &str) -> Verifier {
+    let reporter = tessera_client::TokenClient::builder()
+        .environment(tessera_client::Environment::Production)
+        .production_url(app.base.parse().unwrap())
+        .client_id(id)
+        .client_secret(secret)
+        .scopes(ScopeSet::parse(scope).unwrap())
+        .clock(app.clock.clone())
+        .build()
+        .unwrap();
+    Verifier::builder(&app.base, "news-api")
+        .report_usage(reporter)
+        .usage_interval(Duration::from_secs(3600))
+        .clock(app.clock.clone())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_report_tessera_refuses_for_good_is_dropped_not_sent_forever() {
+    let app = tessera_testkit::spawn_app().await;
+    app.registrar()
+        .set_plan("free", "news-api", None)
+        .await
+        .unwrap();
+    // The API's own client was put on a plan granting another of Tessera's own scopes, not
+    // `tessera-usage`: Tessera answers 403 to every report of it, however often it comes.
+    app.registrar()
+        .set_plan("operators", "tessera-admin-read", None)
+        .await
+        .unwrap();
+    let (id, secret) = app
+        .client_on("operators", AuthMethod::ClientSecretBasic)
+        .await;
+    let verifier = reporting_verifier(&app, id, secret, "tessera-admin-read");
+    let url = api(verifier.clone()).await;
+    let (_, alice) = token(&app, "free").await;
+    assert_eq!(call(&url, &alice).await.status(), 200);
+
+    let refused = verifier.flush_usage().await.unwrap_err();
+    assert!(
+        matches!(refused, tessera_verify::limits::UsageError::Refused(403)),
+        "{refused:?}"
+    );
+    let health = verifier.limits_health().unwrap();
+    assert_eq!(
+        (
+            health.usage_batches_refused,
+            health.usage_failures,
+            health.usage_pending,
+            health.usage_batches_sent
+        ),
+        (1, 0, 0, 0),
+        "dropped at once, not kept"
+    );
+    // Nothing is sent again; later counts go in a batch of their own (refused too).
+    verifier.flush_usage().await.unwrap();
+    assert_eq!(verifier.limits_health().unwrap().usage_batches_refused, 1);
+    assert_eq!(call(&url, &alice).await.status(), 200);
+    assert!(verifier.flush_usage().await.is_err());
+    assert_eq!(verifier.limits_health().unwrap().usage_batches_refused, 2);
+}
+
+#[tokio::test]
+async fn a_report_that_cannot_reach_tessera_is_kept_for_six_days_then_dropped() {
+    let mut app = tessera_testkit::spawn_app().await;
+    app.registrar()
+        .set_plan("free", "news-api", None)
+        .await
+        .unwrap();
+    let (meter_id, meter_secret) = metering_client(&app).await;
+    let verifier = reporting_verifier(&app, meter_id, meter_secret, "tessera-usage");
+    let url = api(verifier.clone()).await;
+    let (_, alice) = token(&app, "free").await;
+    assert_eq!(call(&url, &alice).await.status(), 200);
+
+    // Tessera is gone: no answer at all. The batch is kept and sent again...
+    app.stop().await.unwrap();
+    assert!(verifier.flush_usage().await.is_err());
+    app.clock
+        .advance(tessera_verify::limits::USAGE_RETRY_FOR - Duration::from_secs(1));
+    assert!(verifier.flush_usage().await.is_err());
+    let health = verifier.limits_health().unwrap();
+    assert_eq!(
+        (
+            health.usage_pending,
+            health.usage_failures,
+            health.usage_batches_expired
+        ),
+        (1, 2, 0)
+    );
+    // ...until six days after its first attempt, under the seven Tessera remembers its id.
+    app.clock.advance(Duration::from_secs(1));
+    assert!(verifier.flush_usage().await.is_err());
+    let health = verifier.limits_health().unwrap();
+    assert_eq!(
+        (
+            health.usage_pending,
+            health.usage_batches_expired,
+            health.usage_batches_refused
+        ),
+        (0, 1, 0)
+    );
+}
