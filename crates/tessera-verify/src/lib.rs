@@ -91,6 +91,8 @@ pub mod rejection;
 pub mod replay;
 pub mod request;
 pub mod resource;
+#[doc(hidden)]
+pub mod shared_redis;
 mod token_cache;
 mod validate;
 pub mod verifier;
