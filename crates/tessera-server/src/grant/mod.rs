@@ -27,6 +27,7 @@ use tessera_proto::{GrantType, ScopeSet, TokenRequest, TokenResponse};
 use tessera_store::{DpopPolicy, Plan, RateLimit, Timestamp};
 use tessera_verify::dpop::DpopError;
 
+use crate::keys::LoadedKey;
 use crate::limits::redis::RedisLimiter;
 use crate::limits::{AuthThrottle, Decision, Limiter, Slot};
 use crate::registry::{Live, Registry};
@@ -221,6 +222,20 @@ struct SignedClaims<'a> {
     federated_sub: Option<&'a str>,
 }
 
+/// The scopes granted (RFC 6749 section 3.3): the set, and the `scope` string of the
+/// token and of the reuse cache's key.
+struct Granted {
+    scopes: ScopeSet,
+    scope: String,
+}
+
+/// A token just signed: the compact JWS, its `jti` and its expiry.
+struct Signed {
+    access_token: String,
+    jti: Arc<str>,
+    exp: Timestamp,
+}
+
 /// The key the token is bound to (RFC 7800 section 3.1): the client certificate's
 /// thumbprint (RFC 8705 section 3.1), the DPoP key's (RFC 9449 section 6.1), or both.
 #[derive(serde::Serialize)]
@@ -307,53 +322,90 @@ impl Grantor<'_> {
         Grant { decided, result }
     }
 
-    /// The rest of [`issue`](Self::issue), for an authenticated client within its rate.
+    /// The rest of [`issue`](Self::issue), for an authenticated client within its rate:
+    /// the grant type, the DPoP proof, the scopes, then the token kept for reuse or a new one.
     async fn issue_to(
         &self,
         client_id: &str,
         client: &Authenticated,
         grant: &TokenGrant<'_>,
     ) -> Result<Issued, Refusal> {
-        let request = grant.request;
-        let plan = &client.plan;
-        if let GrantType::Other(_) = &request.grant_type {
+        if let GrantType::Other(_) = &grant.request.grant_type {
             return Err(Refusal::UnsupportedGrantType);
         }
+        let plan = &client.plan;
         let now = self.runtime.clock.now();
         let jkt = self.dpop_key(client_id, plan, grant, now).await?;
         let registry = self.live.get();
-        let scopes = self.scopes(request, plan, &registry)?;
-        let scope = scopes.to_string();
+        let scopes = self.scopes(grant.request, plan, &registry)?;
+        let granted = Granted {
+            scope: scopes.to_string(),
+            scopes,
+        };
         // A bound token is reused never: the next request may come with another key. Nor is
         // a federated one: another workload may act as the same client.
-        let bound = client.bound_to.is_some() || jkt.is_some();
-        let reusable = !(bound || client.federated.is_some());
-        if let Some(percent) = plan.reuse_percent.filter(|_| reusable) {
-            let kept = self
-                .reuse
-                .get(client_id, &scope, now, plan.token_ttl, percent, |jti| {
-                    self.live.is_revoked(jti)
-                });
+        let reusable = client.bound_to.is_none() && jkt.is_none() && client.federated.is_none();
+        let reuse_percent = plan.reuse_percent.filter(|_| reusable);
+        if let Some(percent) = reuse_percent {
+            let kept = self.reuse.get(
+                client_id,
+                &granted.scope,
+                now,
+                plan.token_ttl,
+                percent,
+                |jti| self.live.is_revoked(jti),
+            );
             if let Some(kept) = kept {
-                return Ok(Issued {
-                    response: TokenResponse {
-                        access_token: kept.token.to_string(),
-                        token_type: TokenType::Bearer,
-                        expires_in: (kept.exp - now) as u64,
-                        scope: scopes,
-                    },
-                    jti: kept.jti,
-                    reused: true,
-                    dpop_nonce: self.dpop.nonce(self.runtime.clock.now()),
-                });
+                let response = TokenResponse {
+                    access_token: kept.token.to_string(),
+                    token_type: TokenType::Bearer,
+                    expires_in: (kept.exp - now) as u64,
+                    scope: granted.scopes,
+                };
+                return Ok(self.answer(response, kept.jti, true));
             }
         }
         let key = registry
             .keys
             .signing_key(now)
             .ok_or(Refusal::NoSigningKey)?;
+        let cnf = (!reusable).then_some(Cnf {
+            certificate: client.bound_to.as_deref(),
+            jkt: jkt.as_deref(),
+        });
+        let signed = self.sign(key, client_id, client, &granted, cnf, now);
+        if reuse_percent.is_some() {
+            let kept = Kept {
+                token: signed.access_token.as_str().into(),
+                jti: signed.jti.clone(),
+                exp: signed.exp,
+            };
+            self.reuse.put(client_id, &granted.scope, kept);
+        }
+        let response = TokenResponse {
+            access_token: signed.access_token,
+            token_type: match jkt {
+                Some(_) => TokenType::DPoP,
+                None => TokenType::Bearer,
+            },
+            expires_in: u64::from(plan.token_ttl),
+            scope: granted.scopes,
+        };
+        Ok(self.answer(response, signed.jti, false))
+    }
+
+    /// A new access token for the client (RFC 9068 section 2.2), signed with `key`: its
+    /// claims, bound to `cnf` when given.
+    fn sign(
+        &self,
+        key: &LoadedKey,
+        client_id: &str,
+        client: &Authenticated,
+        granted: &Granted,
+        cnf: Option<Cnf<'_>>,
+        now: Timestamp,
+    ) -> Signed {
         let issuer = self.runtime.issuer.as_str();
-        let expires_in = u64::from(plan.token_ttl);
         let iat = now.max(0) as u64;
         let jti = secrets::random_token(16);
         let claims = SignedClaims {
@@ -361,47 +413,33 @@ impl Grantor<'_> {
             sub: client_id,
             client_id,
             aud: Audiences {
-                scopes: &scopes,
+                scopes: &granted.scopes,
                 issuer,
             },
-            scope: &scope,
+            scope: &granted.scope,
             iat,
-            exp: iat + expires_in,
+            exp: iat + u64::from(client.plan.token_ttl),
             jti: &jti,
             app_only: true,
-            cnf: (!reusable).then_some(Cnf {
-                certificate: client.bound_to.as_deref(),
-                jkt: jkt.as_deref(),
-            }),
-            plan: &plan.name,
+            cnf,
+            plan: &client.plan.name,
             federated_sub: client.federated.as_ref().map(|f| f.subject.as_str()),
         };
-        let access_token = key.sign_jwt(&claims);
-        let exp = claims.exp as Timestamp;
-        let jti: Arc<str> = jti.into();
-        if plan.reuse_percent.is_some() && reusable {
-            let kept = Kept {
-                token: access_token.as_str().into(),
-                jti: jti.clone(),
-                exp,
-            };
-            self.reuse.put(client_id, &scope, kept);
+        Signed {
+            access_token: key.sign_jwt(&claims),
+            exp: claims.exp as Timestamp,
+            jti: jti.into(),
         }
-        let token_type = match jkt {
-            Some(_) => TokenType::DPoP,
-            None => TokenType::Bearer,
-        };
-        Ok(Issued {
-            response: TokenResponse {
-                access_token,
-                token_type,
-                expires_in,
-                scope: scopes,
-            },
+    }
+
+    /// The answer for `response`, with a fresh DPoP nonce when nonces are in use.
+    fn answer(&self, response: TokenResponse, jti: Arc<str>, reused: bool) -> Issued {
+        Issued {
+            response,
             jti,
-            reused: false,
+            reused,
             dpop_nonce: self.dpop.nonce(self.runtime.clock.now()),
-        })
+        }
     }
 
     /// The thumbprint of the DPoP key the token is bound to (RFC 9449 sections 5 and 6.1),
