@@ -10,15 +10,24 @@ use clap::{Arg, Command};
 /// The help heading of the options every command takes.
 pub(crate) const GLOBAL: &str = "Global options";
 
-/// The global option that sends an admin command to a server instead of the database.
-const ADMIN: &[&str] = &["admin_url"];
+/// The global options that send an admin command to a server instead of the database.
+const ADMIN: &[&str] = &[
+    "admin_url",
+    "admin_token",
+    "admin_client_id",
+    "admin_client_secret",
+];
 /// Every global option: where the registry is, how it is keyed, and `--admin-url`.
 const ALL: &[&str] = &[
+    "config",
     "database",
     "master_key_file",
     "master_key",
     "init",
     "admin_url",
+    "admin_token",
+    "admin_client_id",
+    "admin_client_secret",
 ];
 
 /// Hides from each command's help the global options it does not use: `--admin-url`

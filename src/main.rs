@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
+use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tessera_proto::Algorithm;
 use tessera_server::secrets::{load_master_key, MasterKeyChoice, MasterKeyOrigin, Secrets};
@@ -31,18 +32,8 @@ use manage::ManageCommand;
 struct Cli {
     #[command(flatten)]
     data: DataArgs,
-    /// Send `plan`, `client` and `keys` commands to the admin API of the Tessera at this base
-    /// URL instead of the database. The token comes from TESSERA_ADMIN_TOKEN, or is fetched
-    /// from URL/connect/token with TESSERA_CLIENT_ID and TESSERA_CLIENT_SECRET. Not used by
-    /// `serve`, `backup`, `token` and `completions`.
-    #[arg(
-        long,
-        global = true,
-        env = "TESSERA_ADMIN_URL",
-        value_name = "URL",
-        help_heading = help::GLOBAL
-    )]
-    admin_url: Option<String>,
+    #[command(flatten)]
+    admin: manage::AdminArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,6 +43,18 @@ struct Cli {
 #[derive(Debug, clap::Args, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 struct DataArgs {
+    /// A TOML file of settings, keyed by `serve`'s long flag names (`max-staleness = 300`):
+    /// `serve` takes every setting from it, the other commands the database and the master
+    /// key. Flags and TESSERA_* variables override what it says.
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_CONFIG",
+        value_name = "PATH",
+        help_heading = help::GLOBAL
+    )]
+    #[serde(skip)]
+    config: Option<PathBuf>,
     /// Database URL: sqlite://PATH (or a file path), or postgres://USER:PASSWORD@HOST/DB.
     #[arg(
         long,
@@ -188,11 +191,25 @@ impl Cli {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let matches = Cli::command_with_defaults().get_matches();
-    let cli = match Cli::from_arg_matches(&matches) {
+    let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
-    let admin_url = cli.admin_url.as_deref();
+    let admin = &cli.admin;
+    let opens_database = matches!(
+        cli.command,
+        Command::Plan(_)
+            | Command::Client(_)
+            | Command::Keys(KeysCommand::Signing(_))
+            | Command::Trust(_)
+            | Command::Backup(_)
+    );
+    if opens_database {
+        if let Err(error) = cli.data.take_config_file(&matches) {
+            eprintln!("error: {}", help::message(&error));
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     let outcome = match cli.command {
         Command::Serve(args) => {
             let matches = matches.subcommand_matches("serve").expect("serve");
@@ -205,14 +222,14 @@ async fn main() -> std::process::ExitCode {
                 .expect("config check");
             serve::check(&cli.data, &args, matches)
         }
-        Command::Plan(cmd) => manage::run(&cli.data, admin_url, ManageCommand::Plan(cmd)).await,
-        Command::Client(cmd) => manage::run(&cli.data, admin_url, ManageCommand::Client(cmd)).await,
+        Command::Plan(cmd) => manage::run(&cli.data, admin, ManageCommand::Plan(cmd)).await,
+        Command::Client(cmd) => manage::run(&cli.data, admin, ManageCommand::Client(cmd)).await,
         Command::Keys(KeysCommand::Signing(cmd)) => {
-            manage::run(&cli.data, admin_url, ManageCommand::Keys(cmd)).await
+            manage::run(&cli.data, admin, ManageCommand::Keys(cmd)).await
         }
         Command::Keys(KeysCommand::GenerateClientKey(args)) => client_key::generate(args),
         Command::Keys(KeysCommand::GenerateMasterKey(args)) => master_key::generate(&args),
-        Command::Trust(cmd) => manage::run(&cli.data, admin_url, ManageCommand::Trust(cmd)).await,
+        Command::Trust(cmd) => manage::run(&cli.data, admin, ManageCommand::Trust(cmd)).await,
         Command::Backup(args) => backup::run(&cli.data, args).await,
         Command::Token(args) => token::run(args).await,
         Command::Completions { shell } => completions(shell),
@@ -235,6 +252,34 @@ async fn main() -> std::process::ExitCode {
 }
 
 impl DataArgs {
+    /// The database and master key settings of the `--config` file, where no flag or
+    /// variable gave them: a command that opens the database opens the one `serve` with the
+    /// same file serves.
+    fn take_config_file(&mut self, matches: &clap::ArgMatches) -> Result<()> {
+        let Some(path) = &self.config else {
+            return Ok(());
+        };
+        let file = serve::read_file(path)?;
+        let from_file = |id: &str, key: &str| {
+            let given = matches!(
+                matches.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            );
+            let value = file.get(key).and_then(|value| value.as_str());
+            value.filter(|_| !given).map(str::to_owned)
+        };
+        if let Some(database) = from_file("database", "database") {
+            self.database = database;
+        }
+        if let Some(path) = from_file("master_key_file", "master-key-file") {
+            self.master_key_file = Some(PathBuf::from(path));
+        }
+        if let Some(key) = from_file("master_key", "master-key") {
+            self.master_key = Some(key);
+        }
+        Ok(())
+    }
+
     /// The SQLite file the URL names, if it names one.
     fn sqlite_path(&self) -> Option<PathBuf> {
         let url = self.database.as_str();

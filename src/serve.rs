@@ -24,11 +24,6 @@ use crate::DataArgs;
 #[derive(Debug, clap::Args, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub(crate) struct ServeArgs {
-    /// A TOML file of settings, keyed by these flags' long names (`max-staleness = 300`).
-    /// Flags and TESSERA_* variables override what it says.
-    #[arg(long, env = "TESSERA_CONFIG", value_name = "PATH")]
-    #[serde(skip)]
-    config: Option<PathBuf>,
     /// Address to listen on: IP:PORT, e.g. 0.0.0.0:8080 (every interface) or
     /// 127.0.0.1:8080 (this machine only).
     #[arg(long, env = "TESSERA_LISTEN", value_name = "IP:PORT", value_parser = parse_address)]
@@ -287,7 +282,7 @@ pub(crate) fn configuration(
     args: &ServeArgs,
     matches: &ArgMatches,
 ) -> Result<(Config, Vec<(String, Source)>)> {
-    let file = match &args.config {
+    let file = match &data.config {
         Some(path) => read_file(path)?,
         None => toml::Table::new(),
     };
@@ -339,7 +334,7 @@ fn settings(matches: &ArgMatches) -> Vec<(String, String, Option<String>)> {
 
 /// The settings in the file at `path`, checked key by key; an error names the file, the
 /// line and the key.
-fn read_file(path: &Path) -> Result<toml::Table> {
+pub(crate) fn read_file(path: &Path) -> Result<toml::Table> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
     let (_, table) = Config::from_toml(&text)
@@ -354,7 +349,7 @@ pub(crate) fn check(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches) -> 
     config.check_issuer()?;
     let shown = toml::Table::try_from(&config).context("the settings")?;
     let mut out = String::new();
-    match &args.config {
+    match &data.config {
         Some(path) => out.push_str(&format!(
             "# tessera serve: the effective configuration, with {}\n",
             path.display()
@@ -382,6 +377,7 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
         master_key_file: config.master_key_file.clone(),
         master_key: config.master_key.as_ref().map(|k| k.expose().to_owned()),
         init: data.init,
+        config: data.config.clone(),
     };
     let store = data.store(crate::Access::Write).await?;
     let (secrets, origin) = data.secrets(store.as_ref()).await?;

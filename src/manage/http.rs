@@ -1,8 +1,9 @@
 //! The HTTP backend: the operations sent to a Tessera's admin API (docs/admin-api.md), for
 //! `tessera --admin-url URL`.
 //!
-//! The bearer token is `TESSERA_ADMIN_TOKEN`, or one fetched from `{URL}/connect/token` with
-//! the client credentials `TESSERA_CLIENT_ID` and `TESSERA_CLIENT_SECRET` through the client
+//! The bearer token is `--admin-token` (`TESSERA_ADMIN_TOKEN`), or one fetched from
+//! `{URL}/connect/token` with the client credentials `--admin-client-id` and
+//! `--admin-client-secret` (`TESSERA_CLIENT_ID`, `TESSERA_CLIENT_SECRET`) through the client
 //! kit ([`TokenClient`]), for scope `tessera-admin`, or `tessera-admin-read` when the
 //! client's plan grants only that (then only the commands that read work). Errors are RFC
 //! 9457 problem documents; their `detail` becomes the command's error.
@@ -26,10 +27,60 @@ use tokio::sync::OnceCell;
 
 use super::progress::Progress;
 use super::{created_before, OnCreated, Operations};
+use crate::help;
 
 /// Requests a create is sent at most, with the same `Idempotency-Key`, when the answer is
 /// lost or the server is briefly unavailable.
 const CREATE_ATTEMPTS: u32 = 3;
+
+/// Where the admin commands go instead of the database, and with what credentials: the
+/// global options of `plan`, `client`, `keys` and `trust`. The credentials are best given
+/// as variables: a flag's value is visible to other users in the process list.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AdminArgs {
+    /// Send `plan`, `client`, `keys` and `trust` commands to the admin API of the Tessera
+    /// at this base URL instead of the database. The token comes from TESSERA_ADMIN_TOKEN,
+    /// or is fetched from URL/connect/token with TESSERA_CLIENT_ID and
+    /// TESSERA_CLIENT_SECRET.
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_ADMIN_URL",
+        value_name = "URL",
+        help_heading = help::GLOBAL
+    )]
+    pub(crate) admin_url: Option<String>,
+    /// With --admin-url: the admin API's bearer token, used as it is.
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        help_heading = help::GLOBAL
+    )]
+    pub(crate) admin_token: Option<String>,
+    /// With --admin-url and no token: the id of a client whose plan grants tessera-admin (or
+    /// tessera-admin-read, for the commands that only read).
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_CLIENT_ID",
+        value_name = "ID",
+        help_heading = help::GLOBAL
+    )]
+    pub(crate) admin_client_id: Option<String>,
+    /// With --admin-client-id: its secret.
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_CLIENT_SECRET",
+        hide_env_values = true,
+        value_name = "SECRET",
+        help_heading = help::GLOBAL
+    )]
+    pub(crate) admin_client_secret: Option<String>,
+}
 
 /// The admin API of the Tessera at one base URL.
 #[derive(Debug)]
@@ -56,10 +107,10 @@ enum Auth {
 }
 
 impl Http {
-    /// The admin API at `url`, authenticated from the environment. Plain `http` is refused
-    /// except to loopback, as the client kit refuses it for the token request: an admin token
-    /// must not travel in the clear.
-    pub(crate) fn connect(url: &str) -> Result<Self> {
+    /// The admin API at `url`, authenticated with `admin`'s token or client credentials.
+    /// Plain `http` is refused except to loopback, as the client kit refuses it for the
+    /// token request: an admin token must not travel in the clear.
+    pub(crate) fn connect(url: &str, admin: &AdminArgs) -> Result<Self> {
         let base = Url::parse(url.trim()).with_context(|| format!("--admin-url {url:?}"))?;
         if base.cannot_be_a_base() || base.query().is_some() || base.fragment().is_some() {
             bail!("--admin-url {url:?} must be a base URL such as https://auth.example.com");
@@ -70,12 +121,13 @@ impl Http {
             "http" => bail!("--admin-url {base} is not https; an admin token must travel over TLS"),
             _ => bail!("--admin-url {base} must be an https URL"),
         }
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let auth = if let Some(token) = var("TESSERA_ADMIN_TOKEN") {
+        let given = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+        let auth = if let Some(token) = given(&admin.admin_token) {
             Auth::Token(ClientSecret::new(token))
-        } else if let (Some(id), Some(secret)) =
-            (var("TESSERA_CLIENT_ID"), var("TESSERA_CLIENT_SECRET"))
-        {
+        } else if let (Some(id), Some(secret)) = (
+            given(&admin.admin_client_id),
+            given(&admin.admin_client_secret),
+        ) {
             Auth::Client {
                 id: ClientId::parse(&id).ok_or_else(|| anyhow!("TESSERA_CLIENT_ID is empty"))?,
                 secret: ClientSecret::new(secret),

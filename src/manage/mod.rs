@@ -34,6 +34,7 @@ mod progress;
 
 pub(crate) use args::{ClientCommand, KeysCommand, PlanCommand, TrustCommand};
 use database::Database;
+pub(crate) use http::AdminArgs;
 use http::Http;
 use output::Output;
 use progress::Progress;
@@ -135,14 +136,10 @@ pub(crate) trait Operations {
     async fn remove_trust_policy(&self, name: &str) -> Result<()>;
 }
 
-/// Runs an admin command on the database, or with `admin_url` on that Tessera's admin API.
-pub(crate) async fn run(
-    data: &DataArgs,
-    admin_url: Option<&str>,
-    command: ManageCommand,
-) -> Result<()> {
-    match admin_url {
-        Some(url) => execute(&Http::connect(url)?, command).await,
+/// Runs an admin command on the database, or with `--admin-url` on that Tessera's admin API.
+pub(crate) async fn run(data: &DataArgs, admin: &AdminArgs, command: ManageCommand) -> Result<()> {
+    match &admin.admin_url {
+        Some(url) => execute(&Http::connect(url, admin)?, command).await,
         None => execute(&Database::open(data, command.access()).await?, command).await,
     }
 }

@@ -293,3 +293,90 @@ fn the_defaults_are_the_ones_the_readme_states() {
         );
     }
 }
+
+/// The admin commands and `backup` open the database the file names (with its master key
+/// file), as `serve --config` with the same file serves it; a flag or a variable still wins.
+#[test]
+fn admin_commands_open_the_database_of_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("state")).unwrap();
+    ok_with(
+        d,
+        &[],
+        &["keys", "generate-master-key", "--out", "state/registry.key"],
+    );
+    let path = file(
+        d,
+        "tessera.toml",
+        "database = \"sqlite://state/registry.db\"\n\
+         master-key-file = \"state/registry.key\"\n",
+    );
+    ok_with(
+        d,
+        &[],
+        &[
+            "--config",
+            &path,
+            "plan",
+            "set",
+            "from-file",
+            "--scopes",
+            "news-api",
+        ],
+    );
+    ok_with(
+        d,
+        &[],
+        &["--config", &path, "client", "create", "--plan", "from-file"],
+    );
+    assert!(d.join("state/registry.db").exists());
+    assert!(
+        !d.join("state/registry.db.key").exists(),
+        "the file's key was not used"
+    );
+    assert!(
+        !d.join("tessera.db").exists(),
+        "the default database was opened"
+    );
+    let listed = ok_with(d, &[("TESSERA_CONFIG", &path)], &["plan", "list"]);
+    assert!(listed.contains("from-file"), "{listed}");
+    // A flag, or a variable, wins over the file: these name a database that is not there.
+    let err = fails_with(
+        d,
+        &[],
+        &[
+            "--config",
+            &path,
+            "--database",
+            "sqlite://flag.db",
+            "plan",
+            "list",
+        ],
+    );
+    assert!(err.contains("flag.db"), "{err}");
+    let env = [
+        ("TESSERA_CONFIG", path.as_str()),
+        ("TESSERA_DATABASE_URL", "sqlite://env.db"),
+    ];
+    let err = fails_with(d, &env, &["plan", "list"]);
+    assert!(err.contains("env.db"), "{err}");
+    let copy = d.join("copy.db").display().to_string();
+    ok_with(d, &[("TESSERA_CONFIG", &path)], &["backup", "--out", &copy]);
+    let restored = ok_with(
+        d,
+        &[],
+        &[
+            "--database",
+            &format!("sqlite://{copy}"),
+            "--master-key-file",
+            "state/registry.key",
+            "plan",
+            "list",
+        ],
+    );
+    assert!(restored.contains("from-file"), "{restored}");
+    // A file that is not there is an error naming it, not the default database.
+    let err = fails_with(d, &[], &["--config", "missing.toml", "plan", "list"]);
+    assert!(err.contains("missing.toml"), "{err}");
+}

@@ -78,11 +78,15 @@ fn help_shows_each_command_the_global_options_it_uses_once() {
     assert_eq!(
         global,
         [
+            "--config",
             "--database",
             "--master-key-file",
             "--master-key",
             "--init",
-            "--admin-url"
+            "--admin-url",
+            "--admin-token",
+            "--admin-client-id",
+            "--admin-client-secret"
         ],
         "{plan}"
     );
@@ -90,6 +94,8 @@ fn help_shows_each_command_the_global_options_it_uses_once() {
 
     let serve = ok(d, &["serve", "--help"]);
     assert!(!serve.contains("--admin-url"), "{serve}");
+    assert!(!serve.contains("--admin-token"), "{serve}");
+    assert_eq!(serve.matches("--config <").count(), 1, "{serve}");
     assert!(
         section(&serve, "Global options:").contains(&"--database".to_owned()),
         "{serve}"
