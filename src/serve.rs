@@ -112,6 +112,10 @@ pub(crate) struct ServeArgs {
     /// How often usage counts are written and rate limiter state is pruned, in seconds.
     #[arg(long, env = "TESSERA_HOUSEKEEPING_INTERVAL", value_name = "SECONDS")]
     housekeeping_interval: Option<Seconds>,
+    /// How long the audit events of admin and console changes are kept, in seconds
+    /// (default a year; at most a million are kept).
+    #[arg(long, env = "TESSERA_AUDIT_RETENTION", value_name = "SECONDS")]
+    audit_retention: Option<Seconds>,
     /// How long a request may take, body upload included, in seconds (then 408).
     #[arg(long, env = "TESSERA_REQUEST_TIMEOUT", value_name = "SECONDS")]
     request_timeout: Option<Seconds>,

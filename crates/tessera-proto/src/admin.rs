@@ -696,3 +696,38 @@ mod tests {
         assert_eq!(plan.dpop, Dpop::Allowed);
     }
 }
+
+// ---- Audit events ----
+
+/// One change made through the admin API or the console (issue 29).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditEvent {
+    /// Its number: rising, so that `before` pages to older events.
+    pub id: i64,
+    /// When.
+    #[serde(with = "serde_rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub at: Timestamp,
+    /// Who: the admin client's id.
+    pub actor: String,
+    /// What was done: `created`, `deleted`, `disabled`, `secret rotated, …`, ….
+    pub action: String,
+    /// To what: `plan:NAME`, `client:ID`, `key:KID` or `trust-policy:NAME`.
+    pub object: String,
+    /// From where: the caller's address (behind a trusted proxy, the forwarded one); empty
+    /// when unknown.
+    pub source: String,
+    /// Through what: `admin-api` or `console`.
+    pub channel: String,
+}
+
+/// A page of audit events, the newest first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditEventPage {
+    /// The events of this page.
+    pub events: Vec<AuditEvent>,
+    /// Pass as `before` for the next (older) page; null on the last.
+    pub next_before: Option<i64>,
+}

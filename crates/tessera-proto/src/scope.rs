@@ -38,9 +38,30 @@ pub enum ScopeError {
     Grammar,
     /// A name that a plan may not define: see [`Scope::parse_name`].
     #[error(
-        "scope name {0:?} must be 1 to 128 characters of a-z, A-Z, 0-9, '.', '_', ':', '/' or '-'"
+        "scope name {} must be 1 to 128 characters of a-z, A-Z, 0-9, '.', '_', ':', '/' or '-'",
+        Quoted(.0)
     )]
     BadName(String),
+}
+
+/// A name as a message quotes it: between “ and ”, as it is but for control characters,
+/// which are escaped (`\n`, `\u{1b}`), so that a message shows what was sent, escaped
+/// no more than the place it is shown in escapes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Quoted<'a>(pub &'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("“")?;
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        f.write_str("”")
+    }
 }
 
 /// One scope token: `1*( %x21 / %x23-5B / %x5D-7E )` (RFC 6749 section 3.3).

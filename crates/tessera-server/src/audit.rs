@@ -1,6 +1,6 @@
 //! The audit trail: one structured event per token issued, refused or revoked, on the
 //! tracing target `tessera::audit`, and one per change made through the admin API
-//! (`event` `admin`, see [`admin_change`]). Fields of the token events: `event` (`token_issued`, `token_refused` or
+//! (`event` `admin`, see [`admin_change`], which the store keeps too). Fields of the token events: `event` (`token_issued`, `token_refused` or
 //! `token_revoked`), `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused`, the OAuth
 //! error code, or `revoked`), `jti` (issued and revoked only) and `source` (the caller's
 //! address, see `routes::client_ip`). Never a secret or a token: what a caller presents is
@@ -76,17 +76,48 @@ pub(crate) fn revoked(subject: &Subject<'_>, jti: &str) {
     );
 }
 
-/// An admin changed the registry through the admin API: `admin` is the admin client,
-/// `object` what changed (`plan:NAME`, `client:ID`, `key:KID`), `change` what was done.
-/// Never a secret: a new or rotated secret is named as such, not shown.
-pub(crate) fn admin_change(admin: &str, object: &str, change: &str) {
+/// An admin changed the registry through the admin API (or the console, which calls it):
+/// `caller` is the admin client, with its address and channel; `object` what changed
+/// (`plan:NAME`, `client:ID`, `key:KID`, `trust-policy:NAME`), `change` what was done.
+/// Logged, and kept by the store for the activity page and `GET /admin/v1/audit-events`
+/// (issue 29). Never a secret: a new or rotated secret is named as such, not shown.
+///
+/// Written once the change is made, not in its transaction: a store that takes the change
+/// and then fails this write leaves the log line (and an error saying so) as the record.
+pub(crate) async fn admin_change<R>(
+    state: &crate::AppState,
+    caller: &crate::control::admin::auth::Caller<R>,
+    object: &str,
+    change: &str,
+) {
+    let source = caller.source.map(|ip| ip.to_string()).unwrap_or_default();
     tracing::info!(
         target: "tessera::audit",
         event = "admin",
-        client_id = admin,
+        client_id = caller.client_id,
         object,
         change,
+        source,
+        channel = caller.channel,
     );
+    let event = tessera_store::AuditEvent {
+        id: 0,
+        at: state.clock().now(),
+        actor: caller.client_id.clone(),
+        action: truncate(change, 512).to_owned(),
+        object: truncate(object, 512).to_owned(),
+        source,
+        channel: caller.channel.to_owned(),
+    };
+    if let Err(error) = state.store().add_audit_event(&event).await {
+        tracing::error!(
+            target: "tessera::audit",
+            %error,
+            client_id = caller.client_id,
+            object,
+            "the change is made but the store did not keep its audit event: this log is its record"
+        );
+    }
 }
 
 /// How an unregistered value a caller presented appears in the log: a digest that tells

@@ -31,6 +31,10 @@ use crate::clock::Clock;
 use crate::limits::FailureRates;
 use crate::tls::Tls;
 
+/// The most audit events the store keeps, however recent: a runaway script changing
+/// clients in a loop fills the table to this and no further.
+pub(crate) const MAX_AUDIT_EVENTS: u64 = 1_000_000;
+
 /// Everything `tessera serve` can be told, as plain data: each field is the setting of the
 /// flag of the same name (`--body-limit` is `body_limit`), and its key in the file.
 ///
@@ -111,6 +115,10 @@ pub struct Config {
     /// How often usage counts are written to the store and limiter state is pruned.
     #[serde(with = "seconds")]
     pub housekeeping_interval: Duration,
+    /// How long the audit events of admin changes are kept (the activity page,
+    /// `GET /admin/v1/audit-events`); at most [`MAX_AUDIT_EVENTS`] are kept whatever it says.
+    #[serde(with = "seconds")]
+    pub audit_retention: Duration,
     /// How long a request may take, body upload included.
     #[serde(with = "seconds")]
     pub request_timeout: Duration,
@@ -217,6 +225,8 @@ impl Default for Config {
             // Usage upserts one row per active client: every 30 s keeps that cheap with
             // 100,000 clients, and metering needs no finer grain.
             housekeeping_interval: Duration::from_secs(30),
+            // A year of admin changes: a few a day is a few thousand rows.
+            audit_retention: Duration::from_secs(365 * 86_400),
             request_timeout: timeout,
             header_timeout: timeout,
             idle_timeout: timeout,
@@ -388,6 +398,7 @@ impl Config {
                 "housekeeping-interval",
                 self.housekeeping_interval.is_zero(),
             ),
+            ("audit-retention", self.audit_retention.is_zero()),
             ("request-timeout", self.request_timeout.is_zero()),
             ("header-timeout", self.header_timeout.is_zero()),
             ("idle-timeout", self.idle_timeout.is_zero()),

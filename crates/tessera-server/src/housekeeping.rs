@@ -1,5 +1,5 @@
 //! Periodic housekeeping: usage counts written to the store, limiter and reuse state pruned,
-//! expired revocations and old rows forgotten, revocations read again. A round runs every
+//! expired revocations, old rows and audit events past their retention forgotten, revocations read again. A round runs every
 //! [`Config::housekeeping_interval`](crate::Config::housekeeping_interval) while the server
 //! runs, and once more when it stops.
 
@@ -42,6 +42,14 @@ impl AppState {
             .await
         {
             tracing::debug!(%error, "forgetting old idempotent answers failed");
+        }
+        let audit_since = now - self.config().audit_retention.as_secs() as i64;
+        if let Err(error) = self
+            .store()
+            .prune_audit_events(audit_since, crate::config::MAX_AUDIT_EVENTS)
+            .await
+        {
+            tracing::debug!(%error, "forgetting old audit events failed");
         }
         if let Err(error) = self.live().reload_revocations(self.store()).await {
             tracing::debug!(%error, "reading revocations failed");

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tessera_proto::ClientId;
 use tessera_store::{
-    ApiUsage, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked, SigningKey,
-    Store, StoreError, Timestamp, TrustPolicy, Usage,
+    ApiUsage, AuditEvent, AuditQuery, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result,
+    Revoked, SigningKey, Store, StoreError, Timestamp, TrustPolicy, Usage,
 };
 
 use crate::clock::Clock;
@@ -482,5 +482,20 @@ impl Store for WatchedStore {
     async fn plan_api_usage(&self, plan: &str) -> Result<Vec<ApiUsage>> {
         self.read("plan API usage", self.inner.plan_api_usage(plan))
             .await
+    }
+
+    async fn add_audit_event(&self, event: &AuditEvent) -> Result<()> {
+        let write = self.inner.add_audit_event(event);
+        self.write("audit event", write, never).await
+    }
+
+    async fn audit_events(&self, query: &AuditQuery) -> Result<Vec<AuditEvent>> {
+        self.read("audit events", self.inner.audit_events(query))
+            .await
+    }
+
+    async fn prune_audit_events(&self, before: Timestamp, keep: u64) -> Result<()> {
+        let write = self.inner.prune_audit_events(before, keep);
+        self.write("audit events pruned", write, never).await
     }
 }

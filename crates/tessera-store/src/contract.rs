@@ -969,3 +969,96 @@ async fn postgres_revocations_written_concurrently_are_all_read() {
     let schema = crate::testing::scratch_postgres().await;
     concurrent_revocations_are_all_read(crate::open(&schema.url).await.unwrap()).await;
 }
+
+/// Audit events (issue 29): kept as given with rising ids, read the newest first, found by
+/// a substring of any field in any case (a `%` or `_` in the text is no wildcard), paged
+/// with `before`, and pruned by age and by count.
+async fn audit_events(store: &dyn Store) {
+    use crate::{AuditEvent, AuditQuery};
+    let event = |at: i64, actor: &str, action: &str, object: &str| AuditEvent {
+        id: 0,
+        at,
+        actor: actor.into(),
+        action: action.into(),
+        object: object.into(),
+        source: "192.0.2.7".into(),
+        channel: "console".into(),
+    };
+    let all = |text: &str, before: Option<i64>| AuditQuery {
+        text: text.into(),
+        before,
+        limit: 100,
+    };
+    assert!(store.audit_events(&all("", None)).await.unwrap().is_empty());
+    store
+        .add_audit_event(&event(now() - 100, "tc_alice", "created", "plan:gold"))
+        .await
+        .unwrap();
+    store
+        .add_audit_event(&event(now() - 50, "tc_bob", "disabled", "client:tc_X1"))
+        .await
+        .unwrap();
+    store
+        .add_audit_event(&event(now(), "tc_alice", "deleted", "plan:100%_off"))
+        .await
+        .unwrap();
+    let events = store.audit_events(&all("", None)).await.unwrap();
+    assert_eq!(events.len(), 3);
+    assert!(
+        events[0].id > events[1].id && events[1].id > events[2].id,
+        "newest first"
+    );
+    assert_eq!(
+        events[1],
+        AuditEvent {
+            id: events[1].id,
+            ..event(now() - 50, "tc_bob", "disabled", "client:tc_X1")
+        }
+    );
+    let found = |text: &'static str| async move {
+        store
+            .audit_events(&all(text, None))
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.action.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(found("TC_ALICE").await, ["deleted", "created"]);
+    assert_eq!(found("client:tc_x").await, ["disabled"]);
+    assert_eq!(found("100%_").await, ["deleted"]);
+    assert!(found("0%o").await.is_empty(), "% is no wildcard");
+    assert!(found("gold_").await.is_empty(), "_ is no wildcard");
+    assert_eq!(found("192.0.2").await.len(), 3);
+    let older = store
+        .audit_events(&all("", Some(events[0].id)))
+        .await
+        .unwrap();
+    assert_eq!(older.len(), 2);
+    let one = AuditQuery {
+        limit: 1,
+        ..all("", None)
+    };
+    assert_eq!(store.audit_events(&one).await.unwrap()[0].action, "deleted");
+    // By age: those before the bound go.
+    store.prune_audit_events(now() - 60, 1_000).await.unwrap();
+    assert_eq!(found("").await, ["deleted", "disabled"]);
+    // By count: the newest stay.
+    store.prune_audit_events(0, 1).await.unwrap();
+    assert_eq!(found("").await, ["deleted"]);
+    store.prune_audit_events(0, 0).await.unwrap();
+    assert!(found("").await.is_empty());
+}
+
+#[tokio::test]
+async fn sqlite_keeps_audit_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    audit_events(crate::open(&url).await.unwrap().as_ref()).await;
+}
+
+#[tokio::test]
+async fn postgres_keeps_audit_events() {
+    let schema = crate::testing::scratch_postgres().await;
+    audit_events(crate::open(&schema.url).await.unwrap().as_ref()).await;
+}

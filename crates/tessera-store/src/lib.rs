@@ -393,6 +393,41 @@ pub struct ApiUsage {
     pub refused: u64,
 }
 
+/// One change made through the admin API (or the console, which calls it): who made it,
+/// what it did to what, when and from where; kept by the store for the activity page and
+/// `GET /admin/v1/audit-events` (issue 29), within a retention period and a count
+/// ([`Store::prune_audit_events`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuditEvent {
+    /// Its number, rising with each event the store keeps (0 in one not stored yet).
+    pub id: i64,
+    /// When.
+    pub at: Timestamp,
+    /// Who: the admin client's id (a person once sign-in names people).
+    pub actor: String,
+    /// What was done: `created`, `updated`, `deleted`, `rotated secret`, …
+    pub action: String,
+    /// To what: `plan:NAME`, `client:ID`, `key:KID`, `trust-policy:NAME`.
+    pub object: String,
+    /// From where: the caller's address (see the server's `client_ip`), empty when unknown.
+    pub source: String,
+    /// Through what: `admin-api` or `console`.
+    pub channel: String,
+}
+
+/// Which audit events [`Store::audit_events`] reads: those whose actor, action, object,
+/// source or channel contains `text` (any case; empty matches all), numbered below
+/// `before` (all when `None`), the newest first, at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuditQuery {
+    /// A text some field contains; empty for all.
+    pub text: String,
+    /// Only events numbered below this one (the next page of older events).
+    pub before: Option<i64>,
+    /// The most events read.
+    pub limit: u32,
+}
+
 /// Token requests of one client on one UTC day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Usage {
@@ -823,6 +858,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn api_usage(&self, client_id: &ClientId) -> Result<Vec<ApiUsage>>;
     /// The API requests of a plan's clients per UTC day and API (`client_id` empty).
     async fn plan_api_usage(&self, plan: &str) -> Result<Vec<ApiUsage>>;
+
+    /// Keeps an audit event (its `id` is the store's to give).
+    async fn add_audit_event(&self, event: &AuditEvent) -> Result<()>;
+    /// The audit events `query` selects, the newest first.
+    async fn audit_events(&self, query: &AuditQuery) -> Result<Vec<AuditEvent>>;
+    /// Forgets the audit events from before `before`, and all but the newest `keep`.
+    async fn prune_audit_events(&self, before: Timestamp, keep: u64) -> Result<()>;
 
     /// `error`, from a call to this store, with its cause named where the driver's own
     /// error does not: a pool that timed out waiting for a connection is probed (is the

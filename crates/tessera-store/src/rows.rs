@@ -461,3 +461,21 @@ where
     let v: i64 = get(row, name)?;
     u64::try_from(v).map_err(|_| corrupt(name, v))
 }
+
+pub(crate) fn audit_event<R>(row: &R) -> Result<crate::AuditEvent, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(crate::AuditEvent {
+        id: get(row, "id")?,
+        at: get(row, "at")?,
+        actor: get(row, "actor")?,
+        action: get(row, "action")?,
+        object: get(row, "object")?,
+        source: get(row, "source")?,
+        channel: get(row, "channel")?,
+    })
+}

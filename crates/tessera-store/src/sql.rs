@@ -23,8 +23,9 @@ use sqlx::{
 use tessera_proto::ClientId;
 
 use crate::{
-    rows, ApiUsage, Changes, Client, IdempotentAnswer, Plan, PlanRemoval, Result, Revoked,
-    SigningKey, Store, StoreError, Timestamp, Usage, WRITE_LOCK_TIMEOUT, WRITE_STATEMENT_TIMEOUT,
+    rows, ApiUsage, AuditEvent, AuditQuery, Changes, Client, IdempotentAnswer, Plan, PlanRemoval,
+    Result, Revoked, SigningKey, Store, StoreError, Timestamp, Usage, WRITE_LOCK_TIMEOUT,
+    WRITE_STATEMENT_TIMEOUT,
 };
 
 /// The statements one database needs in its own words.
@@ -952,6 +953,62 @@ where
         }
         tx.commit().await?;
         Ok(true)
+    }
+
+    async fn add_audit_event(&self, event: &AuditEvent) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO audit_events (at, actor, action, object, source, channel) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(event.at)
+        .bind(event.actor.as_str())
+        .bind(event.action.as_str())
+        .bind(event.object.as_str())
+        .bind(event.source.as_str())
+        .bind(event.channel.as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn audit_events(&self, query: &AuditQuery) -> Result<Vec<AuditEvent>> {
+        // A substring of any field, any case: LIKE with its wildcards in the text escaped.
+        let mut pattern = String::from("%");
+        for c in query.text.to_lowercase().chars() {
+            if matches!(c, '%' | '_' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push('%');
+        sqlx::query(
+            "SELECT id, at, actor, action, object, source, channel FROM audit_events \
+             WHERE id < $1 AND LOWER(actor || ' ' || action || ' ' || object || ' ' || \
+             source || ' ' || channel) LIKE $2 ESCAPE '\\' ORDER BY id DESC LIMIT $3",
+        )
+        .bind(query.before.unwrap_or(i64::MAX))
+        .bind(pattern)
+        .bind(i64::from(query.limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::audit_event)
+        .collect()
+    }
+
+    async fn prune_audit_events(&self, before: Timestamp, keep: u64) -> Result<()> {
+        sqlx::query("DELETE FROM audit_events WHERE at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        sqlx::query(
+            "DELETE FROM audit_events WHERE id <= \
+             (SELECT id FROM audit_events ORDER BY id DESC LIMIT 1 OFFSET $1)",
+        )
+        .bind(i64::try_from(keep).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn prune_api_usage_batches(&self, before: Timestamp) -> Result<()> {

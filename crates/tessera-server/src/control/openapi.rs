@@ -47,7 +47,7 @@ async fn document() -> impl IntoResponse {
         admin::clients::client_refusals, admin::clients::rate_limited,
         admin::keys::list_keys, admin::keys::rotate_keys,
         admin::trust::list_policies, admin::trust::get_policy, admin::trust::put_policy,
-        admin::trust::delete_policy,
+        admin::trust::delete_policy, admin::audit::list_audit_events,
     ),
     components(schemas(Problem, OAuthError, TokenForm, TokenAnswer, IntrospectionForm,
         Introspection, RevocationForm, Jwks, Metadata, LimitsDocument, PlanLimits, LimitRate,
@@ -56,6 +56,7 @@ async fn document() -> impl IntoResponse {
     tags((name = "oauth", description = "RFC 6749 and the endpoints around it"),
          (name = "plans"), (name = "clients"), (name = "keys"),
          (name = "trust", description = "Workload identity federation"),
+         (name = "audit", description = "Who changed what, when, from where"),
          (name = "operations", description = "Health and metrics"))
 )]
 #[derive(Debug)]

@@ -112,6 +112,9 @@ pub(crate) struct Decided {
     pub(crate) allowed_under: Option<(RateLimit, Decision)>,
     /// The trust policy and external identity, for a federated client.
     pub(crate) federated: Option<Federated>,
+    /// The client proved itself but is disabled: its refusal is counted and listed for the
+    /// operator as an identified client's are (issue 29), though it has no plan here.
+    pub(crate) disabled: bool,
 }
 
 /// A token issued (RFC 6749 section 5.1).
@@ -287,6 +290,7 @@ impl Grantor<'_> {
                 let decided = Decided {
                     client_id,
                     scope,
+                    disabled: matches!(refusal, Refusal::Client(AuthFailure::Disabled)),
                     ..Decided::default()
                 };
                 return Grant {
@@ -301,6 +305,7 @@ impl Grantor<'_> {
             client_id,
             scope,
             allowed_under: None,
+            disabled: false,
         };
         // Rate limits apply to every token request of an identified client.
         if let Some(rate) = client.plan.token_rate {

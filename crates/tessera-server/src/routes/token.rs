@@ -141,7 +141,8 @@ fn answer(
         }
         Err(error) => {
             state.metrics().refused(plan, error.code());
-            if decided.plan.is_some() {
+            // An identified client's refusal, a disabled one's too, is metered and listed.
+            if decided.plan.is_some() || decided.disabled {
                 state.usage().count(&decided.client_id, false);
                 let now = state.clock().now();
                 state

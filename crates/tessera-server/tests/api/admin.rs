@@ -614,9 +614,11 @@ async fn clients_are_created_usable_at_once_paged_changed_rotated_and_deleted() 
     .await;
     let days = usage["days"].as_array().unwrap();
     assert_eq!(days.len(), 1);
+    // Refused: the three requests while it was disabled (issue 29: a disabled client's
+    // calls are counted) and the one outside its plan; not the expired previous secret's.
     assert_eq!(
         (days[0]["issued"].clone(), days[0]["refused"].clone()),
-        (json!(4), json!(1))
+        (json!(4), json!(4))
     );
     let plan_usage = json_of(
         call(
@@ -633,7 +635,7 @@ async fn clients_are_created_usable_at_once_paged_changed_rotated_and_deleted() 
     .await;
     assert_eq!(plan_usage["days"][0]["issued"], 4);
     // All clients per hour, for the last day's chart: the admin's token, this client's four
-    // and its one refusal.
+    // and its four refusals.
     let hourly = json_of(
         call(&app, Method::GET, "/usage/hourly", &admin)
             .send()
@@ -644,7 +646,7 @@ async fn clients_are_created_usable_at_once_paged_changed_rotated_and_deleted() 
     .await;
     assert_eq!(
         hourly["hours"],
-        json!([{"hour": tessera_proto::clock::utc_hour(app.clock.now()), "issued": 5, "refused": 1}])
+        json!([{"hour": tessera_proto::clock::utc_hour(app.clock.now()), "issued": 5, "refused": 4}])
     );
     let none = json_of(
         call(&app, Method::GET, "/plans/pro/usage?to=2000-01-01", &admin)
@@ -979,6 +981,7 @@ async fn the_openapi_document_describes_the_whole_surface() {
         "/admin/v1/clients/{id}/usage",
         "/admin/v1/keys",
         "/admin/v1/keys/rotate",
+        "/admin/v1/audit-events",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }

@@ -278,7 +278,7 @@ async fn a_read_only_admin_sees_no_write_buttons_and_a_forged_write_is_refused()
     let forged = visitor
         .post(
             &format!("{client_page}/change"),
-            &[("csrf", &csrf), ("enabled", "false")],
+            &[("csrf", &csrf), ("enabled", "false"), ("confirmed", "yes")],
         )
         .await;
     assert_eq!(location(&forged), client_page);
@@ -599,17 +599,11 @@ async fn the_plan_form_sets_api_limits_and_the_client_page_charts_api_requests()
     };
     let mut form = vec![("csrf", csrf.as_str()), ("etag", etag.as_str())];
     form.extend(edit("9/hour", "oms-api"));
-    let refused = visitor.post("/console/plans/free", &form).await;
-    assert_eq!(location(&refused), "/console/plans/free");
-    let page = visitor
-        .get("/console/plans/free")
-        .await
-        .text()
-        .await
-        .unwrap();
+    let (status, page) = page_of(visitor.post("/console/plans/free", &form).await).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         page.contains("does not grant API"),
-        "the flash names the fault: {page}"
+        "the page names the fault: {page}"
     );
     let mut form = vec![("csrf", csrf.as_str()), ("etag", etag.as_str())];
     form.extend(edit("9/hour", "news-api"));
@@ -655,5 +649,608 @@ async fn the_plan_form_sets_api_limits_and_the_client_page_charts_api_requests()
     assert!(
         charts.contains("Requests to news-api: 42 requests served and 4 requests refused"),
         "{charts}"
+    );
+}
+
+/// The HTML of `response`, with its status.
+async fn page_of(response: Response) -> (StatusCode, String) {
+    let status = response.status();
+    (status, response.text().await.unwrap())
+}
+
+/// The clients registered on `plan`.
+async fn clients_on(app: &TestApp, plan: &str) -> usize {
+    app.store
+        .clients_page(Some(plan), None, 1000)
+        .await
+        .unwrap()
+        .len()
+}
+
+/// Issue 29 item 3: "Create a client" chooses no plan beforehand, marks admin plans and
+/// creates a client on one only once the admin confirms it; a refused form keeps what was
+/// typed.
+#[tokio::test]
+async fn create_a_client_chooses_no_plan_and_an_admin_plan_needs_a_confirmation() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    app.registrar()
+        .set_plan("partner", "news-api", None)
+        .await
+        .unwrap();
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let form = visitor
+        .get("/console/clients/new")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let select = form.split("id=\"client-plan\"").nth(1).unwrap();
+    let select = select.split("</select>").next().unwrap();
+    assert_eq!(select.matches(" selected").count(), 1, "{select}");
+    assert!(
+        select.contains("<option value=\"\" disabled selected>"),
+        "{select}"
+    );
+    assert!(select.contains("data-admin=\"yes\">admin (tessera-admin) — admin"));
+    assert!(!select.contains("value=\"partner\" selected"));
+    assert!(form.contains("id=\"admin-warning\""));
+    let csrf = hidden(&form, "csrf");
+    let create = |plan: &'static str, confirm: Option<&'static str>| {
+        let mut form = vec![
+            ("csrf", csrf.clone()),
+            ("plan", plan.to_owned()),
+            ("name", "Ops <tool>".to_owned()),
+            ("auth_method", "client_secret_post".to_owned()),
+        ];
+        if let Some(c) = confirm {
+            form.push(("confirm_admin", c.to_owned()));
+        }
+        form
+    };
+    let post = |visitor: &Visitor, form: Vec<(&'static str, String)>| {
+        let body = form
+            .iter()
+            .map(|(n, v)| format!("{n}={}", tessera_proto::form::encode_component(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        visitor
+            .http
+            .post(format!("{}/console/clients", visitor.base))
+            .header(COOKIE, visitor.cookie_header())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+
+    // No plan: refused beside the plan field; the name and method are kept.
+    let (status, page) = page_of(post(&visitor, create("", None)).await.unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(page.contains("id=\"error-plan\""), "{page}");
+    assert!(page.contains("Choose the plan"));
+    assert!(
+        page.contains("value=\"Ops &lt;tool&gt;\""),
+        "the name is kept: {page}"
+    );
+    assert!(page.contains("value=\"client_secret_post\" selected"));
+
+    // An admin plan without the confirmation: refused, nothing created, all kept.
+    let (status, page) = page_of(post(&visitor, create("admin", None)).await.unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let error = page.split("id=\"error-plan\"").nth(1).unwrap();
+    assert!(error.contains("grants the admin API"), "{error}");
+    assert!(
+        page.contains("value=\"admin\" selected"),
+        "the plan is kept"
+    );
+    assert!(page.contains("aria-invalid=\"true\""));
+    assert_eq!(
+        clients_on(&app, "admin").await,
+        1,
+        "only the signed-in admin"
+    );
+
+    // Confirmed: created.
+    let (status, page) = page_of(post(&visitor, create("admin", Some("yes"))).await.unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("id=\"client-secret\""));
+    assert_eq!(clients_on(&app, "admin").await, 2);
+    // A plan that grants no admin scope needs no confirmation.
+    let (status, _) = page_of(post(&visitor, create("partner", None)).await.unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(clients_on(&app, "partner").await, 1);
+}
+
+/// Issue 29 item 3: a refused plan form comes back with what was typed and the error
+/// beside its field, escaped once (by the HTML, not also as a Rust string).
+#[tokio::test]
+async fn a_refused_plan_form_keeps_what_was_typed_and_says_why_beside_the_field() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let csrf = visitor.csrf().await;
+    let typed = |scopes: &'static str, ttl: &'static str| {
+        [
+            ("name", "silver"),
+            ("scopes", scopes),
+            ("token_ttl", ttl),
+            ("rate_count", "10"),
+            ("rate_period", "3600"),
+            ("reuse_percent", "50"),
+            ("dpop", "required"),
+            ("limit_api", "news-api"),
+            ("limit_rate", "5/min"),
+            ("limit_burst", ""),
+            ("limit_quota", ""),
+        ]
+    };
+    let with_csrf = |fields: &[(&'static str, &'static str)]| {
+        let mut form = vec![("csrf", csrf.as_str())];
+        form.extend_from_slice(fields);
+        form
+    };
+    let (status, page) = page_of(
+        visitor
+            .post(
+                "/console/plans",
+                &with_csrf(&typed("news-api \"x\"", "1800")),
+            )
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let error = page.split("id=\"error-scopes\"").nth(1).unwrap();
+    let error = error.split("</p>").next().unwrap();
+    assert!(
+        error.contains("scope name “&quot;x&quot;” must be"),
+        "escaped once: {error}"
+    );
+    assert!(!error.contains('\\') && !error.contains("&amp;"), "{error}");
+    for kept in [
+        "value=\"silver\"",
+        "value=\"news-api &quot;x&quot;\"",
+        "value=\"1800\"",
+        "value=\"10\"",
+        "value=\"3600\" selected",
+        "value=\"50\"",
+        "value=\"required\" selected",
+        "value=\"5/min\"",
+    ] {
+        assert!(page.contains(kept), "{kept} kept: {page}");
+    }
+    // The console's own check: beside the lifetime.
+    let (status, page) = page_of(
+        visitor
+            .post("/console/plans", &with_csrf(&typed("news-api", "soon")))
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let error = page.split("id=\"error-token_ttl\"").nth(1).unwrap();
+    assert!(error.starts_with(" role=\"alert\">The token lifetime must be a whole number"));
+    assert!(app
+        .store
+        .plans()
+        .await
+        .unwrap()
+        .iter()
+        .all(|p| p.name != "silver"));
+    // Saved, then a second plan of that name: beside the name.
+    let saved = visitor
+        .post("/console/plans", &with_csrf(&typed("news-api", "1800")))
+        .await;
+    assert_eq!(saved.status(), StatusCode::SEE_OTHER);
+    let (status, page) = page_of(
+        visitor
+            .post("/console/plans", &with_csrf(&typed("news-api", "1800")))
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(page
+        .split("id=\"error-name\"")
+        .nth(1)
+        .unwrap()
+        .contains("exists"));
+
+    // The edit form too: a limit on an API the plan does not grant, beside the limits.
+    let page = visitor
+        .get("/console/plans/silver")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let etag = hidden(&page, "etag").replace("&quot;", "\"");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("etag", etag.as_str()),
+        ("scopes", "news-api"),
+        ("token_ttl", "900"),
+        ("limit_api", "oms-api"),
+        ("limit_rate", "7/hour"),
+        ("limit_burst", ""),
+        ("limit_quota", ""),
+    ];
+    let (status, page) = page_of(visitor.post("/console/plans/silver", &form).await).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(page
+        .split("id=\"error-limits\"")
+        .nth(1)
+        .unwrap()
+        .contains("does not grant"));
+    assert!(page.contains("value=\"900\"") && page.contains("value=\"7/hour\""));
+    let plan = app
+        .store
+        .plans()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == "silver")
+        .unwrap();
+    assert_eq!(plan.token_ttl, 1800, "nothing saved");
+}
+
+/// Issue 29 item 3: disabling a client, rotating its secret and deleting it each take a
+/// second step, a page that says what it does; the first step changes nothing.
+#[tokio::test]
+async fn disable_rotate_and_delete_ask_for_a_confirmation_first() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let (target, _) = app.client().await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let client_page = format!("/console/clients/{target}");
+    let page = visitor.get(&client_page).await.text().await.unwrap();
+    let csrf = hidden(&page, "csrf");
+    let etag = hidden(&page, "etag").replace("&quot;", "\"");
+
+    // Disable.
+    let change = format!("{client_page}/change");
+    let first = [
+        ("csrf", csrf.as_str()),
+        ("etag", etag.as_str()),
+        ("enabled", "false"),
+    ];
+    let (status, page) = page_of(visitor.post(&change, &first).await).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(&format!("Disable {target}")), "{page}");
+    assert!(page.contains("name=\"confirmed\" value=\"yes\""));
+    assert!(page.contains(&format!("href=\"{client_page}\">Cancel")));
+    assert!(app.store.client(&target).await.unwrap().unwrap().enabled);
+    let mut confirmed = first.to_vec();
+    confirmed.push(("confirmed", "yes"));
+    let done = visitor.post(&change, &confirmed).await;
+    assert_eq!(location(&done), client_page);
+    assert!(!app.store.client(&target).await.unwrap().unwrap().enabled);
+
+    // Rotate.
+    let rotate = format!("{client_page}/rotate");
+    let first = [("csrf", csrf.as_str()), ("grace_secs", "0")];
+    let (status, page) = page_of(visitor.post(&rotate, &first).await).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("stops working at once"), "{page}");
+    assert!(!page.contains("id=\"client-secret\""), "no new secret yet");
+    let before = app.store.client(&target).await.unwrap().unwrap();
+    let mut confirmed = first.to_vec();
+    confirmed.push(("confirmed", "yes"));
+    let (status, page) = page_of(visitor.post(&rotate, &confirmed).await).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("id=\"client-secret\""));
+    assert_ne!(
+        app.store.client(&target).await.unwrap().unwrap().credential,
+        before.credential
+    );
+
+    // Delete.
+    let delete = format!("{client_page}/delete");
+    let page = visitor.get(&client_page).await.text().await.unwrap();
+    let etag = hidden(&page, "etag").replace("&quot;", "\"");
+    let first = [("csrf", csrf.as_str()), ("etag", etag.as_str())];
+    let (status, page) = page_of(visitor.post(&delete, &first).await).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(&format!("Delete {target}")));
+    assert!(app.store.client(&target).await.unwrap().is_some());
+    let mut confirmed = first.to_vec();
+    confirmed.push(("confirmed", "yes"));
+    let done = visitor.post(&delete, &confirmed).await;
+    assert_eq!(location(&done), "/console/clients");
+    assert!(app.store.client(&target).await.unwrap().is_none());
+}
+
+/// Issue 29 item 3 (and first-hour F27): a disabled client that still calls is seen: its
+/// refusals are listed and counted; the page says how fresh its counts are.
+#[tokio::test]
+async fn a_disabled_clients_refused_calls_are_listed_and_counted() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "ops", "tessera-admin-read").await;
+    let (caller, caller_secret) = app.client().await;
+    app.registrar()
+        .patch_client(caller.as_str(), None, None, Some(false))
+        .await
+        .unwrap();
+    app.sync().await;
+    let news = "grant_type=client_credentials&scope=news-api";
+    assert_eq!(app.token(&caller, &caller_secret, news).await.status(), 401);
+    // A wrong secret proves nothing: not the client's refusal.
+    let wrong = ClientSecret::new("tcs_wrong");
+    assert_eq!(app.token(&caller, &wrong, news).await.status(), 401);
+    app.state.housekeeping().await;
+
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let page = visitor
+        .get(&format!("/console/clients/{caller}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let refusals = page.split("Last refusals").nth(1).unwrap();
+    assert_eq!(refusals.matches("invalid_client").count(), 1, "{refusals}");
+    assert!(
+        page.contains("This client: 0 tokens issued and 1 requests refused"),
+        "{page}"
+    );
+    let freshness = page.split("id=\"usage-freshness\"").nth(1).unwrap();
+    assert!(freshness.contains("every 30 s"), "{freshness}");
+}
+
+/// The text of the element with id `id` in `html`, its entities decoded.
+fn text_of(html: &str, id: &str) -> String {
+    let start = html
+        .find(&format!("id=\"{id}\">"))
+        .unwrap_or_else(|| panic!("no #{id} in {html}"))
+        + id.len()
+        + 6;
+    let text = &html[start..];
+    let text = &text[..text.find('<').unwrap()];
+    text.replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// Issue 29 item 4: the page that shows a new client's secret has a quick start with the
+/// client's values; its curl snippet, run by a shell, gets a token from the real server
+/// (for either way of sending the secret), and its Rust snippet is the kit's compiled
+/// example.
+#[tokio::test]
+async fn the_quick_start_of_a_new_client_gets_a_token_as_pasted() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    app.registrar()
+        .set_plan("partner", "news-api market-data-api", None)
+        .await
+        .unwrap();
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    for method in ["client_secret_basic", "client_secret_post"] {
+        let form = visitor
+            .get("/console/clients/new")
+            .await
+            .text()
+            .await
+            .unwrap();
+        let (csrf, key) = (hidden(&form, "csrf"), hidden(&form, "idempotency_key"));
+        let (status, page) = page_of(
+            visitor
+                .post(
+                    "/console/clients",
+                    &[
+                        ("csrf", &csrf),
+                        ("idempotency_key", &key),
+                        ("plan", "partner"),
+                        ("auth_method", method),
+                    ],
+                )
+                .await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let client_id = text_of(&page, "client-id");
+        let client_secret = text_of(&page, "client-secret");
+        let env = text_of(&page, "snippet-env");
+        let curl = text_of(&page, "snippet-curl");
+        assert!(
+            env.contains(&format!("TESSERA_CLIENT_ID='{client_id}'")),
+            "{env}"
+        );
+        assert!(env.contains(&format!("TESSERA_CLIENT_SECRET='{client_secret}'")));
+        assert!(env.contains("TESSERA_SCOPES='market-data-api news-api'"));
+        assert!(
+            curl.contains(&client_id) && !curl.contains(&client_secret),
+            "{curl}"
+        );
+        assert!(
+            curl.contains(&format!("'{}/connect/token'", app.base)),
+            "{curl}"
+        );
+        let script = format!("{env}\n{curl}");
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .output()
+                .expect("sh runs")
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        assert_eq!(answer["scope"], "market-data-api news-api", "{answer}");
+        assert!(answer["access_token"].is_string());
+
+        let python = text_of(&page, "snippet-python");
+        assert!(python.contains(&format!("\"{client_id}\"")), "{python}");
+        assert!(python.contains(&format!("token_endpoint_auth_method=\"{method}\"")));
+        assert!(python.contains(&format!("\"{}/connect/token\"", app.base)));
+        assert!(!python.contains(&client_secret));
+        let rust = text_of(&page, "snippet-rust");
+        let example = include_str!("../../../tessera-client/examples/quickstart.rs");
+        assert_eq!(rust, example, "the page shows the kit's example as it is");
+    }
+}
+
+/// Issue 29 item 2: every change through the admin API or the console is kept as an audit
+/// event (who, what, to what, when, from where, through what), read back newest first from
+/// `GET /admin/v1/audit-events` (searchable, paged, its bad parameters refused) and on the
+/// console's activity page; never a secret; forgotten after the retention period.
+#[tokio::test]
+async fn every_change_is_kept_as_an_audit_event_and_shown_on_the_activity_page() {
+    use serde_json::{json, Value};
+    let app = spawn_with(|s| s.config.audit_retention = std::time::Duration::from_secs(7200)).await;
+    let (api_admin, token) = app.admin_token("tessera-admin").await;
+    let events = |query: &str| {
+        app.http
+            .get(app.url(&format!("/admin/v1/audit-events{query}")))
+            .bearer_auth(&token)
+            .send()
+    };
+    let body = |r: Response| async move {
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json::<Value>().await.unwrap()
+    };
+    assert_eq!(body(events("").await.unwrap()).await["events"], json!([]));
+
+    // Through the admin API.
+    let put = app
+        .http
+        .put(app.url("/admin/v1/plans/gold"))
+        .bearer_auth(&token)
+        .json(&json!({ "scopes": ["news-api"] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::CREATED);
+    app.clock.advance(std::time::Duration::from_secs(60));
+
+    // Through the console, as another admin client.
+    let (console_admin, secret) = admin(&app, "ops", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    visitor
+        .sign_in(console_admin.as_str(), secret.expose())
+        .await;
+    let form = visitor
+        .get("/console/clients/new")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (csrf, key) = (hidden(&form, "csrf"), hidden(&form, "idempotency_key"));
+    let (_, page) = page_of(
+        visitor
+            .post(
+                "/console/clients",
+                &[("csrf", &csrf), ("idempotency_key", &key), ("plan", "gold")],
+            )
+            .await,
+    )
+    .await;
+    let client = text_of(&page, "client-id");
+    let client_secret = text_of(&page, "client-secret");
+    let rotate = format!("/console/clients/{client}/rotate");
+    visitor
+        .post(
+            &rotate,
+            &[("csrf", &csrf), ("grace_secs", "0"), ("confirmed", "yes")],
+        )
+        .await;
+
+    let all = body(events("").await.unwrap()).await;
+    let list = all["events"].as_array().unwrap();
+    assert_eq!(list.len(), 3, "{all}");
+    assert!(!all.to_string().contains(&client_secret), "no secret");
+    assert_eq!(list[0]["actor"], console_admin.as_str());
+    assert_eq!(list[0]["object"], format!("client:{client}"));
+    assert_eq!(list[0]["action"], "secret rotated, previous valid for 0 s");
+    assert_eq!(list[0]["channel"], "console");
+    assert_eq!(list[0]["source"], "127.0.0.1");
+    assert_eq!(list[1]["action"], "created on plan gold");
+    assert_eq!(list[2]["actor"], api_admin.as_str());
+    assert_eq!(list[2]["object"], "plan:gold");
+    assert_eq!(list[2]["action"], "created");
+    assert_eq!(list[2]["channel"], "admin-api");
+    assert_eq!(list[2]["source"], "127.0.0.1");
+    let at = |e: &Value| tessera_proto::clock::parse_rfc3339(e["at"].as_str().unwrap());
+    assert_eq!(at(&list[0]), Some(app.clock.now()));
+    assert_eq!(at(&list[2]), Some(app.clock.now() - 60));
+
+    // Searched and paged.
+    let found = body(
+        events(&format!("?q={}", api_admin.as_str().to_uppercase()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(found["events"].as_array().unwrap().len(), 1);
+    let first = body(events("?limit=2").await.unwrap()).await;
+    assert_eq!(first["events"].as_array().unwrap().len(), 2);
+    let next = first["next_before"].as_i64().expect("an older page");
+    let rest = body(events(&format!("?limit=2&before={next}")).await.unwrap()).await;
+    assert_eq!(rest["events"][0]["object"], "plan:gold");
+    assert_eq!(rest["next_before"], Value::Null);
+    for bad in [
+        "?limit=0",
+        "?limit=501",
+        "?before=x",
+        &format!("?q={}", "x".repeat(257)),
+    ] {
+        let refused = events(bad).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(
+            refused.headers()["content-type"],
+            "application/problem+json"
+        );
+    }
+    let anonymous = app
+        .http
+        .get(app.url("/admin/v1/audit-events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+
+    // The console's activity page, with its search.
+    let activity = visitor.get("/console/activity").await.text().await.unwrap();
+    let table = activity.split("id=\"activity\"").nth(1).unwrap();
+    assert_eq!(table.matches("<tr>").count(), 4, "a head and three rows");
+    assert!(table.contains(&format!("href=\"/console/clients/{client}\"")));
+    let searched = visitor
+        .get("/console/activity?q=plan%3Agold")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let table = searched.split("id=\"activity\"").nth(1).unwrap();
+    assert_eq!(table.matches("<tr>").count(), 2, "{table}");
+
+    // Past the retention period, housekeeping forgets them.
+    app.clock
+        .advance(std::time::Duration::from_secs(7200 - 60 + 1));
+    app.state.housekeeping().await;
+    let (_, fresh) = app.admin_token("tessera-admin-read").await;
+    let left: Value = app
+        .http
+        .get(app.url("/admin/v1/audit-events"))
+        .bearer_auth(&fresh)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let objects: Vec<&str> = left["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["object"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        objects,
+        [format!("client:{client}"), format!("client:{client}")],
+        "{left}"
     );
 }

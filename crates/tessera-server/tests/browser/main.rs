@@ -355,14 +355,26 @@ async fn an_operator_onboards_a_client_in_chromium() {
 
     // A client on it; its secret read from the page, and used.
     browser.open("/console/clients/new").await;
-    browser
+    let warned = || async {
+        browser
+            .client
+            .find(Locator::Css("#admin-warning"))
+            .await
+            .unwrap()
+            .is_displayed()
+            .await
+            .unwrap()
+    };
+    assert!(!warned().await, "no plan chosen yet: no warning");
+    let plan = browser
         .client
         .find(Locator::Css("#client-plan"))
         .await
-        .unwrap()
-        .select_by_value("partner")
-        .await
         .unwrap();
+    plan.clone().select_by_value("admin").await.unwrap();
+    assert!(warned().await, "an admin plan chosen: the warning shows");
+    plan.select_by_value("partner").await.unwrap();
+    assert!(!warned().await);
     browser.fill("#client-name", "Acme Trading").await;
     browser.screenshot("client-new").await;
     browser.press("Create client").await;
@@ -391,7 +403,13 @@ async fn an_operator_onboards_a_client_in_chromium() {
         .select_by_value("0")
         .await
         .unwrap();
-    browser.press("Rotate secret").await;
+    browser.press("Rotate secret…").await;
+    assert!(browser
+        .text(".warning")
+        .await
+        .contains("stops working at once"));
+    browser.screenshot("client-rotate-confirm").await;
+    browser.press(&format!("Rotate the secret of {id}")).await;
     let rotated = browser.text("#client-secret").await;
     assert_ne!(rotated, secret);
     assert_eq!(token(&app, &id, &rotated).await, 200);
@@ -399,7 +417,13 @@ async fn an_operator_onboards_a_client_in_chromium() {
 
     // Disabled: its next token request is refused.
     browser.open(&format!("/console/clients/{id}")).await;
-    browser.press("Disable client").await;
+    browser.press("Disable client…").await;
+    assert_eq!(
+        token(&app, &id, &rotated).await,
+        200,
+        "not yet: a second step"
+    );
+    browser.press(&format!("Disable {id}")).await;
     assert!(browser.text("#client-state").await.starts_with("disabled"));
     assert_eq!(token(&app, &id, &rotated).await, 401);
 
@@ -436,6 +460,57 @@ async fn an_operator_onboards_a_client_in_chromium() {
         .unwrap();
     assert_eq!(width, json!(true), "no sideways scrolling at 375 px");
     browser.screenshot("client-375px").await;
+    // The charts' labels are drawn at a readable size (the SVG scales them down with it).
+    let tick: Value = browser
+        .client
+        .execute(
+            "return document.querySelector('.chart .tick').getBoundingClientRect().height;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        tick.as_f64().unwrap() >= 10.0,
+        "chart labels {tick} px tall"
+    );
+    // Key ids and client ids take a line or two, not a column of three-letter lines.
+    for (path, id_cell) in [
+        ("/console/keys", "td.kid code"),
+        ("/console/clients", "td code"),
+    ] {
+        browser.open(path).await;
+        let lines: Value = browser
+            .client
+            .execute(
+                &format!(
+                    "var c = document.querySelector('{id_cell}'); \
+                     return c.getBoundingClientRect().height / \
+                       parseFloat(getComputedStyle(c).lineHeight || 20);"
+                ),
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(
+            lines.as_f64().unwrap() <= 2.5,
+            "{path}: ids over {lines} lines"
+        );
+        let width: Value = browser
+            .client
+            .execute(
+                "return document.documentElement.scrollWidth <= window.innerWidth;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            width,
+            json!(true),
+            "{path}: no sideways scrolling at 375 px"
+        );
+        let name = format!("{}-375px", path.trim_start_matches("/console/"));
+        browser.screenshot(&name).await;
+    }
     browser.client.set_window_size(1280, 900).await.unwrap();
 
     // Keyboard: the skip link is the first stop and leads to the content.

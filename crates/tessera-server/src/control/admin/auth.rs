@@ -34,8 +34,18 @@ pub(crate) const REALM: &str = "tessera-admin";
 pub(crate) struct Caller<R> {
     /// The admin client's id, for the audit trail and idempotency keys.
     pub(crate) client_id: String,
+    /// The caller's address, as the token endpoint's audit names it
+    /// (`crate::routes::client_ip`), for the audit trail.
+    pub(crate) source: Option<std::net::IpAddr>,
+    /// `console` when the console made the call on a browser's behalf, else `admin-api`.
+    pub(crate) channel: &'static str,
     right: PhantomData<fn() -> R>,
 }
+
+/// Marks a request the console makes in-process on a browser's behalf (an extension, which
+/// no HTTP caller can set), so that its audit events say so.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ViaConsole;
 
 /// What an admin handler may do; the scope it needs.
 pub(crate) trait Right {
@@ -64,8 +74,15 @@ impl<R: Right> FromRequestParts<AppState> for Caller<R> {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
         let client_id = authorize(state, parts, R::WRITE).await?;
+        let channel = if parts.extensions.get::<ViaConsole>().is_some() {
+            "console"
+        } else {
+            "admin-api"
+        };
         Ok(Self {
             client_id,
+            source: crate::routes::client_ip(state, parts),
+            channel,
             right: PhantomData,
         })
     }

@@ -251,10 +251,12 @@ pub(crate) async fn create_client(
     }
     in_force(&state).await;
     audit::admin_change(
-        &caller.client_id,
+        &state,
+        &caller,
         &format!("client:{}", client.id),
         &format!("created on plan {}", client.plan),
-    );
+    )
+    .await;
     Ok(created(&answer, Some(&etag(&client))))
 }
 
@@ -313,10 +315,12 @@ pub(crate) async fn patch_client(
         .await?;
     in_force(&state).await;
     audit::admin_change(
-        &caller.client_id,
+        &state,
+        &caller,
         &format!("client:{id}"),
         &changes(&before, &client),
-    );
+    )
+    .await;
     Ok(json(
         StatusCode::OK,
         &views::client(&client),
@@ -361,7 +365,7 @@ pub(crate) async fn delete_client(
     let (_one_writer, _) = load_for_write(&state, &if_match, &id).await?;
     state.registrar().delete_client(&id).await?;
     in_force(&state).await;
-    audit::admin_change(&caller.client_id, &format!("client:{id}"), "deleted");
+    audit::admin_change(&state, &caller, &format!("client:{id}"), "deleted").await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -396,10 +400,12 @@ pub(crate) async fn rotate_secret(
         .await?;
     in_force(&state).await;
     audit::admin_change(
-        &caller.client_id,
+        &state,
+        &caller,
         &format!("client:{id}"),
         &format!("secret rotated, previous valid for {grace} s"),
-    );
+    )
+    .await;
     Ok(json(
         StatusCode::OK,
         &views::with_secret(&client, Some(secret)),

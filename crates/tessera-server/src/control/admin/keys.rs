@@ -71,10 +71,12 @@ pub(crate) async fn rotate_keys(
         .await?;
     in_force(&state).await;
     audit::admin_change(
-        &caller.client_id,
+        &state,
+        &caller,
         &format!("key:{}", key.kid),
         &format!("created, signs from {}", rfc3339(key.activates_at)),
-    );
+    )
+    .await;
     let all = state.store().keys().await?;
     let view = views::keys(&all, state.clock().now())
         .into_iter()

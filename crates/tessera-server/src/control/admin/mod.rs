@@ -7,7 +7,8 @@
 //!   `tessera-verify`, and the scope the handler needs.
 //! - `extract.rs`: what else a handler takes, as extractors that answer a problem: JSON
 //!   bodies, path and query parameters, `If-Match` (RFC 9110 section 13.1.1).
-//! - `plans.rs`, `clients.rs`, `keys.rs`, `trust.rs`: the resources; `idempotency.rs`: a
+//! - `plans.rs`, `clients.rs`, `keys.rs`, `trust.rs`: the resources; `audit.rs`: the
+//!   changes made to them; `idempotency.rs`: a
 //!   client creation retried with its `Idempotency-Key`.
 //! - here: what they share: `ETag`s (RFC 9110 section 8.8.3), JSON answers, and the step
 //!   every change ends with.
@@ -25,6 +26,7 @@ use crate::control::problem::Problem;
 use crate::registrar::views;
 use crate::AppState;
 
+pub(crate) mod audit;
 pub(crate) mod auth;
 pub(crate) mod clients;
 mod extract;
@@ -40,6 +42,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(clients::router())
         .merge(keys::router())
         .merge(trust::router())
+        .merge(audit::router())
         .fallback(|| async { Problem::not_found("no such admin resource") })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
 }

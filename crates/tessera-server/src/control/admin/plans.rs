@@ -147,7 +147,10 @@ pub(crate) async fn put_plan(
     {
         return Err(Problem::invalid_field(
             "scopes",
-            format!("{bad:?} is not one scope name"),
+            format!(
+                "{} is not one scope name",
+                tessera_proto::scope::Quoted(bad)
+            ),
         ));
     }
     let token_rate = match input.token_rate {
@@ -180,14 +183,16 @@ pub(crate) async fn put_plan(
         .await?;
     in_force(&state).await;
     audit::admin_change(
-        &caller.client_id,
+        &state,
+        &caller,
         &format!("plan:{name}"),
         if before.is_some() {
             "replaced"
         } else {
             "created"
         },
-    );
+    )
+    .await;
     let n = count(&state, &name).await?;
     let status = if before.is_some() {
         StatusCode::OK
@@ -228,7 +233,7 @@ pub(crate) async fn delete_plan(
         }
     }
     in_force(&state).await;
-    audit::admin_change(&caller.client_id, &format!("plan:{name}"), "deleted");
+    audit::admin_change(&state, &caller, &format!("plan:{name}"), "deleted").await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -102,10 +102,12 @@ pub(crate) async fn put_policy(
         .put_trust_policy(views::trust_policy_input(&name, input))
         .await?;
     audit::admin_change(
-        &caller.client_id,
+        &state,
+        &caller,
         &format!("trust-policy:{name}"),
         if existed { "replaced" } else { "created" },
-    );
+    )
+    .await;
     let status = if existed {
         StatusCode::OK
     } else {
@@ -133,10 +135,6 @@ pub(crate) async fn delete_policy(
             "no trust policy named {name:?}"
         )));
     }
-    audit::admin_change(
-        &caller.client_id,
-        &format!("trust-policy:{name}"),
-        "deleted",
-    );
+    audit::admin_change(&state, &caller, &format!("trust-policy:{name}"), "deleted").await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -18,7 +18,9 @@ use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::{ErrorCode, ErrorResponse, TokenResponse};
 use tower::ServiceExt;
 
+use super::session::Session;
 use crate::control::admin;
+use crate::control::admin::auth::ViaConsole;
 use crate::routes::token;
 use crate::AppState;
 
@@ -44,6 +46,8 @@ pub(super) enum ApiError {
         status: StatusCode,
         title: String,
         detail: String,
+        /// The request field at fault, when the problem names one.
+        field: Option<String>,
     },
 }
 
@@ -53,6 +57,7 @@ impl ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             title: "Unexpected answer".into(),
             detail: detail.to_string(),
+            field: None,
         }
     }
 }
@@ -171,15 +176,17 @@ impl Api {
     }
 
     /// `GET path` with the session's token.
-    pub(super) async fn get(&self, token: &str, path: &str) -> Result<Answer, ApiError> {
-        self.call(token, Method::GET, path, None::<&()>, &[]).await
+    pub(super) async fn get(&self, session: &Session, path: &str) -> Result<Answer, ApiError> {
+        self.call(session, Method::GET, path, None::<&()>, &[])
+            .await
     }
 
     /// A call with the session's token and, for writes, a JSON body and extra headers
-    /// (`If-Match`, `Idempotency-Key`).
+    /// (`If-Match`, `Idempotency-Key`); with the browser's address and forwarding headers,
+    /// and marked as the console's, for the audit trail.
     pub(super) async fn call(
         &self,
-        token: &str,
+        session: &Session,
         method: Method,
         path: &str,
         body: Option<&impl serde::Serialize>,
@@ -188,7 +195,13 @@ impl Api {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("/admin/v1{path}"))
-            .header(header::AUTHORIZATION, format!("Bearer {token}"));
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", session.token.as_str()),
+            );
+        for value in &session.origin.forwarded {
+            request = request.header("x-forwarded-for", value.clone());
+        }
         if body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
         }
@@ -197,11 +210,15 @@ impl Api {
                 request = request.header(*name, value);
             }
         }
-        let request = request
+        let mut request = request
             .body(body.map_or_else(Body::empty, |b| {
                 Body::from(serde_json::to_vec(b).unwrap_or_default())
             }))
             .map_err(ApiError::internal)?;
+        if let Some(peer) = session.origin.peer {
+            request.extensions_mut().insert(peer);
+        }
+        request.extensions_mut().insert(ViaConsole);
         let (status, headers, body) = self.send(request).await.map_err(ApiError::internal)?;
         if status.is_success() {
             return Ok(Answer {
@@ -223,6 +240,7 @@ impl Api {
             status,
             title: problem.title,
             detail: problem.detail,
+            field: problem.field,
         })
     }
 

@@ -18,7 +18,9 @@ impl FromRequestParts<Console> for Session {
 
     /// The live session the request's cookie names, or [`Fail::SignIn`].
     async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Fail> {
-        console.session(&parts.headers)
+        let mut session = console.session(&parts.headers)?;
+        session.origin = session::Origin::of(&parts.extensions, &parts.headers);
+        Ok(session)
     }
 }
 
@@ -64,10 +66,12 @@ impl FromRequest<Console> for Form {
         // The body first, then the session, as when handlers took `Bytes`: a body too
         // large is refused as axum refuses it.
         let headers = request.headers().clone();
+        let origin = session::Origin::of(request.extensions(), &headers);
         let body = Bytes::from_request(request, console)
             .await
             .map_err(Fail::Body)?;
-        let session = console.session(&headers)?;
+        let mut session = console.session(&headers)?;
+        session.origin = origin;
         let id = session::cookie(&headers, session::COOKIE)
             .unwrap_or_default()
             .to_owned();

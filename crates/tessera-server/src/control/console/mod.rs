@@ -164,6 +164,7 @@ impl IntoResponse for Fail {
                     status,
                     title,
                     detail,
+                    ..
                 },
             ) => (status, session, title, detail),
             Fail::BadRequest(session, detail) => (
@@ -316,6 +317,7 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
                     write,
                     expires_at: now + lifetime as i64,
                     flash: None,
+                    origin: session::Origin::default(),
                 },
                 now,
             ) else {

@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use aws_lc_rs::digest::{digest, SHA256};
-use axum::http::{header, HeaderMap};
+use std::net::SocketAddr;
+
+use axum::extract::ConnectInfo;
+use axum::http::{header, Extensions, HeaderMap, HeaderValue};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use tessera_store::Timestamp;
@@ -45,6 +48,27 @@ pub(super) struct Session {
     pub(super) expires_at: Timestamp,
     /// A message for the next page shown (after a redirect), and whether it is an error.
     pub(super) flash: Option<(String, bool)>,
+    /// Where the request being answered came from (not kept between requests): the admin
+    /// API's calls carry it, so that its audit trail names the browser's address.
+    pub(super) origin: Origin,
+}
+
+/// Where a request came from, as the admin API reads it (`routes::client_ip`): the peer's
+/// address and the forwarding headers a trusted proxy wrote.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Origin {
+    pub(super) peer: Option<ConnectInfo<SocketAddr>>,
+    pub(super) forwarded: Vec<HeaderValue>,
+}
+
+impl Origin {
+    /// The origin of a request with these `extensions` and `headers`.
+    pub(super) fn of(extensions: &Extensions, headers: &HeaderMap) -> Self {
+        Self {
+            peer: extensions.get::<ConnectInfo<SocketAddr>>().copied(),
+            forwarded: headers.get_all("x-forwarded-for").iter().cloned().collect(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -188,6 +212,7 @@ mod tests {
             write: true,
             expires_at,
             flash: None,
+            origin: Origin::default(),
         }
     }
 

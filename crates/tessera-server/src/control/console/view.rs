@@ -17,6 +17,7 @@ pub(super) enum Section {
     Plans,
     Clients,
     Keys,
+    Activity,
     None,
 }
 
@@ -32,6 +33,7 @@ pub(super) fn page(
         (Section::Plans, "/console/plans", "Plans"),
         (Section::Clients, "/console/clients", "Clients"),
         (Section::Keys, "/console/keys", "Keys"),
+        (Section::Activity, "/console/activity", "Activity"),
     ];
     let body = maud::PreEscaped(body.into_string());
     html! {
@@ -89,6 +91,109 @@ pub(super) fn page(
 /// The hidden CSRF field every form of a session carries.
 pub(super) fn csrf(session: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(session.csrf); }
+}
+
+/// What a form holds: the fields as posted (a refused form is shown again with them, so
+/// that nothing typed is lost), or as read from what the form edits.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Typed(pub(super) Vec<(String, String)>);
+
+impl Typed {
+    /// The first value of field `name`.
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
+        super::field(&self.0, name)
+    }
+
+    /// Every value of field `name`, in the form's order.
+    pub(super) fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// Adds `value` to field `name`.
+    pub(super) fn push(&mut self, name: &str, value: &dyn std::fmt::Display) {
+        self.0.push((name.to_owned(), value.to_string()));
+    }
+}
+
+/// Why a form was refused, and the field at fault (a field name of the form; `None` when
+/// the fault is not one field's).
+#[derive(Debug, Clone)]
+pub(super) struct FieldError {
+    pub(super) field: Option<String>,
+    pub(super) message: String,
+}
+
+impl FieldError {
+    /// The message of `error` (an admin API problem) beside the form field that `to_field`
+    /// names for the problem's `field`.
+    pub(super) fn from_api(
+        error: &super::api::ApiError,
+        to_field: impl Fn(&str) -> Option<String>,
+    ) -> Option<Self> {
+        match error {
+            super::api::ApiError::SignedOut => None,
+            super::api::ApiError::Problem {
+                title,
+                detail,
+                field,
+                ..
+            } => Some(Self {
+                field: field.as_deref().and_then(to_field),
+                message: if detail.is_empty() {
+                    title.clone()
+                } else {
+                    detail.clone()
+                },
+            }),
+        }
+    }
+
+    /// The message, when it is field `name`'s; shown right after the field, and read out
+    /// with it (`aria-describedby` names `error-NAME`).
+    pub(super) fn beside(error: Option<&Self>, name: &str) -> Markup {
+        html! {
+            @if let Some(e) = error.filter(|e| e.field.as_deref() == Some(name)) {
+                p.field-error #{"error-" (name)} role="alert" { (e.message) }
+            }
+        }
+    }
+
+    /// The message, when it is no field's (or names one the form does not show).
+    pub(super) fn above(error: Option<&Self>, shown: &[&str]) -> Markup {
+        html! {
+            @if let Some(e) = error.filter(|e| e.field.as_deref().is_none_or(|f| !shown.contains(&f))) {
+                p.flash.error role="alert" { "Not saved: " (e.message) }
+            }
+        }
+    }
+}
+
+/// The second step of a change that bites: what it does, and a form that repeats the first
+/// step's fields (`hidden`) with `confirmed=yes` to `action`; or back to `cancel`.
+pub(super) fn confirm(
+    session: &Session,
+    heading: &Markup,
+    warning: &str,
+    action: &str,
+    hidden: &[(&str, &str)],
+    button: &str,
+    cancel: &str,
+) -> Markup {
+    html! {
+        h1 { (heading) }
+        p.warning { (warning) }
+        form.confirm method="post" action=(action) {
+            (csrf(session))
+            @for (name, value) in hidden { input type="hidden" name=(name) value=(value); }
+            input type="hidden" name="confirmed" value="yes";
+            button.danger type="submit" { (button) }
+            a.cancel href=(cancel) { "Cancel" }
+        }
+    }
 }
 
 /// A time, written in RFC 3339 UTC; the script shows it in the viewer's zone, UTC on hover.
@@ -198,7 +303,7 @@ fn bars(
     let total_issued: u64 = counts.iter().map(|c| c.0).sum();
     let total_refused: u64 = counts.iter().map(|c| c.1).sum();
     let max = counts.iter().map(|(i, r)| i + r).max().unwrap_or(0).max(1);
-    let (width, height, left, bottom) = (600.0, 160.0, 40.0, 20.0);
+    let (width, height, left, bottom) = (600.0, 160.0, 52.0, 28.0);
     let plot_h = height - bottom - 10.0;
     let slot = (width - left) / days.len().max(1) as f64;
     let bar = (slot * 0.7).max(1.0);

@@ -17,3 +17,15 @@ document.querySelectorAll("button[data-copy]").forEach(function (button) {
     );
   });
 });
+// "Create a client": the warning about admin plans shows while one is chosen.
+(function () {
+  var plan = document.getElementById("client-plan");
+  var warning = document.getElementById("admin-warning");
+  if (!plan || !warning) return;
+  var show = function () {
+    var chosen = plan.options[plan.selectedIndex];
+    warning.hidden = !(chosen && chosen.hasAttribute("data-admin"));
+  };
+  plan.addEventListener("change", show);
+  show();
+})();

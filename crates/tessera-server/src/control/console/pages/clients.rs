@@ -2,7 +2,7 @@
 //! changing, rotating a secret (the one page that shows it) and deleting.
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -13,8 +13,16 @@ use tessera_proto::form::encode_component as seg;
 use super::{days_query, get_json, get_tagged};
 use crate::control::console::extract::{Form, Page};
 use crate::control::console::session::{random_token, Session};
-use crate::control::console::view::{self, csrf, time, usage_chart, Section};
+use crate::control::console::view::{self, csrf, time, usage_chart, FieldError, Section, Typed};
 use crate::control::console::{field, Console, Fail};
+
+/// The grace periods the rotate form offers for the previous secret.
+const GRACES: [(i64, &str); 4] = [
+    (0, "no time: stop it now"),
+    (3600, "1 hour"),
+    (86_400, "1 day"),
+    (604_800, "7 days"),
+];
 
 /// Clients shown per page of the list.
 const PAGE: usize = 25;
@@ -163,15 +171,15 @@ async fn clients(
                     @else { "An admin with write access creates them." } }
             }
         } @else {
-            div.table-wrap { table {
+            div.table-wrap { table.cards {
                 thead { tr { th scope="col" { "Client id" } th scope="col" { "Name" } th scope="col" { "Plan" } th scope="col" { "State" } th scope="col" { "Created" } } }
                 tbody { @for c in &shown {
                     tr {
-                        td { a href={"/console/clients/" (seg(c.client_id.as_str()))} { code { (c.client_id) } } }
-                        td { (c.name) }
-                        td { (c.plan) }
-                        td { @if c.enabled { "enabled" } @else { span.badge.off { "disabled" } } }
-                        td { (time(c.created_at)) }
+                        td data-label="Client id" { a href={"/console/clients/" (seg(c.client_id.as_str()))} { code { (c.client_id) } } }
+                        td data-label="Name" { (c.name) }
+                        td data-label="Plan" { (c.plan) }
+                        td data-label="State" { @if c.enabled { "enabled" } @else { span.badge.off { "disabled" } } }
+                        td data-label="Created" { (time(c.created_at)) }
                     }
                 } }
             } }
@@ -185,7 +193,30 @@ async fn clients(
 }
 
 async fn new_client(State(console): State<Console>, session: Session) -> Result<Page, Fail> {
-    let plans: PlanList = get_json(&console, &session, "/plans").await?;
+    new_client_page(&console, &session, &Typed::default(), None).await
+}
+
+/// Whether a plan's clients may use the admin API: the scope `tessera-admin` or
+/// `tessera-admin-read`.
+fn is_admin_plan(plan: &api::Plan) -> bool {
+    plan.scopes
+        .iter()
+        .any(|s| tessera_proto::scope::is_admin_scope(s))
+}
+
+/// The form that creates a client, filled with `typed` and showing `error`. No plan is
+/// chosen beforehand; an admin plan is marked, and choosing one asks for a confirmation.
+async fn new_client_page(
+    console: &Console,
+    session: &Session,
+    typed: &Typed,
+    error: Option<&FieldError>,
+) -> Result<Page, Fail> {
+    let plans: PlanList = get_json(console, session, "/plans").await?;
+    let chosen = typed.get("plan").unwrap_or_default();
+    let method = typed.get("auth_method").unwrap_or("client_secret_basic");
+    let any_admin = plans.plans.iter().any(is_admin_plan);
+    let plan_error = error.is_some_and(|e| e.field.as_deref() == Some("plan"));
     let body = html! {
         p { a href="/console/clients" { "← Clients" } }
         h1 { "Create a client" }
@@ -193,18 +224,40 @@ async fn new_client(State(console): State<Console>, session: Session) -> Result<
             p.empty { "There is no plan to put a client on: " a href="/console/plans#create" { "create a plan" } " first." }
         } @else {
             form.stack method="post" action="/console/clients" {
-                (csrf(&session))
+                (csrf(session))
+                (FieldError::above(error, &["plan", "name"]))
                 input type="hidden" name="idempotency_key" value=(random_token());
                 label for="client-plan" { "Plan" }
-                select #client-plan name="plan" required {
-                    @for p in &plans.plans { option value=(p.name) { (p.name) " (" (p.scopes.join(" ")) ")" } }
+                select #client-plan name="plan" required aria-invalid=[plan_error.then_some("true")]
+                    aria-describedby=[plan_error.then_some("error-plan")] {
+                    option value="" disabled selected[chosen.is_empty()] { "Choose a plan…" }
+                    @for p in &plans.plans {
+                        @let admin = is_admin_plan(p);
+                        option value=(p.name) selected[p.name == chosen] data-admin=[admin.then_some("yes")] {
+                            (p.name) " (" (p.scopes.join(" ")) ")"
+                            @if admin { " — admin: controls Tessera" }
+                        }
+                    }
+                }
+                (FieldError::beside(error, "plan"))
+                @if any_admin {
+                    div.warning #admin-warning {
+                        p { strong { "Admin plans" } " (marked “admin”) let their clients change "
+                            "plans, clients and keys through the admin API. Give one only to an operator's tool." }
+                        div.check {
+                            input #client-admin-ok type="checkbox" name="confirm_admin" value="yes"
+                                checked[typed.get("confirm_admin") == Some("yes")];
+                            label for="client-admin-ok" { "Yes, this client is to administer Tessera" }
+                        }
+                    }
                 }
                 label for="client-name" { "Name (for people)" }
-                input #client-name type="text" name="name" maxlength="256";
+                input #client-name type="text" name="name" maxlength="256" value=[typed.get("name")];
+                (FieldError::beside(error, "name"))
                 label for="client-method" { "Client authentication" }
                 select #client-method name="auth_method" {
-                    option value="client_secret_basic" { "HTTP Basic (client_secret_basic)" }
-                    option value="client_secret_post" { "In the form body (client_secret_post)" }
+                    option value="client_secret_basic" selected[method == "client_secret_basic"] { "HTTP Basic (client_secret_basic)" }
+                    option value="client_secret_post" selected[method == "client_secret_post"] { "In the form body (client_secret_post)" }
                 }
                 button type="submit" { "Create client" }
             }
@@ -213,14 +266,45 @@ async fn new_client(State(console): State<Console>, session: Session) -> Result<
     Ok(Page::new(
         "Create a client",
         Section::Clients,
-        &session,
+        session,
         body,
     ))
 }
 
 async fn create_client(State(console): State<Console>, form: Form) -> Result<Response, Fail> {
+    let typed = Typed(form.fields().to_vec());
+    let (console_, session, typed_) = (&console, &form.session, &typed);
+    let refused = |error: FieldError| async move {
+        let page = new_client_page(console_, session, typed_, Some(&error)).await?;
+        Ok((StatusCode::BAD_REQUEST, page).into_response())
+    };
+    let plan = form.field("plan").unwrap_or_default().to_owned();
+    if plan.is_empty() {
+        return refused(FieldError {
+            field: Some("plan".into()),
+            message: "Choose the plan the client is on.".into(),
+        })
+        .await;
+    }
+    if form.field("confirm_admin") != Some("yes") {
+        let plans: PlanList = get_json(&console, &form.session, "/plans").await?;
+        if plans
+            .plans
+            .iter()
+            .any(|p| p.name == plan && is_admin_plan(p))
+        {
+            return refused(FieldError {
+                field: Some("plan".into()),
+                message: format!(
+                    "Plan {plan} grants the admin API: confirm below that this client is to \
+                     administer Tessera, or choose another plan."
+                ),
+            })
+            .await;
+        }
+    }
     let input = api::ClientInput {
-        plan: form.field("plan").unwrap_or_default().to_owned(),
+        plan,
         name: form.field("name").unwrap_or_default().trim().to_owned(),
         token_endpoint_auth_method: Some(
             form.field("auth_method")
@@ -238,25 +322,32 @@ async fn create_client(State(console): State<Console>, form: Form) -> Result<Res
     };
     match console
         .api
-        .call(
-            &form.session.token,
-            Method::POST,
-            "/clients",
-            Some(&input),
-            extra,
-        )
+        .call(&form.session, Method::POST, "/clients", Some(&input), extra)
         .await
         .and_then(|a| a.json::<ClientWithSecret>())
     {
-        Ok(client) => {
-            Ok(secret_page(&console, &form.session, &client, "Client created").into_response())
+        Ok(client) => Ok(
+            secret_page(&console, &form.session, &client, "Client created")
+                .await
+                .into_response(),
+        ),
+        Err(e) => {
+            match FieldError::from_api(&e, |f| matches!(f, "plan" | "name").then(|| f.to_owned())) {
+                Some(error) => refused(error).await,
+                None => Ok(console.refused(&form, "/console/clients/new", e)),
+            }
         }
-        Err(e) => Ok(console.refused(&form, "/console/clients/new", e)),
     }
 }
 
-/// The one page that shows a secret.
-fn secret_page(
+/// The client kit's quick start program (`crates/tessera-client/examples/quickstart.rs`,
+/// which every build of the examples compiles), shown as it is.
+pub(crate) const RUST_QUICKSTART: &str =
+    include_str!("../../../../../tessera-client/examples/quickstart.rs");
+
+/// The one page that shows a secret, with a quick start for the client: its values to
+/// export, and a token with curl, the Rust client kit and Python's Authlib.
+async fn secret_page(
     console: &Console,
     session: &Session,
     created: &ClientWithSecret,
@@ -268,7 +359,27 @@ fn secret_page(
         .as_ref()
         .map(tessera_proto::ClientSecret::expose)
         .unwrap_or_default();
-    let issuer = console.app.issuer().trim_end_matches('/');
+    // The secret is on this page only: a plan that cannot be read (deleted meanwhile)
+    // leaves the scopes out rather than the page.
+    let scopes = get_json::<api::Plan>(console, session, &format!("/plans/{}", seg(&client.plan)))
+        .await
+        .map(|plan| plan.scopes.join(" "))
+        .unwrap_or_default();
+    let start = QuickStart {
+        base: console.app.issuer().trim_end_matches('/'),
+        id: client.client_id.as_str(),
+        secret,
+        scopes: &scopes,
+        post: client.token_endpoint_auth_method == "client_secret_post",
+    };
+    let snippet = |id: &str, text: String, label: &str| {
+        html! {
+            div.snippet {
+                pre { code #(id) { (text) } }
+                button type="button" data-copy=(id) hidden { "Copy " (label) }
+            }
+        }
+    };
     let body = html! {
         h1 { (title) }
         div.warning role="alert" {
@@ -277,21 +388,107 @@ fn secret_page(
             "Lost, it can only be replaced by rotating."
         }
         dl.secret {
-            dt { "Client id" } dd { code #client-id { (client.client_id) } }
+            dt { "Client id" } dd {
+                code #client-id { (client.client_id) }
+                " " button type="button" data-copy="client-id" hidden { "Copy id" }
+            }
             dt { "Client secret" }
             dd {
                 code #client-secret { (secret) }
                 " " button type="button" data-copy="client-secret" hidden { "Copy secret" }
             }
+            dt { "Scopes" } dd { code { (start.scopes) } }
+            dt { "Token URL" } dd { code { (start.base) "/connect/token" } }
         }
         @if let Some(until) = &client.previous_secret_valid_until {
             p { "The previous secret keeps working until " (time(*until)) "." }
         }
-        p { "Get a token with it:" }
-        pre { code { "curl -s -u '" (client.client_id) ":" (secret) "' -d grant_type=client_credentials -d 'scope=…' " (issuer) "/connect/token" } }
+        h2 #quick-start { "Quick start" }
+        p { "Set these in the shell the snippets run in (the secret stays out of the code):" }
+        (snippet("snippet-env", start.env(), "variables"))
+        h3 { "curl" }
+        (snippet("snippet-curl", start.curl(), "curl"))
+        h3 { "Rust, with the client kit" }
+        p { "A whole program (the kit's example " code { "quickstart" } "); its " code { "Cargo.toml" }
+            " needs " code { "tessera-client" } ", " code { "tokio" } " and " code { "reqwest = \"0.12\"" }
+            " as the book's client kit page says." }
+        @if start.post {
+            p.note { "The kit authenticates with HTTP Basic: move this client to "
+                code { "client_secret_basic" } " to use it, or use the curl or Python snippet." }
+        }
+        (snippet("snippet-rust", RUST_QUICKSTART.to_owned(), "Rust"))
+        h3 { "Python, with Authlib" }
+        (snippet("snippet-python", start.python(), "Python"))
         p { a href={"/console/clients/" (seg(client.client_id.as_str()))} { "Go to the client" } }
     };
     Page::new(title, Section::Clients, session, body)
+}
+
+/// What the quick start snippets name: the server, the client and its plan's scopes.
+#[derive(Debug)]
+struct QuickStart<'a> {
+    /// The issuer, without a trailing `/`: the token URL is under it.
+    base: &'a str,
+    id: &'a str,
+    secret: &'a str,
+    scopes: &'a str,
+    /// `client_secret_post`: the credentials go in the form body, not in Basic.
+    post: bool,
+}
+
+impl QuickStart<'_> {
+    /// The variables the snippets read (ids, scope names and secrets need no quoting but
+    /// the space between scopes; quoted all the same).
+    fn env(&self) -> String {
+        format!(
+            "export TESSERA_AUTH_URL='{}'\nexport TESSERA_CLIENT_ID='{}'\n\
+             export TESSERA_CLIENT_SECRET='{}'\nexport TESSERA_SCOPES='{}'",
+            self.base, self.id, self.secret, self.scopes
+        )
+    }
+
+    /// A token request (RFC 6749 section 4.4.2) with the client's credentials as it is
+    /// registered to send them (section 2.3.1).
+    fn curl(&self) -> String {
+        let credentials = if self.post {
+            format!(
+                "-d 'client_id={}' --data-urlencode \"client_secret=$TESSERA_CLIENT_SECRET\"",
+                self.id
+            )
+        } else {
+            format!("-u \"{}:$TESSERA_CLIENT_SECRET\"", self.id)
+        };
+        format!(
+            "curl -s {credentials} \\\n  -d grant_type=client_credentials \
+             --data-urlencode 'scope={}' \\\n  '{}/connect/token'",
+            self.scopes, self.base
+        )
+    }
+
+    fn python(&self) -> String {
+        let insecure = if self.base.starts_with("http://") {
+            "# An http:// token URL (this machine only): Authlib refuses it unless\n\
+             # AUTHLIB_INSECURE_TRANSPORT=1 is set in the environment.\n"
+        } else {
+            ""
+        };
+        let method = if self.post {
+            "client_secret_post"
+        } else {
+            "client_secret_basic"
+        };
+        format!(
+            "# pip install Authlib requests\n{insecure}import os\n\n\
+             from authlib.integrations.requests_client import OAuth2Session\n\n\
+             client = OAuth2Session(\n    \"{id}\",\n    os.environ[\"TESSERA_CLIENT_SECRET\"],\n    \
+             scope=\"{scopes}\",\n    token_endpoint_auth_method=\"{method}\",\n)\n\
+             token = client.fetch_token(\"{base}/connect/token\", grant_type=\"client_credentials\")\n\
+             print(token[\"token_type\"], token[\"expires_in\"])",
+            id = self.id,
+            scopes = self.scopes,
+            base = self.base,
+        )
+    }
 }
 
 async fn client(
@@ -301,7 +498,9 @@ async fn client(
 ) -> Result<Page, Fail> {
     let (client, etag): (Client, _) =
         get_tagged(&console, &session, &format!("/clients/{}", seg(&id))).await?;
-    let days = view::last_days(console.app.clock().now(), 30);
+    let now = console.app.clock().now();
+    let flush = console.app.config().housekeeping_interval.as_secs();
+    let days = view::last_days(now, 30);
     let usage: Usage = get_json(
         &console,
         &session,
@@ -330,6 +529,11 @@ async fn client(
             }
         }
         h2 { "Usage, last 30 days" }
+        p.note #usage-freshness {
+            "Counts as of " (time(now)) ". Each instance writes its counts every "
+            (flush) " s, so the last " (flush) " s may be missing here; "
+            "the last refusals below are live, from this instance."
+        }
         (usage_chart(&days, &usage.days, "This client"))
         h2 { "API requests, last 30 days" }
         (view::api_usage_charts(&days, &usage.days))
@@ -343,7 +547,7 @@ async fn client(
                     tr { td { (time(refusal.at)) } td { code { (refusal.error) } } }
                 } }
             } }
-            p.note { "The last ten refusals this instance answered." }
+            p.note { "The last ten refusals this instance answered, a disabled client's too." }
         }
         @if session.write {
             h2 { "Manage" }
@@ -353,7 +557,7 @@ async fn client(
                     input type="hidden" name="etag" value=(etag);
                     @if client.enabled {
                         input type="hidden" name="enabled" value="false";
-                        button type="submit" { "Disable client" }
+                        button.danger type="submit" { "Disable client…" }
                     } @else {
                         input type="hidden" name="enabled" value="true";
                         button type="submit" { "Enable client" }
@@ -372,12 +576,11 @@ async fn client(
                     (csrf(&session))
                     label for="grace" { "Previous secret keeps working for" }
                     select #grace name="grace_secs" {
-                        option value="0" { "no time: stop it now" }
-                        option value="3600" { "1 hour" }
-                        option value="86400" selected { "1 day" }
-                        option value="604800" { "7 days" }
+                        @for (secs, label) in GRACES {
+                            option value=(secs) selected[secs == 86_400] { (label) }
+                        }
                     }
-                    button type="submit" { "Rotate secret" }
+                    button.danger type="submit" { "Rotate secret…" }
                 }
                 p { a.danger href={(base) "/delete"} { "Delete client…" } }
             }
@@ -397,6 +600,22 @@ async fn change_client(
     form: Form,
 ) -> Result<Response, Fail> {
     let back = format!("/console/clients/{}", seg(&id));
+    let etag = form.field("etag").unwrap_or("*");
+    if form.field("enabled") == Some("false") && form.field("confirmed") != Some("yes") {
+        let body = view::confirm(
+            &form.session,
+            &html! { "Disable client " code { (id) } "?" },
+            "Its token requests are refused from now on (tokens it holds live until they \
+             expire), until it is enabled again. Its refused calls stay listed on its page.",
+            &format!("{back}/change"),
+            &[("etag", etag), ("enabled", "false")],
+            &format!("Disable {id}"),
+            &back,
+        );
+        return Ok(
+            Page::new("Disable client", Section::Clients, &form.session, body).into_response(),
+        );
+    }
     let mut patch = api::ClientPatch::default();
     let mut said = Vec::new();
     if let Some(enabled) = form.field("enabled") {
@@ -408,11 +627,10 @@ async fn change_client(
         patch.plan = Some(plan.to_owned());
         said.push(format!("moved to plan {plan}"));
     }
-    let etag = form.field("etag").unwrap_or("*");
     match console
         .api
         .call(
-            &form.session.token,
+            &form.session,
             Method::PATCH,
             &format!("/clients/{}", seg(&id)),
             Some(&patch),
@@ -434,10 +652,39 @@ async fn rotate_secret(
         .field("grace_secs")
         .and_then(|g| g.parse().ok())
         .unwrap_or(86_400);
+    if form.field("confirmed") != Some("yes") {
+        let back = format!("/console/clients/{}", seg(&id));
+        let kept = GRACES
+            .iter()
+            .find(|(secs, _)| *secs == grace)
+            .map_or_else(|| format!("{grace} s"), |(_, label)| (*label).to_owned());
+        let warning = if grace == 0 {
+            "A new secret is made and shown once. The current secret stops working at once: \
+             the client's token requests fail until it has the new one."
+                .to_owned()
+        } else {
+            format!(
+                "A new secret is made and shown once. The current secret keeps working for \
+                 {kept}; then only the new one does."
+            )
+        };
+        let body = view::confirm(
+            &form.session,
+            &html! { "Rotate the secret of " code { (id) } "?" },
+            &warning,
+            &format!("{back}/rotate"),
+            &[("grace_secs", &grace.to_string())],
+            &format!("Rotate the secret of {id}"),
+            &back,
+        );
+        return Ok(
+            Page::new("Rotate secret", Section::Clients, &form.session, body).into_response(),
+        );
+    }
     match console
         .api
         .call(
-            &form.session.token,
+            &form.session,
             Method::POST,
             &format!("/clients/{}/rotate-secret", seg(&id)),
             Some(&api::Rotation {
@@ -448,9 +695,11 @@ async fn rotate_secret(
         .await
         .and_then(|a| a.json::<ClientWithSecret>())
     {
-        Ok(client) => {
-            Ok(secret_page(&console, &form.session, &client, "Secret rotated").into_response())
-        }
+        Ok(client) => Ok(
+            secret_page(&console, &form.session, &client, "Secret rotated")
+                .await
+                .into_response(),
+        ),
         Err(e) => Ok(console.refused(&form, &format!("/console/clients/{}", seg(&id)), e)),
     }
 }
@@ -463,18 +712,22 @@ async fn confirm_delete(
     let (client, etag): (Client, _) =
         get_tagged(&console, &session, &format!("/clients/{}", seg(&id))).await?;
     let base = format!("/console/clients/{}", seg(client.client_id.as_str()));
-    let body = html! {
-        h1 { "Delete client " code { (client.client_id) } "?" }
-        p.warning { "Its token requests are refused from now on and it cannot be restored. "
-            "To stop it for a while instead, disable it." }
-        form method="post" action={(base) "/delete"} {
-            (csrf(&session))
-            input type="hidden" name="etag" value=(etag);
-            button.danger type="submit" { "Delete " (client.client_id) }
-            " " a href=(base) { "Cancel" }
-        }
-    };
+    let body = delete_confirmation(&session, client.client_id.as_str(), &etag, &base);
     Ok(Page::new("Delete client", Section::Clients, &session, body))
+}
+
+/// The second step of deleting a client.
+fn delete_confirmation(session: &Session, id: &str, etag: &str, base: &str) -> maud::Markup {
+    view::confirm(
+        session,
+        &html! { "Delete client " code { (id) } "?" },
+        "Its token requests are refused from now on and it cannot be restored. \
+         To stop it for a while instead, disable it.",
+        &format!("{base}/delete"),
+        &[("etag", etag)],
+        &format!("Delete {id}"),
+        base,
+    )
 }
 
 async fn delete_client(
@@ -483,10 +736,17 @@ async fn delete_client(
     form: Form,
 ) -> Result<Response, Fail> {
     let etag = form.field("etag").unwrap_or("*");
+    if form.field("confirmed") != Some("yes") {
+        let base = format!("/console/clients/{}", seg(&id));
+        let body = delete_confirmation(&form.session, &id, etag, &base);
+        return Ok(
+            Page::new("Delete client", Section::Clients, &form.session, body).into_response(),
+        );
+    }
     match console
         .api
         .call(
-            &form.session.token,
+            &form.session,
             Method::DELETE,
             &format!("/clients/{}", seg(&id)),
             None::<&()>,

@@ -31,15 +31,15 @@ async fn keys(State(console): State<Console>, session: Session) -> Result<Page, 
         @if keys.keys.is_empty() {
             p.empty { "No keys: the server creates one when it starts." }
         } @else {
-            div.table-wrap { table {
+            div.table-wrap { table.cards {
                 thead { tr { th scope="col" { "Key id" } th scope="col" { "Algorithm" } th scope="col" { "Status" } th scope="col" { "Created" } th scope="col" { "Signs from" } th scope="col" { "Retires" } th scope="col" { "Unpublished" } } }
                 tbody { @for key in keys.keys.iter().rev() {
                     tr {
-                        td { code { (key.kid) } } td { (key.alg) }
-                        td { span class={"badge " (key.status.as_str())} { (key.status.as_str()) } }
-                        td { (time(key.created_at)) } td { (time(key.activates_at)) }
-                        td { @match &key.retires_at { Some(t) => (time(*t)), None => "—" } }
-                        td { @match &key.unpublished_at { Some(t) => (time(*t)), None => "—" } }
+                        td.kid data-label="Key id" { code { (key.kid) } } td data-label="Algorithm" { (key.alg) }
+                        td data-label="Status" { span class={"badge " (key.status.as_str())} { (key.status.as_str()) } }
+                        td data-label="Created" { (time(key.created_at)) } td data-label="Signs from" { (time(key.activates_at)) }
+                        td data-label="Retires" { @match &key.retires_at { Some(t) => (time(*t)), None => "—" } }
+                        td data-label="Unpublished" { @match &key.unpublished_at { Some(t) => (time(*t)), None => "—" } }
                     }
                 } }
             } }
@@ -83,7 +83,7 @@ async fn rotate_keys(State(console): State<Console>, form: Form) -> Result<Respo
     match console
         .api
         .call(
-            &form.session.token,
+            &form.session,
             Method::POST,
             "/keys/rotate",
             Some(&input),

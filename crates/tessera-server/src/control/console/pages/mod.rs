@@ -1,4 +1,5 @@
-//! The pages, one module per resource: overview, plans, clients, keys. Each reads and
+//! The pages, one module per resource: overview, plans, clients, keys, and the activity
+//! (the audit events of changes). Each reads and
 //! writes through the admin API with the session's token (`api.rs`); a write answers with a
 //! redirect to the page that shows its result (or, for a new secret, with the one page that
 //! shows it).
@@ -9,6 +10,7 @@ use super::api::ApiError;
 use super::session::Session;
 use super::{Console, Fail};
 
+mod activity;
 mod clients;
 mod keys;
 mod overview;
@@ -21,6 +23,7 @@ pub(super) fn router() -> Router<Console> {
         .merge(plans::router())
         .merge(clients::router())
         .merge(keys::router())
+        .merge(activity::router())
 }
 
 /// Turns an API error into the page that says it.
@@ -36,7 +39,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
 ) -> Result<T, Fail> {
     console
         .api
-        .get(&session.token, path)
+        .get(session, path)
         .await
         .and_then(|a| a.json())
         .map_err(api(session))
@@ -49,11 +52,7 @@ async fn get_tagged<T: serde::de::DeserializeOwned>(
     session: &Session,
     path: &str,
 ) -> Result<(T, String), Fail> {
-    let answer = console
-        .api
-        .get(&session.token, path)
-        .await
-        .map_err(api(session))?;
+    let answer = console.api.get(session, path).await.map_err(api(session))?;
     let value = answer.json().map_err(api(session))?;
     Ok((value, answer.etag.unwrap_or_else(|| "*".into())))
 }
