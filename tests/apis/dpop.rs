@@ -250,3 +250,50 @@ async fn each_api_describes_itself_and_its_challenges_point_there() {
         "{challenges:?}"
     );
 }
+
+/// The example APIs' `--public-url`: "the URL clients reach them at". Their metadata and
+/// challenges name it, and a DPoP proof must be made for it, not for the address they
+/// listen on (as behind a proxy).
+#[tokio::test]
+async fn the_public_url_is_the_one_the_apis_describe_and_proofs_name() {
+    let issuer = issuer(tessera_proto::Algorithm::EdDSA).await;
+    let public = "https://apis.example";
+    let apis = super::apis_with(&issuer.base, &["--public-url", "https://apis.example/"]).await;
+    let metadata: Value = reqwest::get(format!(
+        "{apis}/.well-known/oauth-protected-resource/market-data"
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(metadata["resource"], format!("{public}/market-data"));
+    let answer = get(format!("{apis}/market-data/v1/quotes"), None).await;
+    assert!(
+        challenge(&answer).contains(&format!(
+            "resource_metadata=\"{public}/.well-known/oauth-protected-resource/market-data\""
+        )),
+        "{}",
+        challenge(&answer)
+    );
+
+    let key = ProofKey::p256();
+    let token = dpop_token(&issuer, &key, "market-data-api").await;
+    let listened = format!("{apis}/market-data/v1/quotes");
+    let reached = format!("{public}/market-data/v1/quotes");
+    let t = now();
+    let for_listened = key.proof_with_token("GET", &listened, t, &token);
+    let (status, scheme, code) =
+        refusal(call(&listened, "DPoP", &token, &[&for_listened]).await).await;
+    assert_eq!(
+        (status, scheme.as_str(), code.as_str()),
+        (401, "DPoP", "invalid_dpop_proof")
+    );
+    let for_public = key.proof_with_token("GET", &reached, t, &token);
+    assert_eq!(
+        call(&listened, "DPoP", &token, &[&for_public])
+            .await
+            .status(),
+        200
+    );
+}

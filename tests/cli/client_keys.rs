@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tessera_testkit::claims_of;
 use tessera_testkit::dpop::ProofKey;
 
-use crate::{command, fails, issued_total, ok, serve};
+use crate::{command, fails, issued_total, ok, serve, spawn};
 
 /// `tessera token ARGS` as client `id`, with the token cache at `cache` and the
 /// `TESSERA_*` variables in `env`, and nothing else: no secret.
@@ -171,6 +171,34 @@ async fn a_generated_client_key_gets_tokens_without_a_secret() {
     assert_eq!(none.status.code(), Some(1), "{said}");
     assert!(none.stdout.is_empty(), "no token printed");
     assert!(said.contains("no client credentials"), "{said}");
+
+    // "The key may be PEM or DER PKCS #8": the same key as DER (the PEM's base64 body) gets
+    // a token of its own, through a cache of its own.
+    use base64::Engine;
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    std::fs::write(d.join("client.der"), der).unwrap();
+    let from_der = token_as(
+        d,
+        &d.join("der-cache.json"),
+        &id,
+        &[],
+        &[
+            "--env",
+            base,
+            "--scope",
+            "news-api",
+            "--private-key",
+            "client.der",
+        ],
+    );
+    assert_eq!(
+        claims_of(&printed_token(&from_der))["client_id"],
+        id.as_str()
+    );
+    assert_eq!(issued_total(base).await, 2);
 }
 
 #[tokio::test]
@@ -231,4 +259,117 @@ async fn an_assertion_file_is_sent_as_the_client_assertion() {
         "{said}"
     );
     assert_eq!(issued_total(&base).await, 2);
+}
+
+/// A JWK Set served over plain http on loopback, on a thread of its own (the `tessera`
+/// commands the test runs block its runtime); its URL and how many fetches it answered.
+fn loopback_key_server(jwks: Value) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let router = axum::Router::new().route(
+                "/jwks.json",
+                axum::routing::get(move || {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let jwks = jwks.clone();
+                    async move { axum::Json(jwks) }
+                }),
+            );
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, router).await.unwrap();
+        });
+    });
+    (url, hits)
+}
+
+/// `client create --jwks-uri` registers where the client's keys live, and `serve
+/// --allow-private-jwks-uri` (`TESSERA_ALLOW_PRIVATE_JWKS_URI`) lets the server fetch them
+/// from a loopback address over plain http; without it the server never asks that address.
+#[tokio::test]
+async fn a_jwks_uri_on_loopback_is_fetched_only_when_allowed() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let printed = ok(
+        d,
+        &[
+            "keys",
+            "generate-client-key",
+            "--out",
+            "client.pem",
+            "--kid",
+            "k1",
+        ],
+    );
+    let (url, hits) = loopback_key_server(serde_json::from_str(&printed).unwrap());
+    let created = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "private_key_jwt",
+            "--jwks-uri",
+            &url,
+            "--json",
+        ],
+    );
+    let created: Value = serde_json::from_str(created.trim()).unwrap();
+    assert!(created["client_secret"].is_null(), "{created}");
+    let id = created["client_id"].as_str().unwrap().to_owned();
+    let shown: Value = serde_json::from_str(&ok(d, &["client", "show", &id, "--json"])).unwrap();
+    assert_eq!(shown["jwks_uri"], url.as_str(), "{shown}");
+    let ask = |base: &str, cache: &str| {
+        token_as(
+            d,
+            &d.join(cache),
+            &id,
+            &[],
+            &[
+                "--env",
+                base,
+                "--scope",
+                "news-api",
+                "--private-key",
+                "client.pem",
+            ],
+        )
+    };
+
+    // By default: refused, and the address never asked.
+    let server = serve(d, &[]);
+    let refused = ask(&server.base, "a.json");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("invalid_client"), "{said}");
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+    assert_eq!(issued_total(&server.base).await, 0);
+    drop(server);
+
+    // Allowed by the flag, then by the variable: fetched, and a token.
+    let server = serve(d, &["--allow-private-jwks-uri"]);
+    let token = printed_token(&ask(&server.base, "b.json"));
+    assert_eq!(claims_of(&token)["client_id"], id.as_str());
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    drop(server);
+    let server = spawn(
+        d,
+        &[("TESSERA_ALLOW_PRIVATE_JWKS_URI", "true")],
+        &["serve", "--listen", "127.0.0.1:0"],
+    );
+    let token = printed_token(&ask(&server.base, "c.json"));
+    assert_eq!(claims_of(&token)["client_id"], id.as_str());
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
 }

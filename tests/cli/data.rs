@@ -119,6 +119,44 @@ async fn a_lost_database_beside_its_key_is_not_replaced_silently() {
     );
 }
 
+/// `--init` on a command that writes, instead of `serve --init`, starts the new database
+/// under the key file: the change is made, and from then on no command needs `--init`.
+#[tokio::test]
+async fn init_on_a_command_that_writes_starts_the_new_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    create_client(d, "pro");
+    let key = std::fs::read(d.join("tessera.db.key")).unwrap();
+    remove_database(d);
+    let err = fails(d, &["plan", "set", "basic", "--scopes", "news-api"]);
+    assert!(err.contains("--init"), "{err}");
+    assert!(!d.join("tessera.db").exists());
+
+    ok(
+        d,
+        &["--init", "plan", "set", "basic", "--scopes", "news-api"],
+    );
+    assert_eq!(
+        std::fs::read(d.join("tessera.db.key")).unwrap(),
+        key,
+        "same key"
+    );
+    let names: Vec<String> =
+        serde_json::from_str::<Vec<serde_json::Value>>(&ok(d, &["plan", "list", "--json"]))
+            .unwrap()
+            .iter()
+            .map(|plan| plan["name"].as_str().unwrap().to_owned())
+            .collect();
+    assert_eq!(names, ["basic"]);
+    let (id, secret) = create_client(d, "basic");
+    let server = serve(d, &[]);
+    assert_eq!(
+        token(&server.base, &id, &secret, "news-api").await.status(),
+        200
+    );
+}
+
 /// A first start that stopped after it tied the new database to its new key file (here the
 /// port was taken) lost nothing: the next start needs no `--init`.
 #[test]

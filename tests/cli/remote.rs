@@ -438,6 +438,11 @@ async fn admin_url_tokens_scopes_and_refusals() {
 /// 408 once the server has made the client, as a timeout past the commit would. Returns
 /// its base URL and the `Idempotency-Key` of each create it forwarded.
 async fn timing_out_proxy(upstream: String) -> (String, Arc<Mutex<Vec<String>>>) {
+    failing_proxy(upstream, 408).await
+}
+
+/// [`timing_out_proxy`] answering `status` instead of 408 (a gateway's 502, 503 or 504).
+async fn failing_proxy(upstream: String, failure: u16) -> (String, Arc<Mutex<Vec<String>>>) {
     use axum::body::{to_bytes, Body};
     use axum::extract::Request;
     use axum::response::Response;
@@ -471,7 +476,10 @@ async fn timing_out_proxy(upstream: String) -> (String, Arc<Mutex<Vec<String>>>)
             let body = answer.bytes().await.unwrap();
             if create && seen.lock().unwrap().len() == 1 {
                 assert_eq!(status, 201, "the server made the client");
-                return Response::builder().status(408).body(Body::empty()).unwrap();
+                return Response::builder()
+                    .status(failure)
+                    .body(Body::empty())
+                    .unwrap();
             }
             let mut response = Response::new(Body::from(body));
             *response.status_mut() = status;
@@ -521,6 +529,140 @@ async fn a_create_answered_408_is_retried_with_its_idempotency_key() {
     );
     let (status, body) = answer(token(&server.base, id, secret, "news-api").await).await;
     assert_eq!(status, 200, "{body}");
+}
+
+/// The same after a gateway's 502, 503 and 504: "resent with the same key".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_answered_502_503_or_504_is_retried_with_its_idempotency_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (admin_id, admin_secret) = bootstrap_admin(d);
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let server = serve(d, &[]);
+    for (made, failure) in [502, 503, 504].into_iter().enumerate() {
+        let (proxy, keys) = failing_proxy(server.base.clone(), failure).await;
+        let env = [
+            ("TESSERA_ADMIN_URL", proxy.as_str()),
+            ("TESSERA_CLIENT_ID", admin_id.as_str()),
+            ("TESSERA_CLIENT_SECRET", admin_secret.as_str()),
+        ];
+        let created = json_of(d, &env, &["client", "create", "--plan", "pro", "--json"]);
+        let keys = keys.lock().unwrap().clone();
+        assert_eq!(keys.len(), 2, "{failure}: the create and its retry");
+        assert_eq!(keys[0], keys[1], "{failure}: one Idempotency-Key");
+        let listed = json_of(d, &[], &["client", "list", "--json"]);
+        assert_eq!(
+            listed.as_array().unwrap().len(),
+            made + 2,
+            "{failure}: the admin and one client more"
+        );
+        let (id, secret) = (
+            created["client_id"].as_str().unwrap(),
+            created["client_secret"].as_str().unwrap(),
+        );
+        let (status, body) = answer(token(&server.base, id, secret, "news-api").await).await;
+        assert_eq!(status, 200, "{failure}: {body}");
+    }
+}
+
+/// A proxy to `upstream` that makes a change of its own to plan `pro` (with `If-Match: *`)
+/// just before it forwards the first `PUT /admin/v1/plans/pro`, as another operator's
+/// change landing between the command's read and its write. Returns its base URL and the
+/// `If-Match` of each such PUT.
+async fn racing_plan_proxy(upstream: String) -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+    use axum::body::{to_bytes, Body};
+    use axum::extract::Request;
+    use axum::response::Response;
+    let tags = Arc::new(Mutex::new(Vec::new()));
+    let seen = tags.clone();
+    let http = reqwest::Client::new();
+    let forward = move |request: Request| {
+        let (http, upstream, seen) = (http.clone(), upstream.clone(), seen.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = to_bytes(body, 1 << 20).await.unwrap();
+            let mut headers = parts.headers.clone();
+            headers.remove("host");
+            if parts.method == "PUT" && parts.uri.path() == "/admin/v1/plans/pro" {
+                let tag = headers
+                    .get("if-match")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                let first = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(tag);
+                    seen.len() == 1
+                };
+                if first {
+                    let concurrent = http
+                        .put(format!("{upstream}/admin/v1/plans/pro"))
+                        .header("authorization", headers["authorization"].clone())
+                        .header("if-match", "*")
+                        .json(&serde_json::json!({"scopes": ["news-api", "concurrent-api"]}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(concurrent.status(), 200, "the concurrent change");
+                }
+            }
+            let answer = http
+                .request(parts.method, format!("{upstream}{}", parts.uri))
+                .headers(headers)
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status();
+            let headers = answer.headers().clone();
+            let body = answer.bytes().await.unwrap();
+            let mut response = Response::new(Body::from(body));
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            response
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().fallback(forward);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, tags)
+}
+
+/// Over the API, `plan set` "reads the plan and writes it back with `If-Match`", so that
+/// "a concurrent change is refused rather than overwritten": a change landing between its
+/// read and its write makes it fail, and the plan keeps that change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_plan_set_refuses_to_overwrite_a_concurrent_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (admin_id, admin_secret) = bootstrap_admin(d);
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let server = serve(d, &[]);
+    let (proxy, tags) = racing_plan_proxy(server.base.clone()).await;
+    let env = [
+        ("TESSERA_ADMIN_URL", proxy.as_str()),
+        ("TESSERA_CLIENT_ID", admin_id.as_str()),
+        ("TESSERA_CLIENT_SECRET", admin_secret.as_str()),
+    ];
+    let err = fails_with(d, &env, &["plan", "set", "pro", "--token-ttl", "120"]);
+    let tags = tags.lock().unwrap().clone();
+    assert_eq!(tags.len(), 1, "{tags:?}");
+    let tag = tags[0].as_deref().expect("an If-Match");
+    assert!(tag != "*" && !tag.is_empty(), "{tag}");
+    assert!(err.contains("changed since"), "{err}");
+    let plan = &plans(d)["pro"];
+    let mut scopes: Vec<&str> = plan["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    scopes.sort_unstable();
+    assert_eq!(scopes, ["concurrent-api", "news-api"], "{plan}");
+    assert_ne!(plan["token_ttl"], 120, "{plan}");
+
+    // Without a concurrent change it is written.
+    ok_with(d, &env, &["plan", "set", "pro", "--token-ttl", "120"]);
+    assert_eq!(plans(d)["pro"]["token_ttl"], 120);
 }
 
 /// README: "`serve`, `backup`, `token` and `completions` ignore `--admin-url`, so that a

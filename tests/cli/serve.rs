@@ -778,3 +778,96 @@ async fn dpop_nonces_from_the_flag_or_the_variable_are_good_at_every_instance() 
         assert_eq!(body["token_type"], "DPoP");
     }
 }
+
+/// "`RUST_LOG=warn` turns the audit events off": the same token request logs its audit
+/// event under `RUST_LOG=info` and none under `RUST_LOG=warn` (the log is written out
+/// whole by the clean stop, so a line still queued would show).
+#[tokio::test]
+async fn rust_log_warn_turns_the_audit_events_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let args = ["serve", "--listen", "127.0.0.1:0", "--log-json"];
+
+    let info = spawn(d, &[("RUST_LOG", "info")], &args);
+    let issued = access_token(token(&info.base, &id, &secret, "news-api").await).await;
+    let event = audit_of_issuance(&info, &issued).await;
+    assert_eq!(event["client_id"], id.as_str(), "{event}");
+    assert!(info.terminate().await.success());
+
+    // The same under warn, the process run by hand so that its stderr is read to its end.
+    let mut child = command(d)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kept open to the end: the server may still print.
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let base = first.trim().strip_prefix("tessera listening on ").unwrap();
+    let issued = access_token(token(base, &id, &secret, "news-api").await).await;
+    let jti = claims_of(&issued)["jti"].as_str().unwrap().to_owned();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    drop(stdout);
+    assert!(out.status.success(), "{:?}", out.status);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in stderr.lines() {
+        assert!(
+            !line.contains(&jti) && !line.contains("tessera::audit"),
+            "an audit event under RUST_LOG=warn: {line}"
+        );
+    }
+}
+
+/// The master key file must be "owned by the server user": the same file, mode 0600, is
+/// refused once it belongs to another user (here `nobody`, uid 65534), by `serve` and by
+/// the commands that read it, naming both users; given back, it is taken again. Changing a
+/// file's owner needs root (or CAP_CHOWN): without it the test says so and skips, except
+/// under `CI=true`.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_master_key_file_of_another_user_is_refused() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key = d.join("master.key");
+    write_key_file(&key, &master_key());
+    let data = ["--master-key-file", "master.key"];
+    ok(
+        d,
+        &[&["plan", "set", "pro", "--scopes", "news-api"], &data[..]].concat(),
+    );
+    let mine = std::fs::metadata(&key).unwrap().uid();
+    let given = std::os::unix::fs::chown(&key, Some(65534), None).is_ok();
+    if tessera_testkit::skip_without("root, to give a file to another user", given) {
+        return;
+    }
+    let why = format!("owned by uid 65534, not by this process's uid {mine}");
+    let err = refused_start(
+        d,
+        &[],
+        &[&["serve", "--listen", "127.0.0.1:0"], &data[..]].concat(),
+    )
+    .await;
+    assert!(err.contains(&why), "{err}");
+    let err = fails(
+        d,
+        &[&["client", "create", "--plan", "pro"], &data[..]].concat(),
+    );
+    assert!(err.contains(&why), "{err}");
+
+    std::os::unix::fs::chown(&key, Some(mine), None).unwrap();
+    ok(
+        d,
+        &[&["client", "create", "--plan", "pro"], &data[..]].concat(),
+    );
+}

@@ -837,3 +837,173 @@ async fn the_admin_listener_serves_the_management_surface_alone_over_the_same_tl
     let err = super::fails(d, &["serve", "--listen", &same, "--admin-listen", &same]);
     assert!(err.contains("admin-listen"), "{err}");
 }
+
+/// One HTTPS request to `port` over a connection made with `config` to the name
+/// `localhost`: the TLS version and handshake kind it got, and whether `/healthz` answered
+/// 200. The answer is read to its end, so that TLS 1.3 tickets sent after the handshake
+/// reach the client's session store.
+async fn healthz_over(
+    config: &std::sync::Arc<rustls::ClientConfig>,
+    port: u16,
+) -> (
+    Option<rustls::ProtocolVersion>,
+    Option<rustls::HandshakeKind>,
+    bool,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    // A peer may close without close_notify; what was read is enough.
+    let _ = tls.read_to_end(&mut answer).await;
+    let (_, connection) = tls.get_ref();
+    (
+        connection.protocol_version(),
+        connection.handshake_kind(),
+        answer.starts_with(b"HTTP/1.1 200"),
+    )
+}
+
+/// "TLS 1.3 and 1.2" and "session resumption by tickets" (docs/https.md): a client limited
+/// to either version is served, and its second connection resumes the first one's session.
+#[tokio::test]
+async fn tls_1_2_and_1_3_are_served_and_sessions_resume() {
+    use rustls::{HandshakeKind, ProtocolVersion};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pair = certificate();
+    let (cert_path, key_path) = write_pair(d, &pair);
+    let server = start_tls(d, &cert_path, &key_path, &[]);
+    let port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls_pem_der(&pair.0).into()).unwrap();
+    for (version, expected) in [
+        (&rustls::version::TLS12, ProtocolVersion::TLSv1_2),
+        (&rustls::version::TLS13, ProtocolVersion::TLSv1_3),
+    ] {
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = std::sync::Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth(),
+        );
+        let first = healthz_over(&config, port).await;
+        assert_eq!(first, (Some(expected), Some(HandshakeKind::Full), true));
+        let second = healthz_over(&config, port).await;
+        assert_eq!(
+            second,
+            (Some(expected), Some(HandshakeKind::Resumed), true),
+            "{expected:?}: the second connection resumes"
+        );
+    }
+}
+
+/// A client certificate signed by `pki` with these SANs, subject CN=billing, O=Acme: PEM of
+/// certificate and key.
+fn client_with_sans(pki: &Pki, sans: Vec<rcgen::SanType>) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "billing");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "Acme");
+    params.subject_alt_names = sans;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &pki.ca, &pki.ca_key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// `client create --tls-san-dns NAME` (RFC 8705 section 2.1.2): a certificate from the CA
+/// with that DNS name among its SANs gets a bound token, whatever the case of the name and
+/// whichever place it holds; one with only other DNS names, or the name as a URI SAN, or
+/// the name as its CN, is refused.
+#[tokio::test]
+async fn a_client_is_matched_by_a_dns_name_of_its_certificate() {
+    use rcgen::SanType;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pki = Pki::new("Acme Clients CA");
+    std::fs::write(d.join("clients-ca.pem"), pki.ca.pem()).unwrap();
+    let server_pair = certificate();
+    let (cert_path, key_path) = write_pair(d, &server_pair);
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let created = ok(
+        d,
+        &[
+            "client",
+            "create",
+            "--plan",
+            "pro",
+            "--auth-method",
+            "tls_client_auth",
+            "--tls-san-dns",
+            "billing.acme.example",
+            "--json",
+        ],
+    );
+    let created: serde_json::Value = serde_json::from_str(created.trim()).unwrap();
+    assert!(created.get("client_secret").is_none(), "{created}");
+    assert_eq!(created["tls_client_auth_san_dns"], "billing.acme.example");
+    let id = created["client_id"].as_str().unwrap().to_owned();
+    let ca = d.join("clients-ca.pem");
+    let server = start_tls(
+        d,
+        &cert_path,
+        &key_path,
+        &["--client-ca", ca.to_str().unwrap()],
+    );
+    let base = server.base.as_str();
+    let dns = |name: &str| SanType::DnsName(name.try_into().unwrap());
+
+    for (what, sans) in [
+        ("the name alone", vec![dns("billing.acme.example")]),
+        (
+            "the name second",
+            vec![dns("billing-1.acme.example"), dns("billing.acme.example")],
+        ),
+        ("in capitals", vec![dns("BILLING.Acme.Example")]),
+    ] {
+        let (cert, key) = client_with_sans(&pki, sans);
+        let (status, body) =
+            mtls_token(&presenting(&server_pair.0, (&cert, &key)), base, &id).await;
+        assert_eq!(status, 200, "{what}: {body}");
+        assert_eq!(
+            claims(&body)["cnf"]["x5t#S256"],
+            thumbprint(&cert),
+            "{what}"
+        );
+    }
+    for (what, sans) in [
+        ("another name", vec![dns("billing.acme.example.evil")]),
+        ("a subdomain", vec![dns("x.billing.acme.example")]),
+        (
+            "the name as a URI",
+            vec![SanType::URI(
+                "dns://billing.acme.example".try_into().unwrap(),
+            )],
+        ),
+        ("no SAN", vec![]),
+    ] {
+        let (cert, key) = client_with_sans(&pki, sans);
+        let (status, body) =
+            mtls_token(&presenting(&server_pair.0, (&cert, &key)), base, &id).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (401, Some("invalid_client")),
+            "{what}: {body}"
+        );
+    }
+}

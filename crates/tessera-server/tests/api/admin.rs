@@ -716,6 +716,108 @@ async fn a_keyed_client_has_no_secret_to_rotate() {
     assert!(shown["previous_secret_valid_until"].is_null(), "{shown}");
 }
 
+/// The admin API's certificate and key fields (docs/admin-api.md, docs/https.md):
+/// `tls_client_auth_subject_dn`, `_san_dns` and `_san_uri` for `tls_client_auth`, `jwks` for
+/// `self_signed_tls_client_auth`, each registered, answered and shown as given, with no
+/// secret; two at once, or one for the wrong method, refused (400) naming the field.
+#[tokio::test]
+async fn certificate_clients_are_registered_with_the_field_they_match() {
+    let app = spawn_app().await;
+    let (_, admin) = app.admin_token("tessera-admin").await;
+    let key = tessera_testkit::dpop::ProofKey::p256().jwk().clone();
+    let cases = [
+        (
+            "tls_client_auth",
+            "tls_client_auth_subject_dn",
+            json!("CN=billing,O=Acme"),
+        ),
+        (
+            "tls_client_auth",
+            "tls_client_auth_san_dns",
+            json!("billing.example"),
+        ),
+        (
+            "tls_client_auth",
+            "tls_client_auth_san_uri",
+            json!("spiffe://acme.example/billing"),
+        ),
+        (
+            "self_signed_tls_client_auth",
+            "jwks",
+            json!({ "keys": [key] }),
+        ),
+    ];
+    let fields = [
+        "tls_client_auth_subject_dn",
+        "tls_client_auth_san_dns",
+        "tls_client_auth_san_uri",
+        "jwks",
+        "jwks_uri",
+    ];
+    for (method, field, value) in &cases {
+        let mut body = json!({"plan": "pro", "name": field, "token_endpoint_auth_method": method});
+        body[field] = value.clone();
+        let created = call(&app, Method::POST, "/clients", &admin)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let created = json_of(created, 201).await;
+        assert!(created.get("client_secret").is_none(), "{created}");
+        let id = created["client_id"].as_str().unwrap().to_owned();
+        let shown = call(&app, Method::GET, &format!("/clients/{id}"), &admin)
+            .send()
+            .await
+            .unwrap();
+        let shown = json_of(shown, 200).await;
+        for view in [&created, &shown] {
+            assert_eq!(view["token_endpoint_auth_method"], *method, "{view}");
+            assert_eq!(view[field], *value, "{view}");
+            for other in fields.iter().filter(|f| *f != field) {
+                assert!(view.get(other).is_none(), "{other} in {view}");
+            }
+        }
+    }
+
+    // Two fields at once, and a subject DN for a client of secrets: 400 naming a field, and
+    // nothing created.
+    let before = call(&app, Method::GET, "/clients", &admin)
+        .send()
+        .await
+        .unwrap();
+    let before = json_of(before, 200).await;
+    let refused = [
+        (
+            json!({"plan": "pro", "token_endpoint_auth_method": "tls_client_auth",
+                "tls_client_auth_subject_dn": "CN=a", "tls_client_auth_san_dns": "a.example"}),
+            "tls_client_auth_subject_dn",
+        ),
+        (
+            json!({"plan": "pro", "token_endpoint_auth_method": "client_secret_basic",
+                "tls_client_auth_subject_dn": "CN=a"}),
+            "token_endpoint_auth_method",
+        ),
+    ];
+    for (body, field) in refused {
+        let answer = call(&app, Method::POST, "/clients", &admin)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let (status, problem) = problem(answer).await;
+        assert_eq!(
+            (status, kind(&problem), problem["field"].as_str()),
+            (400, "invalid-field", Some(field)),
+            "{body}: {problem}"
+        );
+    }
+    let after = call(&app, Method::GET, "/clients", &admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json_of(after, 200).await, before);
+}
+
 #[tokio::test]
 async fn pages_follow_the_cursor_in_a_stable_order() {
     let app = spawn_app().await;

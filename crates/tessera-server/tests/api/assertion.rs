@@ -751,3 +751,103 @@ async fn a_caller_out_of_failures_for_a_client_causes_no_fetch() {
     assert_eq!(from("198.51.100.9").await, 401);
     assert_eq!(host.hits.load(Ordering::SeqCst), 2);
 }
+
+/// A `jwks_uri` (docs/private-key-jwt.md): "at most 64 KiB, no redirects", and its keys
+/// "cached for an hour", to the byte and the second. The server below answers the JWK Set
+/// padded to exactly 64 KiB and to one byte more, and a redirect to the keys.
+#[tokio::test]
+async fn a_jwks_uri_is_read_to_64_kib_without_redirects_and_kept_an_hour() {
+    let app = spawn_with(|s| s.config.allow_private_jwks_uri = true).await;
+    let key = ProofKey::ed25519();
+    let keys = jwks(&[(&key, "k")]);
+    // The JWK Set with a member that pads its JSON to `size` bytes.
+    let padded = |size: usize| {
+        let mut body = keys.clone();
+        body["pad"] = json!("");
+        let bare = body.to_string().len();
+        body["pad"] = json!("x".repeat(size - bare));
+        let text = body.to_string();
+        assert_eq!(text.len(), size);
+        text
+    };
+    let (at_limit, over_limit) = (padded(64 * 1024), padded(64 * 1024 + 1));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let redirected = Arc::new(AtomicUsize::new(0));
+    let json_body = |text: String| {
+        move || {
+            let text = text.clone();
+            async move { ([("content-type", "application/json")], text) }
+        }
+    };
+    let counted = hits.clone();
+    let target_hits = redirected.clone();
+    let plain = keys.to_string();
+    let router = axum::Router::new()
+        .route("/at-limit.json", axum::routing::get(json_body(at_limit)))
+        .route(
+            "/over-limit.json",
+            axum::routing::get(json_body(over_limit)),
+        )
+        .route(
+            "/jwks.json",
+            axum::routing::get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let plain = plain.clone();
+                async move { ([("content-type", "application/json")], plain) }
+            }),
+        )
+        .route(
+            "/target.json",
+            axum::routing::get(move || {
+                target_hits.fetch_add(1, Ordering::SeqCst);
+                async { "{}" }
+            }),
+        )
+        .route(
+            "/moved.json",
+            axum::routing::get(|| async {
+                (
+                    axum::http::StatusCode::FOUND,
+                    [("location", "/target.json")],
+                )
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let outcome = |id: ClientId| {
+        let assertion = sign(&key, "k", &good_claims(&app, &id));
+        let app = &app;
+        async move { with_assertion(app, &assertion, &[]).await }
+    };
+
+    let at = register(&app, KeySource::JwksUri(format!("{base}/at-limit.json"))).await;
+    assert_eq!(outcome(at).await.status(), 200, "64 KiB is read");
+    for path in ["over-limit.json", "moved.json"] {
+        let id = register(&app, KeySource::JwksUri(format!("{base}/{path}"))).await;
+        let (status, code, description) = error_of(outcome(id).await).await;
+        assert_eq!((status, code.as_str()), (401, "invalid_client"), "{path}");
+        assert!(
+            description.contains("could not be fetched"),
+            "{path}: {description}"
+        );
+    }
+    assert_eq!(redirected.load(Ordering::SeqCst), 0, "no redirect followed");
+
+    // Kept an hour: fetched again at 3,600 s, not at 3,599 s.
+    let id = register(&app, KeySource::JwksUri(format!("{base}/jwks.json"))).await;
+    assert_eq!(outcome(id.clone()).await.status(), 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    app.clock.advance(std::time::Duration::from_secs(3599));
+    app.sync().await;
+    assert_eq!(outcome(id.clone()).await.status(), 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "cached within the hour");
+    app.clock.advance(std::time::Duration::from_secs(1));
+    app.sync().await;
+    assert_eq!(outcome(id).await.status(), 200);
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        2,
+        "fetched again after an hour"
+    );
+}

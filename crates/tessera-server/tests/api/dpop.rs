@@ -397,3 +397,52 @@ async fn resource_narrows_the_audience_and_the_scopes() {
         }
     }
 }
+
+/// "Bound tokens are never reused": on a plan that reuses tokens, a client asking with a
+/// DPoP proof gets a new token each time, even with the same key (the next request may
+/// come with another), while its bearer requests share one token.
+#[tokio::test]
+async fn dpop_bound_tokens_are_never_reused() {
+    use tessera_server::registrar::Change;
+    let app = spawn_app().await;
+    let reusing = PlanSettings {
+        reuse_percent: Change::Set(50),
+        ..PlanSettings::default()
+    };
+    app.registrar()
+        .set_plan_with("reusing", "news-api", &reusing)
+        .await
+        .unwrap();
+    let client = app
+        .client_on("reusing", tessera_store::AuthMethod::ClientSecretBasic)
+        .await;
+    let key = ProofKey::ed25519();
+    let mut bound = Vec::new();
+    for _ in 0..3 {
+        let proof = key.proof("POST", &endpoint(&app), now(&app));
+        let answer = token_with(&app, &client, FORM, &[&proof]).await;
+        assert_eq!(answer.status(), 200);
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["token_type"], "DPoP");
+        let token = body["access_token"].as_str().unwrap().to_owned();
+        assert_eq!(claims_of(&token)["cnf"]["jkt"], key.thumbprint().as_str());
+        assert!(!bound.contains(&token), "a bound token was reused");
+        bound.push(token);
+    }
+    let bearer = || async {
+        let body: Value = token_with(&app, &client, FORM, &[])
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["token_type"], "Bearer");
+        body["access_token"].as_str().unwrap().to_owned()
+    };
+    let first = bearer().await;
+    assert!(
+        !bound.contains(&first),
+        "a bound token given as a bearer one"
+    );
+    assert!(claims_of(&first).get("cnf").is_none());
+    assert_eq!(bearer().await, first, "the plan reuses bearer tokens");
+}

@@ -253,6 +253,29 @@ async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says(
     );
     let (_, why) = outcome(exchange(&app, &client, &expired).await).await;
     assert!(why.contains("expired"), "{why}");
+    // "`exp`/`nbf` (60 s leeway)", to the second on the server's clock.
+    let timed = |exp: i64, nbf: i64| {
+        k8s.token(
+            &json!({ "iss": k8s.issuer, "aud": ["tessera"], "exp": exp, "nbf": nbf,
+                           "sub": "system:serviceaccount:payments:api" }),
+        )
+    };
+    let at = |token: String| {
+        let (app, client) = (&app, &client);
+        async move { outcome(exchange(app, client, &token).await).await }
+    };
+    assert_eq!(at(timed(now - 59, now - 600)).await.0, 200, "59 s past exp");
+    let (status, why) = at(timed(now - 60, now - 600)).await;
+    assert_eq!(status, 401);
+    assert!(why.contains("expired"), "60 s past exp: {why}");
+    assert_eq!(
+        at(timed(now + 600, now + 60)).await.0,
+        200,
+        "nbf 60 s ahead"
+    );
+    let (status, why) = at(timed(now + 600, now + 61)).await;
+    assert_eq!(status, 401);
+    assert!(why.contains("not valid yet"), "nbf 61 s ahead: {why}");
     let elsewhere = k8s.token(&json!({ "iss": "https://elsewhere.example", "aud": ["tessera"],
                                       "exp": now + 60, "sub": "system:serviceaccount:payments:api" }));
     let (_, why) = outcome(exchange(&app, &client, &elsewhere).await).await;
@@ -265,11 +288,16 @@ async fn the_three_platform_shapes_are_accepted_or_refused_as_their_policy_says(
     // Another client: refused with the generic reason, nothing about the policy.
     assert_eq!(why, "client authentication failed");
 
-    // The audit line names the policy and the external subject.
+    // The audit line names the policy, the platform (its issuer, whose port is this test's
+    // own) and the external subject.
     let log = app.log();
     assert!(
         log.lines().any(|l| l.contains("token_issued")
+            && l.contains("trust_policy")
             && l.contains("k8s-payments")
+            && l.contains("federated_iss")
+            && l.contains(&k8s.issuer)
+            && l.contains("federated_sub")
             && l.contains("system:serviceaccount:payments:api")),
         "{log}"
     );
@@ -653,5 +681,138 @@ async fn policies_sharing_an_issuer_are_each_verified_with_their_own_keys() {
             outcome(exchange(&app, &client, &svid(keys, sub)).await).await,
             (200, sub.to_owned())
         );
+    }
+}
+
+/// Federation key fetches (docs/federation.md): "no private addresses" unless
+/// `--allow-private-jwks-uri`, "no redirects, 64 KiB at most". A trust policy whose issuer
+/// is on loopback is never asked without the flag; with it, a discovery document that
+/// redirects, or a JWK Set one byte over 64 KiB, is refused, and the redirect's target is
+/// never asked.
+#[tokio::test]
+async fn federation_keys_are_fetched_under_the_fetchers_rules() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let key = ProofKey::ed25519();
+    let mut jwk = key.jwk().clone();
+    jwk["kid"] = json!("platform-key");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let discovery = |name: &str, jwks_uri: String| {
+        let body = json!({ "issuer": format!("{base}/{name}"), "jwks_uri": jwks_uri });
+        let hits = hits.clone();
+        move || {
+            hits.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
+            async move { axum::Json(body) }
+        }
+    };
+    // A JWK Set one byte over 64 KiB: the key and a member that pads it.
+    let mut big = json!({ "keys": [jwk.clone()], "pad": "" });
+    let bare = big.to_string().len();
+    big["pad"] = json!("x".repeat(64 * 1024 + 1 - bare));
+    let big = big.to_string();
+    assert_eq!(big.len(), 64 * 1024 + 1);
+    let small = json!({ "keys": [jwk] }).to_string();
+    let (counted, target) = (hits.clone(), Arc::new(AtomicUsize::new(0)));
+    let target_hits = target.clone();
+    let router = axum::Router::new()
+        .route(
+            "/ok/.well-known/openid-configuration",
+            axum::routing::get(discovery("ok", format!("{base}/ok/keys"))),
+        )
+        .route(
+            "/ok/keys",
+            axum::routing::get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let small = small.clone();
+                async move { ([("content-type", "application/json")], small) }
+            }),
+        )
+        .route(
+            "/big/.well-known/openid-configuration",
+            axum::routing::get(discovery("big", format!("{base}/big/keys"))),
+        )
+        .route(
+            "/big/keys",
+            axum::routing::get(move || {
+                let big = big.clone();
+                async move { ([("content-type", "application/json")], big) }
+            }),
+        )
+        .route(
+            "/moved/.well-known/openid-configuration",
+            axum::routing::get(|| async {
+                (axum::http::StatusCode::FOUND, [("location", "/target")])
+            }),
+        )
+        .route(
+            "/target",
+            axum::routing::get(move || {
+                target_hits.fetch_add(1, Ordering::SeqCst);
+                async { "" }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    for allow_private in [false, true] {
+        let app = spawn_with(|s| {
+            s.config.allow_private_jwks_uri = allow_private;
+            let many = tessera_store::RateLimit {
+                count: 1000,
+                period_secs: 60,
+                burst: 1000,
+            };
+            s.config.auth_failures_per_source_and_client = many;
+            s.config.auth_failures_per_client = many;
+        })
+        .await;
+        let (client, _) = app.client().await;
+        let now = app.clock.now();
+        for name in ["ok", "big", "moved"] {
+            app.registrar()
+                .put_trust_policy(TrustPolicyInput {
+                    name: format!("policy-{name}"),
+                    client_id: client.to_string(),
+                    issuer: format!("{base}/{name}"),
+                    jwks_uri: None,
+                    audience: "tessera".into(),
+                    subject: "workload".into(),
+                    claims: Vec::new(),
+                    max_assertion_ttl: None,
+                    ..TrustPolicyInput::default()
+                })
+                .await
+                .unwrap();
+        }
+        app.sync().await;
+        let token = |name: &str| {
+            key.sign(
+                &json!({ "alg": key.alg(), "kid": "platform-key", "typ": "JWT" }),
+                &json!({ "iss": format!("{base}/{name}"), "aud": ["tessera"], "iat": now,
+                         "exp": now + 300, "sub": "workload" }),
+            )
+        };
+        let before = hits.load(Ordering::SeqCst);
+        let (status, why) = outcome(exchange(&app, &client, &token("ok")).await).await;
+        if !allow_private {
+            assert_eq!(status, 401);
+            assert!(why.contains("keys could not be fetched"), "{why}");
+            assert_eq!(hits.load(Ordering::SeqCst), before, "loopback never asked");
+            continue;
+        }
+        assert_eq!((status, why.as_str()), (200, "workload"));
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            before + 2,
+            "discovery, then keys"
+        );
+        for name in ["big", "moved"] {
+            let (status, why) = outcome(exchange(&app, &client, &token(name)).await).await;
+            assert_eq!(status, 401, "{name}");
+            assert!(why.contains("keys could not be fetched"), "{name}: {why}");
+        }
+        assert_eq!(target.load(Ordering::SeqCst), 0);
     }
 }

@@ -32,6 +32,29 @@ async fn revoke(
         .unwrap()
 }
 
+async fn introspect(
+    app: &TestApp,
+    id: &tessera_proto::ClientId,
+    secret: &tessera_proto::ClientSecret,
+    token: &str,
+) -> reqwest::Response {
+    app.http
+        .post(app.url("/connect/introspect"))
+        .header("authorization", basic(id, secret))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `tessera_registry_age_seconds`, which must be in `/metrics`.
+async fn registry_age(app: &TestApp) -> u64 {
+    crate::limits::metric(app, "tessera_registry_age_seconds ")
+        .await
+        .expect("tessera_registry_age_seconds in /metrics")
+}
+
 #[tokio::test]
 async fn a_database_outage_is_ridden_out_within_the_staleness_bound() {
     let schema = tessera_store::testing::scratch_postgres().await;
@@ -67,11 +90,22 @@ async fn a_database_outage_is_ridden_out_within_the_staleness_bound() {
     let (status, error, _) = error_of(refused).await;
     assert_eq!((status, error.as_str()), (503, "temporarily_unavailable"));
 
-    // Past the staleness bound: the token endpoint and readiness say 503.
+    // Past the staleness bound: the token and introspection endpoints and readiness say
+    // 503, and `tessera_registry_age_seconds` says how old the registry is.
+    let age_before = registry_age(&app).await;
+    assert!(age_before < 301, "{age_before}");
     app.clock.advance(Duration::from_secs(301));
-    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 503);
+    let refused = app.token(&id, &secret, NEWS).await;
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let (status, error, _) = error_of(refused).await;
+    assert_eq!((status, error.as_str()), (503, "temporarily_unavailable"));
+    let refused = introspect(&app, &id, &secret, &access_token).await;
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let (status, error, _) = error_of(refused).await;
+    assert_eq!((status, error.as_str()), (503, "temporarily_unavailable"));
     let ready = app.http.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 503);
+    assert!(registry_age(&app).await >= 301);
 
     // The database is back: fresh again, issuing and recording, without a restart.
     proxy.restore();
@@ -79,6 +113,9 @@ async fn a_database_outage_is_ridden_out_within_the_staleness_bound() {
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
     let ready = app.http.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
+    let answer = introspect(&app, &id, &secret, &access_token).await;
+    assert_eq!(answer.status(), 200);
+    assert!(registry_age(&app).await < 301);
     assert_eq!(
         revoke(&app, &id, &secret, &access_token).await.status(),
         200

@@ -186,6 +186,25 @@ async fn the_cache_holds_at_most_its_capacity() {
     assert_eq!(stats(&verifier).1, misses + 1);
 }
 
+/// `token_cache_capacity`: "default 10,000" (rounded down to whole generations, as an
+/// explicit 10,000 is).
+#[tokio::test]
+async fn the_cache_holds_10_000_tokens_by_default() {
+    let key = TestKey::ed25519();
+    let capacity = |tokens: Option<usize>| {
+        let builder = Verifier::builder(ISSUER, AUDIENCE).static_keys(jwks(&[&key]));
+        let builder = match tokens {
+            Some(tokens) => builder.token_cache_capacity(tokens),
+            None => builder,
+        };
+        builder.build().unwrap().token_cache_stats().capacity
+    };
+    let default = capacity(None);
+    assert_eq!(default, capacity(Some(10_000)));
+    assert!((9_900..=10_000).contains(&default), "{default}");
+    assert_ne!(default, capacity(Some(20_000)));
+}
+
 #[tokio::test]
 async fn forged_tokens_are_never_remembered() {
     let key = TestKey::ed25519();
