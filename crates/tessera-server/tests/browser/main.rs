@@ -433,6 +433,29 @@ async fn an_operator_onboards_a_client_in_chromium() {
     browser.screenshot("clients").await;
     browser.open("/console/keys").await;
     browser.screenshot("keys").await;
+    // The activity page: the changes just made, who made them, from where, via the console.
+    browser.open("/console/activity").await;
+    let activity = browser.text("#activity").await;
+    for change in [
+        "created on plan partner",
+        "secret rotated, previous valid for 0 s",
+        "disabled",
+    ] {
+        assert!(activity.contains(change), "{change}: {activity}");
+    }
+    assert!(activity.contains(admin_id.as_str()) && activity.contains("127.0.0.1"));
+    browser.fill("#activity-q", "disabled").await;
+    browser.press("Search").await;
+    assert_eq!(
+        browser
+            .client
+            .find_all(Locator::Css("#activity tbody tr"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    browser.screenshot("activity").await;
     app.state.housekeeping().await;
     browser.open("/console/").await;
     browser.screenshot("overview").await;
