@@ -105,6 +105,9 @@ enum Command {
     /// Manage clients.
     #[command(subcommand)]
     Client(manage::ClientCommand),
+    /// Manage organizations: customers whose clients share one plan.
+    #[command(subcommand)]
+    Org(manage::OrgCommand),
     /// Manage signing keys; make a client's key.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -224,6 +227,7 @@ async fn main() -> std::process::ExitCode {
         }
         Command::Plan(cmd) => manage::run(&cli.data, admin, ManageCommand::Plan(cmd)).await,
         Command::Client(cmd) => manage::run(&cli.data, admin, ManageCommand::Client(cmd)).await,
+        Command::Org(cmd) => manage::run(&cli.data, admin, ManageCommand::Org(cmd)).await,
         Command::Keys(KeysCommand::Signing(cmd)) => {
             manage::run(&cli.data, admin, ManageCommand::Keys(cmd)).await
         }

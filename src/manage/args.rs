@@ -71,8 +71,12 @@ pub(crate) enum ClientCommand {
     /// Register a client; prints its secret once.
     Create {
         /// The plan deciding its scopes.
+        #[arg(long, required_unless_present = "org", conflicts_with = "org")]
+        plan: Option<String>,
+        /// The organization it belongs to: its plan is then the organization's (so --plan
+        /// is refused with it).
         #[arg(long)]
-        plan: String,
+        org: Option<String>,
         /// A label for people.
         #[arg(long, default_value = "")]
         name: String,
@@ -179,6 +183,94 @@ pub(crate) enum ClientCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub(crate) enum OrgCommand {
+    /// Create an organization: a customer whose clients all share its plan.
+    Create {
+        /// Its id: 1 to 64 of a-z, A-Z, 0-9, '_' and '-' (e.g. acme).
+        id: String,
+        /// The plan of all its clients.
+        #[arg(long)]
+        plan: String,
+        /// A name for people (e.g. "Acme Trading").
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Print the organization as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List organizations.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one organization.
+    Show {
+        /// Organization id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change an organization's plan (and so all its clients' plan) or name.
+    Set {
+        /// Organization id.
+        id: String,
+        /// The plan to move it and all its clients to.
+        #[arg(long)]
+        plan: Option<String>,
+        /// A name for people.
+        #[arg(long)]
+        name: Option<String>,
+        /// Print the organization as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refuse tokens to all the organization's clients.
+    Disable {
+        /// Organization id.
+        id: String,
+        /// Print the organization as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allow tokens to the organization's clients again.
+    Enable {
+        /// Organization id.
+        id: String,
+        /// Print the organization as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Token and API requests of the organization's clients per UTC day: each client's and
+    /// the total (written by the server every 30 s and on shutdown).
+    Usage {
+        /// Organization id.
+        id: String,
+        /// Only the days of this month, YYYY-MM (e.g. 2026-11), for billing.
+        #[arg(long, value_parser = parse_month)]
+        month: Option<String>,
+        /// Print CSV: one row per client and day, then the day's total.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an organization; refused while it has clients, unless --with-clients.
+    Delete {
+        /// Organization id.
+        id: String,
+        /// Delete its clients with it.
+        #[arg(long)]
+        with_clients: bool,
+        /// Print the deleted organization as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub(crate) enum KeysCommand {
     /// List signing keys.
     List {
@@ -256,6 +348,18 @@ pub(crate) enum TrustCommand {
         /// Policy name.
         name: String,
     },
+}
+
+/// `YYYY-MM`, a month of the calendar.
+fn parse_month(s: &str) -> Result<String, String> {
+    let month = s
+        .split_once('-')
+        .filter(|(y, m)| y.len() == 4 && m.len() == 2)
+        .and_then(|(y, m)| Some((y.parse::<u16>().ok()?, m.parse::<u8>().ok()?)));
+    match month {
+        Some((_, 1..=12)) if s.bytes().all(|b| b.is_ascii_digit() || b == b'-') => Ok(s.to_owned()),
+        _ => Err(format!("{s:?} is not a month as YYYY-MM, e.g. 2026-11")),
+    }
 }
 
 /// `API=VALUE`, both sides non-empty.

@@ -65,6 +65,7 @@ impl<'a> Database<'a> {
 fn with_secrets(created: CreatedClients) -> impl Iterator<Item = ClientWithSecret> {
     let CreatedClients {
         plan,
+        org,
         label,
         auth_method,
         created_at,
@@ -76,6 +77,7 @@ fn with_secrets(created: CreatedClients) -> impl Iterator<Item = ClientWithSecre
             client: Client {
                 client_id,
                 plan: plan.clone(),
+                org: org.clone(),
                 name: label.clone(),
                 enabled: true,
                 token_endpoint_auth_method: auth_method.as_str().to_owned(),
@@ -155,11 +157,21 @@ impl Operations for Database<'_> {
             .as_deref()
             .map_or(Some(AuthMethod::ClientSecretBasic), AuthMethod::parse)
             .expect("the command line parsed the method");
+        let placement = self
+            .registrar()
+            .placement(&new.plan, new.org.as_deref())
+            .await?;
         if let Some(credential) = views::credential(new, method)? {
             for made in 0..count {
-                let c = self
-                    .registrar()
-                    .create_keyed_client(&new.plan, &new.name, method, credential.clone())
+                let mut c = self.registrar().new_keyed_client(
+                    &placement.plan,
+                    &new.name,
+                    method,
+                    credential.clone(),
+                )?;
+                placement.apply(&mut c);
+                self.store
+                    .insert_client(&c)
                     .await
                     .with_context(|| created_before(made, count))?;
                 progress.advance(1);
@@ -171,9 +183,9 @@ impl Operations for Database<'_> {
         let mut unprinted = None;
         let outcome = self
             .registrar()
-            .create_clients(
+            .create_clients_at(
                 &secrets,
-                &new.plan,
+                &placement,
                 &new.name,
                 method,
                 count as usize,
@@ -273,6 +285,64 @@ impl Operations for Database<'_> {
             anyhow::bail!("no trust policy named {name:?}");
         }
         Ok(())
+    }
+
+    async fn create_org(&self, new: &api::OrgInput) -> Result<api::Org> {
+        let org = self
+            .registrar()
+            .create_org(&new.id, &new.name, &new.plan)
+            .await?;
+        Ok(views::org(&org, 0))
+    }
+
+    async fn list_orgs(&self) -> Result<Vec<api::Org>> {
+        let counts: HashMap<String, u64> =
+            self.store.clients_per_org().await?.into_iter().collect();
+        Ok(self
+            .store
+            .orgs()
+            .await?
+            .iter()
+            .map(|o| views::org(o, counts.get(&o.id).copied().unwrap_or(0)))
+            .collect())
+    }
+
+    async fn show_org(&self, id: &str) -> Result<api::Org> {
+        let admin = self.registrar();
+        let org = admin.org(id).await?;
+        Ok(views::org(&org, admin.org_client_count(id).await?))
+    }
+
+    async fn update_org(&self, id: &str, patch: &api::OrgPatch) -> Result<api::Org> {
+        let admin = self.registrar();
+        let org = admin
+            .patch_org(
+                id,
+                patch.name.as_deref(),
+                patch.plan.as_deref(),
+                patch.enabled,
+            )
+            .await?;
+        Ok(views::org(&org, admin.org_client_count(id).await?))
+    }
+
+    async fn org_usage(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<api::OrgUsage> {
+        let org = self.registrar().org(id).await?;
+        let clients = self.store.org_clients(&org.id).await?;
+        let usage = self.store.org_usage(&org.id).await?;
+        let api_usage = self.store.org_api_usage(&org.id).await?;
+        let range = (from.map(str::to_owned), to.map(str::to_owned));
+        Ok(views::org_usage(&org.id, range, &clients, usage, api_usage))
+    }
+
+    async fn delete_org(&self, id: &str, with_clients: bool) -> Result<api::Org> {
+        let (org, clients) = self.registrar().delete_org(id, with_clients).await?;
+        Ok(views::org(&org, clients))
     }
 
     async fn list_keys(&self) -> Result<Vec<Key>> {

@@ -547,6 +547,54 @@ impl Operations for Http {
         Ok(())
     }
 
+    async fn create_org(&self, new: &api::OrgInput) -> Result<api::Org> {
+        self.json(self.request(Method::POST, &["orgs"]).json(new))
+            .await
+    }
+
+    async fn list_orgs(&self) -> Result<Vec<api::Org>> {
+        let list: api::OrgList = self.json(self.request(Method::GET, &["orgs"])).await?;
+        Ok(list.orgs)
+    }
+
+    async fn show_org(&self, id: &str) -> Result<api::Org> {
+        self.json(self.request(Method::GET, &["orgs", id])).await
+    }
+
+    async fn update_org(&self, id: &str, patch: &api::OrgPatch) -> Result<api::Org> {
+        self.json(self.request(Method::PATCH, &["orgs", id]).json(patch))
+            .await
+    }
+
+    async fn org_usage(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<api::OrgUsage> {
+        let mut request = self.request(Method::GET, &["orgs", id, "usage"]);
+        for (name, day) in [("from", from), ("to", to)] {
+            if let Some(day) = day {
+                request = request.query(&[(name, day)]);
+            }
+        }
+        self.json(request).await
+    }
+
+    /// `GET`, then `DELETE` with its `If-Match`: what is printed is what was deleted.
+    async fn delete_org(&self, id: &str, with_clients: bool) -> Result<api::Org> {
+        let (org, etag) = self.get_tagged::<api::Org>(&["orgs", id]).await?;
+        let mut request = self.request(Method::DELETE, &["orgs", id]);
+        if with_clients {
+            request = request.query(&[("with_clients", "true")]);
+        }
+        if let Some(etag) = etag {
+            request = request.header(IF_MATCH, etag);
+        }
+        self.send(request).await?;
+        Ok(org)
+    }
+
     async fn list_keys(&self) -> Result<Vec<Key>> {
         let keys: api::KeyList = self.json(self.request(Method::GET, &["keys"])).await?;
         Ok(keys.keys)

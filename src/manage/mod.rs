@@ -1,4 +1,4 @@
-//! `tessera plan`, `client`, `keys` and `trust`, the commands that manage the registry:
+//! `tessera plan`, `client`, `org`, `keys` and `trust`, the commands that manage the registry:
 //! each command is one call of [`Operations`], served either by the database
 //! ([`Database`], through `tessera_server::registrar`) or, with `--admin-url`, by a
 //! Tessera's admin API ([`Http`]). Both answer with the admin API's objects, as the contract shared with the
@@ -32,7 +32,7 @@ mod http;
 mod output;
 mod progress;
 
-pub(crate) use args::{ClientCommand, KeysCommand, PlanCommand, TrustCommand};
+pub(crate) use args::{ClientCommand, KeysCommand, OrgCommand, PlanCommand, TrustCommand};
 use database::Database;
 pub(crate) use http::AdminArgs;
 use http::Http;
@@ -44,6 +44,7 @@ use progress::Progress;
 pub(crate) enum ManageCommand {
     Plan(PlanCommand),
     Client(ClientCommand),
+    Org(OrgCommand),
     Keys(KeysCommand),
     Trust(TrustCommand),
 }
@@ -55,6 +56,9 @@ impl ManageCommand {
             | Self::Client(ClientCommand::List { .. })
             | Self::Client(ClientCommand::Show { .. })
             | Self::Client(ClientCommand::Usage { .. })
+            | Self::Org(OrgCommand::List { .. })
+            | Self::Org(OrgCommand::Show { .. })
+            | Self::Org(OrgCommand::Usage { .. })
             | Self::Keys(KeysCommand::List { .. })
             | Self::Trust(TrustCommand::List { .. }) => Access::Read,
             _ => Access::Write,
@@ -120,6 +124,24 @@ pub(crate) trait Operations {
     async fn delete_client(&self, id: &str) -> Result<Client>;
     /// A client's token requests per UTC day.
     async fn usage(&self, id: &str) -> Result<Vec<UsageDay>>;
+    /// Creates an organization.
+    async fn create_org(&self, new: &api::OrgInput) -> Result<api::Org>;
+    /// Every organization, by id.
+    async fn list_orgs(&self) -> Result<Vec<api::Org>>;
+    /// One organization.
+    async fn show_org(&self, id: &str) -> Result<api::Org>;
+    /// Changes an organization's name, plan or whether it is enabled.
+    async fn update_org(&self, id: &str, patch: &api::OrgPatch) -> Result<api::Org>;
+    /// An organization's usage within the days `from` and `to` (`YYYY-MM-DD`, included).
+    async fn org_usage(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<api::OrgUsage>;
+    /// Removes an organization (with its clients when `with_clients`), returning it as it
+    /// was.
+    async fn delete_org(&self, id: &str, with_clients: bool) -> Result<api::Org>;
     /// The signing keys, oldest activation first.
     async fn list_keys(&self) -> Result<Vec<Key>>;
     /// Publishes a new key that signs from `activate_in_secs` on.
@@ -148,6 +170,7 @@ async fn execute(ops: &impl Operations, command: ManageCommand) -> Result<()> {
     match command {
         ManageCommand::Plan(cmd) => plan(ops, cmd).await,
         ManageCommand::Client(cmd) => client(ops, cmd).await,
+        ManageCommand::Org(cmd) => org(ops, cmd).await,
         ManageCommand::Keys(cmd) => keys(ops, cmd).await,
         ManageCommand::Trust(cmd) => trust(ops, cmd).await,
     }
@@ -264,6 +287,7 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
     match cmd {
         ClientCommand::Create {
             plan,
+            org,
             name,
             auth_method,
             tls_subject_dn,
@@ -285,7 +309,8 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                 None => None,
             };
             let new = ClientInput {
-                plan,
+                plan: plan.unwrap_or_default(),
+                org,
                 name,
                 token_endpoint_auth_method: Some(auth_method.as_str().to_owned()),
                 tls_client_auth_subject_dn: tls_subject_dn,
@@ -319,6 +344,9 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                             let mut text = format!("client_id:     {}\n", c.client.client_id);
                             if let Some(secret) = &c.client_secret {
                                 text += &format!("client_secret: {}\n", secret.expose());
+                            }
+                            if let Some(org) = &c.client.org {
+                                text += &format!("org:           {org}\n");
                             }
                             text + &format!("plan:          {}", c.client.plan)
                         })?;
@@ -428,6 +456,111 @@ async fn client(ops: &impl Operations, cmd: ClientCommand) -> Result<()> {
                     row
                 } else {
                     format!("{row}  {}", apis.join(", "))
+                }
+            })
+        }
+    }
+}
+
+async fn org(ops: &impl Operations, cmd: OrgCommand) -> Result<()> {
+    let patch = |name, plan, enabled| api::OrgPatch {
+        name,
+        plan,
+        enabled,
+    };
+    match cmd {
+        OrgCommand::Create {
+            id,
+            plan,
+            name,
+            json,
+        } => {
+            let org = ops.create_org(&api::OrgInput { id, plan, name }).await?;
+            Output::of(json).object(&org, output::org)
+        }
+        OrgCommand::List { json } => {
+            let orgs = ops.list_orgs().await?;
+            let header = format!(
+                "{:<24} {:<16} {:<8} {:>8} NAME",
+                "ORG", "PLAN", "ENABLED", "CLIENTS"
+            );
+            Output::of(json).list(&orgs, Some(header), |o| {
+                format!(
+                    "{:<24} {:<16} {:<8} {:>8} {}",
+                    o.id, o.plan, o.enabled, o.clients, o.name
+                )
+            })
+        }
+        OrgCommand::Show { id, json } => {
+            let org = ops.show_org(&id).await?;
+            Output::of(json).object(&org, |o| {
+                serde_json::to_string_pretty(o).unwrap_or_default()
+            })
+        }
+        OrgCommand::Set {
+            id,
+            plan,
+            name,
+            json,
+        } => {
+            if plan.is_none() && name.is_none() {
+                return Err(BadUsage("org set needs --plan or --name".to_owned()).into());
+            }
+            let org = ops.update_org(&id, &patch(name, plan, None)).await?;
+            Output::of(json).object(&org, output::org)
+        }
+        OrgCommand::Disable { id, json } => {
+            let org = ops.update_org(&id, &patch(None, None, Some(false))).await?;
+            Output::of(json).object(&org, |o| {
+                format!(
+                    "organization {id} disabled: its {} client(s) get no tokens",
+                    o.clients
+                )
+            })
+        }
+        OrgCommand::Enable { id, json } => {
+            let org = ops.update_org(&id, &patch(None, None, Some(true))).await?;
+            Output::of(json).object(&org, |_| format!("organization {id} enabled"))
+        }
+        OrgCommand::Usage {
+            id,
+            month,
+            csv,
+            json,
+        } => {
+            let (from, to) = match &month {
+                Some(m) => {
+                    // The month's last day: the first of 31, 30, 29, 28 that is a date.
+                    let last = ["31", "30", "29", "28"]
+                        .iter()
+                        .map(|d| format!("{m}-{d}"))
+                        .find(|day| tessera_proto::clock::is_day(day));
+                    (Some(format!("{m}-01")), last)
+                }
+                None => (None, None),
+            };
+            let usage = ops.org_usage(&id, from.as_deref(), to.as_deref()).await?;
+            let mut out = std::io::stdout().lock();
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&usage)?)?;
+            } else if csv {
+                out.write_all(output::org_usage_csv(&usage).as_bytes())?;
+            } else {
+                out.write_all(output::org_usage_text(&usage).as_bytes())?;
+            }
+            Ok(())
+        }
+        OrgCommand::Delete {
+            id,
+            with_clients,
+            json,
+        } => {
+            let org = ops.delete_org(&id, with_clients).await?;
+            Output::of(json).object(&org, |o| {
+                if with_clients {
+                    format!("organization {id} deleted with its {} client(s)", o.clients)
+                } else {
+                    format!("organization {id} deleted")
                 }
             })
         }

@@ -75,6 +75,102 @@ impl Output {
     }
 }
 
+/// The API requests of a day, summed over the APIs: served and refused.
+fn api_totals(day: &api::UsageDay) -> (u64, u64) {
+    day.apis
+        .values()
+        .fold((0, 0), |(r, f), n| (r + n.requests, f + n.refused))
+}
+
+/// A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180 section 2).
+fn csv_field(value: &str) -> String {
+    if value.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value.to_owned()
+    }
+}
+
+/// An organization's usage as CSV for billing (RFC 4180): a header, one row per client and
+/// day, and per day a row of client `total`; ordered by day.
+pub(crate) fn org_usage_csv(usage: &api::OrgUsage) -> String {
+    let mut rows: Vec<(String, u8, String)> = Vec::new();
+    let row = |day: &api::UsageDay, client: &str, name: &str| {
+        let (requests, refused) = api_totals(day);
+        format!(
+            "{},{},{},{},{},{},{}\r\n",
+            day.day,
+            csv_field(client),
+            csv_field(name),
+            day.issued,
+            day.refused,
+            requests,
+            refused
+        )
+    };
+    for client in &usage.clients {
+        for day in &client.days {
+            rows.push((
+                day.day.clone(),
+                0,
+                row(day, &client.client_id, &client.name),
+            ));
+        }
+    }
+    for day in &usage.total {
+        rows.push((day.day.clone(), 1, row(day, "total", "")));
+    }
+    rows.sort();
+    let mut csv = String::from(
+        "day,client_id,client_name,tokens_issued,tokens_refused,api_requests,api_refused\r\n",
+    );
+    for (_, _, line) in rows {
+        csv.push_str(&line);
+    }
+    csv
+}
+
+/// An organization's usage for people: a row per client and day, then the totals.
+pub(crate) fn org_usage_text(usage: &api::OrgUsage) -> String {
+    let header = format!(
+        "{:<10} {:<26} {:>10} {:>10} {:>12} {:>12}  NAME\n",
+        "DAY", "CLIENT", "ISSUED", "REFUSED", "API_REQS", "API_REFUSED"
+    );
+    let line = |day: &api::UsageDay, client: &str, name: &str| {
+        let (requests, refused) = api_totals(day);
+        format!(
+            "{:<10} {:<26} {:>10} {:>10} {:>12} {:>12}  {name}\n",
+            day.day, client, day.issued, day.refused, requests, refused
+        )
+    };
+    let mut text = header;
+    for client in &usage.clients {
+        for day in &client.days {
+            text += &line(day, &client.client_id, &client.name);
+        }
+    }
+    for day in &usage.total {
+        text += &line(day, "total", "");
+    }
+    text
+}
+
+/// An organization in a sentence.
+pub(crate) fn org(o: &api::Org) -> String {
+    format!(
+        "organization {} ({}) on plan {}, {}, {} client(s)",
+        o.id,
+        if o.name.is_empty() {
+            "no name"
+        } else {
+            &o.name
+        },
+        o.plan,
+        if o.enabled { "enabled" } else { "disabled" },
+        o.clients
+    )
+}
+
 /// A plan in a sentence.
 pub(crate) fn plan(p: &Plan) -> String {
     let rate = p.token_rate.map_or("no rate limit".to_owned(), |r| {

@@ -27,6 +27,7 @@ mod first_hour;
 mod keys;
 mod locks;
 mod operator;
+mod orgs;
 mod redis;
 mod remote;
 mod serve;

@@ -298,9 +298,12 @@ pub struct Client {
     pub client_id: ClientId,
     /// The plan deciding its scopes.
     pub plan: String,
+    /// The organization it belongs to, if any; its plan is the organization's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
     /// A label for people.
     pub name: String,
-    /// Whether it may get tokens.
+    /// Whether it may get tokens (its organization, if any, must be enabled too).
     pub enabled: bool,
     /// `client_secret_basic`, `client_secret_post`, `private_key_jwt` (RFC 7591 section 2),
     /// `tls_client_auth` or `self_signed_tls_client_auth` (RFC 8705 section 2).
@@ -365,8 +368,14 @@ pub struct ClientPage {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ClientInput {
-    /// The plan deciding its scopes.
+    /// The plan deciding its scopes; left out (or empty) for a client of an organization,
+    /// whose plan is the organization's.
+    #[serde(default)]
     pub plan: String,
+    /// The organization it belongs to (issue 28); its plan is then the organization's, and
+    /// `plan` must be left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
     /// A label for people (default empty), at most 256 characters.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(max_length = 256))]
@@ -417,6 +426,102 @@ pub struct ClientPatch {
     /// Whether it may get tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+}
+
+// ---- Organizations (issue 28) ----
+
+/// An organization: a customer that holds clients, all on its plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Org {
+    /// Its id, 1 to 64 of `a-z A-Z 0-9 _ -`.
+    pub id: String,
+    /// A name for people.
+    pub name: String,
+    /// The plan of all its clients.
+    pub plan: String,
+    /// Whether its clients may get tokens.
+    pub enabled: bool,
+    /// How many clients it has.
+    pub clients: u64,
+    /// When it was created.
+    #[serde(with = "serde_rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub created_at: Timestamp,
+    /// When it last changed.
+    #[serde(with = "serde_rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub updated_at: Timestamp,
+}
+
+/// Every organization, by id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OrgList {
+    /// The organizations.
+    pub orgs: Vec<Org>,
+}
+
+/// A new organization.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OrgInput {
+    /// Its id, 1 to 64 of `a-z A-Z 0-9 _ -`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9_-]{1,64}$"))]
+    pub id: String,
+    /// The plan of all its clients.
+    pub plan: String,
+    /// A name for people (default empty), at most 256 characters.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
+    pub name: String,
+}
+
+/// What to change in an organization; absent fields stay. A new plan or `enabled` applies
+/// to all its clients.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OrgPatch {
+    /// A name for people, at most 256 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
+    pub name: Option<String>,
+    /// The plan to move it, and all its clients, to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+    /// Whether its clients may get tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// An organization's usage (issue 28): each client's per UTC day, and the total per day.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OrgUsage {
+    /// The organization.
+    pub org: String,
+    /// The first day asked for, if any.
+    pub from: Option<String>,
+    /// The last day asked for, if any.
+    pub to: Option<String>,
+    /// Its clients with any request in the days asked for, by id.
+    pub clients: Vec<ClientUsage>,
+    /// All its clients' requests per day.
+    pub total: Vec<UsageDay>,
+}
+
+/// One client's usage per UTC day.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClientUsage {
+    /// The client.
+    pub client_id: String,
+    /// Its label.
+    pub name: String,
+    /// Per day with any request.
+    pub days: Vec<UsageDay>,
 }
 
 /// A secret rotation.
@@ -641,6 +746,7 @@ mod tests {
             enabled: true,
             token_endpoint_auth_method: "client_secret_basic".into(),
             previous_secret_valid_until: None,
+            org: None,
             created_at: 1_795_645_359,
             updated_at: 1_795_645_360,
             tls_client_auth_subject_dn: None,

@@ -42,6 +42,10 @@ pub struct AccessTokenClaims {
     /// issuers that do not know plans.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<String>,
+    /// The organization the client belongs to (a Tessera claim, issue 28): an API can
+    /// attribute the request to the customer. Absent for a client of no organization.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_id: Option<String>,
 }
 
 /// The `cnf` claim (RFC 7800 section 3.1).
@@ -115,6 +119,7 @@ mod tests {
             app_only: true,
             cnf: None,
             plan: None,
+            org_id: None,
         };
         assert!(!claims.has_user_context());
         claims.app_only = false;

@@ -51,6 +51,7 @@ fn claims() -> AccessTokenClaims {
         app_only: true,
         cnf: None,
         plan: None,
+        org_id: None,
     }
 }
 

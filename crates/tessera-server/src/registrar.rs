@@ -12,8 +12,8 @@ use tessera_proto::clock::Timestamp;
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
 use tessera_store::{
-    ApiLimit, AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Plan, Quota,
-    RateLimit, SigningKey, Store, StoreError,
+    ApiLimit, AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Org,
+    OrgRemoval, Plan, Quota, RateLimit, SigningKey, Store, StoreError,
 };
 use thiserror::Error;
 
@@ -41,6 +41,8 @@ pub const CREATE_BATCH: usize = 5000;
 pub struct CreatedClients {
     /// Their plan.
     pub plan: String,
+    /// Their organization, if any.
+    pub org: Option<String>,
     /// Their label.
     pub label: String,
     /// How they authenticate: with their secret, in the header or the body.
@@ -69,6 +71,8 @@ fn make_client(
         auth_method,
         credential: Credential::secret(secrets.hash_secret(&secret)),
         enabled: true,
+        org: None,
+        org_enabled: true,
         created_at: now,
         updated_at: now,
     };
@@ -137,9 +141,74 @@ pub enum RegistrarError {
     /// A trust policy field out of shape: the field and why.
     #[error("{1}")]
     BadTrustPolicy(&'static str, &'static str),
+    /// An organization id that is not 1 to 64 of `a-z A-Z 0-9 _ -`.
+    #[error("organization id {0:?} must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'")]
+    BadOrgId(String),
+    /// A name for people that is too long or holds control characters.
+    #[error("name must be at most 256 characters, none of them control characters")]
+    BadName,
+    /// No such organization.
+    #[error("no organization with id {0:?}")]
+    UnknownOrg(String),
+    /// An organization that still has clients, deleted without them.
+    #[error(
+        "organization {0:?} has {1} client(s): delete them first, or delete it with its clients"
+    )]
+    OrgHasClients(String, u64),
+    /// A client of an organization given a plan of its own: its plan is its
+    /// organization's.
+    #[error(
+        "client {0:?} belongs to organization {1:?}: its plan is the organization's \
+         (change the organization's plan)"
+    )]
+    PlanOfOrg(String, String),
+    /// A new client given both a plan and an organization.
+    #[error("a client of an organization is on its organization's plan: give the organization or a plan, not both")]
+    PlanAndOrg,
+    /// A new client given neither a plan nor an organization.
+    #[error("a client needs a plan, or an organization whose plan it takes")]
+    NoPlan,
+    /// A new client of an organization that does not exist.
+    #[error("no organization with id {0:?}")]
+    NoSuchOrg(String),
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Where a new client goes (issue 28): its plan, and its organization if it has one, whose
+/// plan it then is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Its plan.
+    pub plan: String,
+    /// Its organization.
+    pub org: Option<String>,
+    /// Whether its organization is enabled (`true` without one).
+    pub org_enabled: bool,
+}
+
+impl Placement {
+    /// On `plan`, in no organization.
+    pub fn plan(plan: &str) -> Self {
+        Self {
+            plan: plan.to_owned(),
+            org: None,
+            org_enabled: true,
+        }
+    }
+
+    /// Puts `client` there.
+    pub fn apply(&self, client: &mut Client) {
+        self.plan.clone_into(&mut client.plan);
+        client.org.clone_from(&self.org);
+        client.org_enabled = self.org_enabled;
+    }
+}
+
+/// A name for people: at most 256 characters, none of them control characters.
+pub fn is_display_name(name: &str) -> bool {
+    name.chars().count() <= 256 && !name.chars().any(char::is_control)
 }
 
 /// A trust policy to create or replace (workload identity federation).
@@ -506,6 +575,23 @@ impl<'a> Registrar<'a> {
         count: usize,
         committed: &mut dyn FnMut(CreatedClients) -> ControlFlow<()>,
     ) -> Result<(), RegistrarError> {
+        let placement = Placement::plan(plan);
+        self.create_clients_at(secrets, &placement, label, auth_method, count, committed)
+            .await
+    }
+
+    /// [`create_clients`](Self::create_clients) where `placement` says: on a plan, or in an
+    /// organization ([`Registrar::placement`]).
+    pub async fn create_clients_at(
+        &self,
+        secrets: &Secrets,
+        placement: &Placement,
+        label: &str,
+        auth_method: AuthMethod,
+        count: usize,
+        committed: &mut dyn FnMut(CreatedClients) -> ControlFlow<()>,
+    ) -> Result<(), RegistrarError> {
+        let plan = placement.plan.as_str();
         // Ids in ascending order, so that each statement adds to the right edge of the id
         // indexes instead of to pages all over them: at a million clients, random ids made
         // SQLite's page cache spill to the WAL and read pages back.
@@ -516,8 +602,9 @@ impl<'a> Registrar<'a> {
             let (clients, credentials): (Vec<Client>, Vec<(ClientId, ClientSecret)>) = ids
                 .iter()
                 .map(|id| {
-                    let (client, secret) =
+                    let (mut client, secret) =
                         make_client(secrets, id.clone(), plan, label, auth_method, created_at);
+                    placement.apply(&mut client);
                     let credentials = (client.id.clone(), secret);
                     (client, credentials)
                 })
@@ -525,6 +612,7 @@ impl<'a> Registrar<'a> {
             self.store.insert_clients(&clients).await?;
             let batch = CreatedClients {
                 plan: plan.to_owned(),
+                org: placement.org.clone(),
                 label: label.to_owned(),
                 auth_method,
                 created_at,
@@ -630,6 +718,8 @@ impl<'a> Registrar<'a> {
             auth_method,
             credential,
             enabled: true,
+            org: None,
+            org_enabled: true,
             created_at: now,
             updated_at: now,
         })
@@ -768,6 +858,12 @@ impl<'a> Registrar<'a> {
         plan: Option<&str>,
         enabled: Option<bool>,
     ) -> Result<Client, RegistrarError> {
+        if let Some(plan) = plan {
+            let client = self.client(id).await?;
+            if let Some(org) = client.org.filter(|_| client.plan != plan) {
+                return Err(RegistrarError::PlanOfOrg(id.to_owned(), org));
+            }
+        }
         self.update_client(id, |c| {
             if let Some(name) = name {
                 name.clone_into(&mut c.label);
@@ -780,6 +876,126 @@ impl<'a> Registrar<'a> {
             }
         })
         .await
+    }
+
+    /// Where a new client goes: on `plan`, or with `org` in that organization, on its plan
+    /// (then `plan` must be empty).
+    pub async fn placement(
+        &self,
+        plan: &str,
+        org: Option<&str>,
+    ) -> Result<Placement, RegistrarError> {
+        match org {
+            None if plan.is_empty() => Err(RegistrarError::NoPlan),
+            None => Ok(Placement::plan(plan)),
+            Some(_) if !plan.is_empty() => Err(RegistrarError::PlanAndOrg),
+            Some(id) => {
+                let org = self
+                    .store
+                    .org(id)
+                    .await?
+                    .ok_or_else(|| RegistrarError::NoSuchOrg(id.to_owned()))?;
+                Ok(Placement {
+                    plan: org.plan,
+                    org: Some(org.id),
+                    org_enabled: org.enabled,
+                })
+            }
+        }
+    }
+
+    /// Creates organization `id` on `plan` (issue 28).
+    pub async fn create_org(
+        &self,
+        id: &str,
+        name: &str,
+        plan: &str,
+    ) -> Result<Org, RegistrarError> {
+        if !is_plan_name(id) {
+            return Err(RegistrarError::BadOrgId(id.to_owned()));
+        }
+        if !is_display_name(name) {
+            return Err(RegistrarError::BadName);
+        }
+        let now = self.clock.now();
+        let org = Org {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            plan: plan.to_owned(),
+            enabled: true,
+            created_at: now,
+            updated_at: now,
+        };
+        self.store.insert_org(&org).await?;
+        Ok(org)
+    }
+
+    /// Loads an organization or says it is unknown.
+    pub async fn org(&self, id: &str) -> Result<Org, RegistrarError> {
+        self.store
+            .org(id)
+            .await?
+            .ok_or_else(|| RegistrarError::UnknownOrg(id.to_owned()))
+    }
+
+    /// Changes an organization's name, plan or enabled flag, each only when given. A new
+    /// plan or flag applies to all its clients at once: the store writes them in the same
+    /// transaction, and every instance applies them within its sync interval.
+    pub async fn patch_org(
+        &self,
+        id: &str,
+        name: Option<&str>,
+        plan: Option<&str>,
+        enabled: Option<bool>,
+    ) -> Result<Org, RegistrarError> {
+        if name.is_some_and(|n| !is_display_name(n)) {
+            return Err(RegistrarError::BadName);
+        }
+        let mut org = self.org(id).await?;
+        if let Some(name) = name {
+            name.clone_into(&mut org.name);
+        }
+        if let Some(plan) = plan {
+            plan.clone_into(&mut org.plan);
+        }
+        if let Some(enabled) = enabled {
+            org.enabled = enabled;
+        }
+        org.updated_at = self.clock.now();
+        if !self.store.update_org(&org).await? {
+            return Err(RegistrarError::UnknownOrg(id.to_owned()));
+        }
+        Ok(org)
+    }
+
+    /// Removes an organization; one with clients only `with_clients`, and them with it.
+    /// Returns it as it was, and how many clients went with it.
+    pub async fn delete_org(
+        &self,
+        id: &str,
+        with_clients: bool,
+    ) -> Result<(Org, u64), RegistrarError> {
+        let org = self.org(id).await?;
+        let clients = self.org_client_count(id).await?;
+        match self.store.delete_org(id, with_clients).await? {
+            OrgRemoval::Removed => Ok((org, if with_clients { clients } else { 0 })),
+            OrgRemoval::Unknown => Err(RegistrarError::UnknownOrg(id.to_owned())),
+            OrgRemoval::HasClients => Err(RegistrarError::OrgHasClients(
+                id.to_owned(),
+                self.org_client_count(id).await?,
+            )),
+        }
+    }
+
+    /// How many clients organization `id` has.
+    pub async fn org_client_count(&self, id: &str) -> Result<u64, RegistrarError> {
+        Ok(self
+            .store
+            .clients_per_org()
+            .await?
+            .into_iter()
+            .find(|(org, _)| org == id)
+            .map_or(0, |(_, n)| n))
     }
 
     /// Gives a client a new secret. The old one keeps working for `grace_secs`, so callers can

@@ -347,6 +347,57 @@ impl Store for WatchedStore {
             .await
     }
 
+    async fn insert_org(&self, org: &tessera_store::Org) -> Result<()> {
+        self.write("organization", self.inner.insert_org(org), always)
+            .await
+    }
+
+    async fn orgs(&self) -> Result<Vec<tessera_store::Org>> {
+        self.read("organizations", self.inner.orgs()).await
+    }
+
+    async fn org(&self, id: &str) -> Result<Option<tessera_store::Org>> {
+        self.read("organization", self.inner.org(id)).await
+    }
+
+    async fn update_org(&self, org: &tessera_store::Org) -> Result<bool> {
+        let write = self.inner.update_org(org);
+        self.write_within("organization", BULK_WITHIN, write, if_true)
+            .await
+    }
+
+    async fn delete_org(&self, id: &str, with_clients: bool) -> Result<tessera_store::OrgRemoval> {
+        let write = self.inner.delete_org(id, with_clients);
+        self.write_within("organization removal", BULK_WITHIN, write, |r| {
+            *r == tessera_store::OrgRemoval::Removed
+        })
+        .await
+    }
+
+    async fn clients_per_org(&self) -> Result<Vec<(String, u64)>> {
+        self.read("clients per organization", self.inner.clients_per_org())
+            .await
+    }
+
+    async fn org_clients(&self, id: &str) -> Result<Vec<Client>> {
+        self.read_within(
+            "an organization's clients",
+            BULK_WITHIN,
+            self.inner.org_clients(id),
+        )
+        .await
+    }
+
+    async fn org_usage(&self, org: &str) -> Result<Vec<Usage>> {
+        self.read("organization usage", self.inner.org_usage(org))
+            .await
+    }
+
+    async fn org_api_usage(&self, org: &str) -> Result<Vec<ApiUsage>> {
+        self.read("organization API usage", self.inner.org_api_usage(org))
+            .await
+    }
+
     async fn put_trust_policy(&self, policy: &TrustPolicy) -> Result<()> {
         let write = self.inner.put_trust_policy(policy);
         self.write("trust policy", write, always).await

@@ -35,6 +35,8 @@ fn client(id: &str, plan: &str) -> Client {
         auth_method: AuthMethod::ClientSecretBasic,
         credential: Credential::secret(vec![1; 32]),
         enabled: true,
+        org: None,
+        org_enabled: true,
         created_at: now(),
         updated_at: now(),
     }
@@ -1061,4 +1063,181 @@ async fn sqlite_keeps_audit_events() {
 async fn postgres_keeps_audit_events() {
     let schema = crate::testing::scratch_postgres().await;
     audit_events(crate::open(&schema.url).await.unwrap().as_ref()).await;
+}
+
+/// Organizations (issue 28): created once, read back, changed with their clients in one
+/// transaction (a plan move and a disable are each one logged change per client, read by
+/// the change log), kept while they have clients, and deleted with them only when asked.
+async fn orgs(store: &dyn Store) {
+    store.put_plan(&plan("basic", "news-api")).await.unwrap();
+    store
+        .put_plan(&plan("pro", "news-api oms-api"))
+        .await
+        .unwrap();
+    let acme = crate::Org {
+        id: "acme".into(),
+        name: "Acme Trading".into(),
+        plan: "basic".into(),
+        enabled: true,
+        created_at: now(),
+        updated_at: now(),
+    };
+    store.insert_org(&acme).await.unwrap();
+    assert!(matches!(
+        store.insert_org(&acme).await,
+        Err(StoreError::Duplicate(_))
+    ));
+    let ghost = crate::Org {
+        id: "ghost".into(),
+        plan: "nope".into(),
+        ..acme.clone()
+    };
+    assert!(matches!(
+        store.insert_org(&ghost).await,
+        Err(StoreError::UnknownPlan(p)) if p == "nope"
+    ));
+    assert_eq!(store.orgs().await.unwrap(), std::slice::from_ref(&acme));
+    assert_eq!(store.org("acme").await.unwrap(), Some(acme.clone()));
+    assert_eq!(store.org("ghost").await.unwrap(), None);
+
+    // Two clients of the organization, one without.
+    let member = |id: &str| Client {
+        org: Some("acme".into()),
+        ..client(id, "basic")
+    };
+    store
+        .insert_clients(&[member("a1"), member("a2"), client("solo", "basic")])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.clients_per_org().await.unwrap(),
+        [("acme".to_owned(), 2)]
+    );
+    let ids = |clients: Vec<Client>| -> Vec<String> {
+        clients.iter().map(|c| c.id.to_string()).collect()
+    };
+    assert_eq!(ids(store.org_clients("acme").await.unwrap()), ["a1", "a2"]);
+    let a1 = store.client(&ClientId::parse("a1").unwrap()).await.unwrap();
+    assert_eq!(a1.as_ref().and_then(|c| c.org.as_deref()), Some("acme"));
+    // A packed page (SQLite) reads the organization too.
+    let page = store.clients_page(None, None, 10).await.unwrap();
+    assert_eq!(page[0].org.as_deref(), Some("acme"));
+    assert!(page[0].org_enabled);
+    assert_eq!(page[2].org, None);
+
+    // A plan move and a disable reach each client as a logged change; the other is untouched.
+    let after = store.latest_change().await.unwrap();
+    let moved = crate::Org {
+        plan: "pro".into(),
+        enabled: false,
+        updated_at: now() + 1,
+        ..acme.clone()
+    };
+    assert!(store.update_org(&moved).await.unwrap());
+    assert_eq!(store.org("acme").await.unwrap(), Some(moved.clone()));
+    let changes = read_changes(store, after, 100).await.unwrap();
+    let mut changed: Vec<(String, String, bool)> = changes
+        .clients
+        .iter()
+        .map(|(id, c)| {
+            let c = c.as_ref().unwrap();
+            (id.to_string(), c.plan.clone(), c.org_enabled)
+        })
+        .collect();
+    changed.sort();
+    assert_eq!(
+        changed,
+        [
+            ("a1".to_owned(), "pro".to_owned(), false),
+            ("a2".to_owned(), "pro".to_owned(), false)
+        ]
+    );
+    let a1 = store
+        .client(&ClientId::parse("a1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(a1.enabled && !a1.org_enabled && !a1.active());
+    let solo = store
+        .client(&ClientId::parse("solo").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((solo.plan.as_str(), solo.active()), ("basic", true));
+    // A client's own update keeps its organization's plan, whatever plan it carries.
+    let stale = Client {
+        plan: "basic".into(),
+        label: "renamed".into(),
+        ..a1.clone()
+    };
+    assert!(store.update_client(&stale).await.unwrap());
+    let a1 = store.client(&a1.id).await.unwrap().unwrap();
+    assert_eq!((a1.plan.as_str(), a1.label.as_str()), ("pro", "renamed"));
+    // Unknown organizations and plans.
+    assert!(!store
+        .update_org(&crate::Org {
+            id: "ghost".into(),
+            ..moved.clone()
+        })
+        .await
+        .unwrap());
+    assert!(matches!(
+        store
+            .update_org(&crate::Org {
+                plan: "nope".into(),
+                ..moved.clone()
+            })
+            .await,
+        Err(StoreError::UnknownPlan(_))
+    ));
+    // A plan an organization is on stays, even without clients on it.
+    store.put_plan(&plan("spare", "news-api")).await.unwrap();
+    let spare = crate::Org {
+        id: "spare-org".into(),
+        plan: "spare".into(),
+        ..acme.clone()
+    };
+    store.insert_org(&spare).await.unwrap();
+    assert_eq!(
+        store.delete_plan("spare").await.unwrap(),
+        PlanRemoval::InUse
+    );
+
+    // Deleting: kept while it has clients, unless they go with it; nothing half done.
+    assert_eq!(
+        store.delete_org("acme", false).await.unwrap(),
+        crate::OrgRemoval::HasClients
+    );
+    assert_eq!(store.org_clients("acme").await.unwrap().len(), 2);
+    assert_eq!(
+        store.delete_org("acme", true).await.unwrap(),
+        crate::OrgRemoval::Removed
+    );
+    assert_eq!(store.org("acme").await.unwrap(), None);
+    assert_eq!(ids(store.clients().await.unwrap()), ["solo"]);
+    assert_eq!(
+        store.delete_org("acme", true).await.unwrap(),
+        crate::OrgRemoval::Unknown
+    );
+    assert_eq!(
+        store.delete_org("spare-org", false).await.unwrap(),
+        crate::OrgRemoval::Removed
+    );
+    assert_eq!(
+        store.delete_plan("spare").await.unwrap(),
+        PlanRemoval::Removed
+    );
+}
+
+#[tokio::test]
+async fn sqlite_keeps_the_org_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    orgs(crate::open(&url).await.unwrap().as_ref()).await;
+}
+
+#[tokio::test]
+async fn postgres_keeps_the_org_contract() {
+    let schema = crate::testing::scratch_postgres().await;
+    orgs(crate::open(&schema.url).await.unwrap().as_ref()).await;
 }

@@ -586,10 +586,52 @@ pub struct Client {
     pub credential: Credential,
     /// A disabled client gets `invalid_client`.
     pub enabled: bool,
+    /// The organization it belongs to, if any (issue 28): its plan is then the
+    /// organization's.
+    pub org: Option<String>,
+    /// Whether its organization is enabled (`true` without one): a client of a disabled
+    /// organization gets `invalid_client`. The store writes it, with the plan, in the
+    /// transaction that changes the organization ([`Store::update_org`]).
+    pub org_enabled: bool,
     /// When the client was created.
     pub created_at: Timestamp,
     /// When the client last changed.
     pub updated_at: Timestamp,
+}
+
+impl Client {
+    /// Whether it may get tokens: it and its organization are enabled.
+    pub fn active(&self) -> bool {
+        self.enabled && self.org_enabled
+    }
+}
+
+/// An organization (issue 28): a customer that holds clients, all on its plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Org {
+    /// Unique id, 1 to 64 of `a-z A-Z 0-9 _ -`, e.g. `acme`.
+    pub id: String,
+    /// A name for people, e.g. `Acme Trading`.
+    pub name: String,
+    /// The plan of all its clients.
+    pub plan: String,
+    /// A disabled organization's clients get `invalid_client`.
+    pub enabled: bool,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+/// What [`Store::delete_org`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrgRemoval {
+    /// The organization is gone, with its clients when asked.
+    Removed,
+    /// No organization has that id.
+    Unknown,
+    /// It has clients, and they were not to be deleted with it: it was kept.
+    HasClients,
 }
 
 /// A signing key pair; the private half sealed under the operator's master key.
@@ -769,6 +811,24 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Removes a client. `Ok(false)` if unknown.
     async fn delete_client(&self, id: &ClientId) -> Result<bool>;
 
+    /// Adds an organization; its plan must exist.
+    async fn insert_org(&self, org: &Org) -> Result<()>;
+    /// All organizations, by id.
+    async fn orgs(&self) -> Result<Vec<Org>>;
+    /// One organization.
+    async fn org(&self, id: &str) -> Result<Option<Org>>;
+    /// Replaces an organization's name, plan and flag and, in the same transaction, the
+    /// plan and `org_enabled` of each of its clients whose differ, so that every instance
+    /// learns of the change from the clients' change log. `Ok(false)` if unknown.
+    async fn update_org(&self, org: &Org) -> Result<bool>;
+    /// Removes an organization that has no clients or, with `with_clients`, its clients
+    /// with it, in one transaction.
+    async fn delete_org(&self, id: &str, with_clients: bool) -> Result<OrgRemoval>;
+    /// How many clients each organization has, by id (those without clients left out).
+    async fn clients_per_org(&self) -> Result<Vec<(String, u64)>>;
+    /// The clients of one organization, by id.
+    async fn org_clients(&self, id: &str) -> Result<Vec<Client>>;
+
     /// Creates or replaces a trust policy; its client must exist.
     async fn put_trust_policy(&self, policy: &TrustPolicy) -> Result<()>;
     /// All trust policies, by name.
@@ -842,6 +902,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn usage(&self, client_id: &ClientId) -> Result<Vec<Usage>>;
     /// The usage of the clients now on `plan`, summed per day (`client_id` left empty).
     async fn plan_usage(&self, plan: &str) -> Result<Vec<Usage>>;
+    /// The usage of the clients now in organization `org`, per client and day, by day.
+    async fn org_usage(&self, org: &str) -> Result<Vec<Usage>>;
+    /// Their API requests per client, day and API, by day.
+    async fn org_api_usage(&self, org: &str) -> Result<Vec<ApiUsage>>;
     /// Adds the API requests of report `batch` (`POST /api-usage`) to those stored, in one
     /// transaction, unless that batch was counted before: `false` then, and nothing is
     /// written.

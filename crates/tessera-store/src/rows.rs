@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::{
-    ApiLimit, ApiUsage, AuthMethod, CertificateMatch, Client, Credential, KeySource, Period, Plan,
-    Quota, RateLimit, Revoked, SigningKey, StoreError, Timestamp, Usage,
+    ApiLimit, ApiUsage, AuthMethod, CertificateMatch, Client, Credential, KeySource, Org, Period,
+    Plan, Quota, RateLimit, Revoked, SigningKey, StoreError, Timestamp, Usage,
 };
 
 /// Reads column `name` as `T`.
@@ -108,6 +108,26 @@ where
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
         keys,
+        org: get(row, "org_id")?,
+        org_enabled: get(row, "org_enabled")?,
+    })
+}
+
+pub(crate) fn org<R>(row: &R) -> Result<Org, StoreError>
+where
+    R: Row,
+    for<'n> &'n str: ColumnIndex<R>,
+    String: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    i64: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+    bool: for<'r> Decode<'r, R::Database> + Type<R::Database>,
+{
+    Ok(Org {
+        id: get(row, "id")?,
+        name: get(row, "name")?,
+        plan: get(row, "plan")?,
+        enabled: get(row, "enabled")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
     })
 }
 
@@ -135,6 +155,8 @@ struct ClientColumns {
     updated_at: i64,
     /// In the order of [`KEY_COLUMNS`].
     keys: [Option<String>; 5],
+    org: Option<String>,
+    org_enabled: bool,
 }
 
 /// The client of one row, however it was read (a row of the driver, or a packed page).
@@ -170,6 +192,8 @@ fn client_of(c: ClientColumns) -> Result<Client, StoreError> {
         auth_method,
         credential,
         enabled: c.enabled,
+        org: c.org,
+        org_enabled: c.org_enabled,
         created_at: c.created_at,
         updated_at: c.updated_at,
     })
@@ -178,7 +202,7 @@ fn client_of(c: ClientColumns) -> Result<Client, StoreError> {
 /// One client of a packed page (see `Dialect::PACKED_CLIENTS`), its columns in this order:
 /// id, plan, label, secret_hash (hex), previous_secret_hash (hex or null),
 /// previous_secret_expires_at, auth_method, enabled (0 or 1), created_at, updated_at, then
-/// the five key columns in the order of [`KEY_COLUMNS`].
+/// the five key columns in the order of [`KEY_COLUMNS`], then `[org_id, org_enabled]`.
 type Packed = (
     String,
     String,
@@ -195,6 +219,7 @@ type Packed = (
     Option<String>,
     Option<String>,
     Option<String>,
+    (Option<String>, i64),
 );
 
 /// The clients of a packed page: a JSON array of [`Packed`] arrays.
@@ -225,6 +250,8 @@ fn packed_client(row: Packed) -> Result<Client, StoreError> {
         created_at: row.8,
         updated_at: row.9,
         keys: [row.10, row.11, row.12, row.13, row.14],
+        org: row.15 .0,
+        org_enabled: row.15 .1 != 0,
     })
 }
 

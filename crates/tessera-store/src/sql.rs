@@ -23,9 +23,9 @@ use sqlx::{
 use tessera_proto::ClientId;
 
 use crate::{
-    rows, ApiUsage, AuditEvent, AuditQuery, Changes, Client, IdempotentAnswer, Plan, PlanRemoval,
-    Result, Revoked, SigningKey, Store, StoreError, Timestamp, Usage, WRITE_LOCK_TIMEOUT,
-    WRITE_STATEMENT_TIMEOUT,
+    rows, ApiUsage, AuditEvent, AuditQuery, Changes, Client, IdempotentAnswer, Org, OrgRemoval,
+    Plan, PlanRemoval, Result, Revoked, SigningKey, Store, StoreError, Timestamp, Usage,
+    WRITE_LOCK_TIMEOUT, WRITE_STATEMENT_TIMEOUT,
 };
 
 /// The statements one database needs in its own words.
@@ -204,7 +204,7 @@ fn merged_api_usage(usage: &[ApiUsage]) -> Vec<ApiUsageRow<'_>> {
 }
 
 /// The columns of `clients` one client fills, in the order [`insert_client_rows`] binds them.
-const CLIENT_COLUMNS: [&str; 15] = [
+const CLIENT_COLUMNS: [&str; 17] = [
     "id",
     "plan",
     "label",
@@ -220,14 +220,16 @@ const CLIENT_COLUMNS: [&str; 15] = [
     "tls_san_uri",
     "jwks",
     "jwks_uri",
+    "org_id",
+    "org_enabled",
 ];
 
-/// The most clients one `INSERT` carries: 15,000 parameters, under SQLite's limit of 32,766
+/// The most clients one `INSERT` carries: 17,000 parameters, under SQLite's limit of 32,766
 /// bound parameters and PostgreSQL's 65,535. One statement for many rows spares a round trip
 /// to the database (and, in SQLite, to its worker thread) per client.
 const CLIENT_CHUNK: usize = 1000;
 
-/// Inserts `rows` clients, fifteen parameters to a row.
+/// Inserts `rows` clients, seventeen parameters to a row.
 fn client_insert<DB: Dialect>(rows: usize) -> String {
     format!(
         "INSERT INTO clients ({}) VALUES {}",
@@ -277,7 +279,9 @@ where
                 .bind(dns)
                 .bind(uri)
                 .bind(jwks)
-                .bind(jwks_uri);
+                .bind(jwks_uri)
+                .bind(client.org.as_deref())
+                .bind(client.org_enabled);
         }
         query.execute(&mut **tx).await.map_err(|e| match chunk {
             [client] => rows::constraint(e, &format!("client {}", client.id), &client.plan),
@@ -323,6 +327,137 @@ where
             .fetch_one(&self.pool)
             .await?;
         rows::get(&row, "value")
+    }
+
+    async fn insert_org(&self, org: &Org) -> Result<()> {
+        let mut tx = begin_write(&self.pool).await?;
+        sqlx::query(
+            "INSERT INTO orgs (id, name, plan, enabled, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(org.id.as_str())
+        .bind(org.name.as_str())
+        .bind(org.plan.as_str())
+        .bind(org.enabled)
+        .bind(org.created_at)
+        .bind(org.updated_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| rows::constraint(e, &format!("organization {}", org.id), &org.plan))?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn orgs(&self) -> Result<Vec<Org>> {
+        sqlx::query("SELECT * FROM orgs ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::org)
+            .collect()
+    }
+
+    async fn org(&self, id: &str) -> Result<Option<Org>> {
+        sqlx::query("SELECT * FROM orgs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::org)
+            .transpose()
+    }
+
+    async fn update_org(&self, org: &Org) -> Result<bool> {
+        let mut tx = begin_write(&self.pool).await?;
+        let changed = sqlx::query(
+            "UPDATE orgs SET name = $2, plan = $3, enabled = $4, updated_at = $5 \
+             WHERE id = $1 RETURNING id",
+        )
+        .bind(org.id.as_str())
+        .bind(org.name.as_str())
+        .bind(org.plan.as_str())
+        .bind(org.enabled)
+        .bind(org.updated_at)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| rows::constraint(e, &format!("organization {}", org.id), &org.plan))?;
+        if changed.is_empty() {
+            return Ok(false);
+        }
+        // Each client row that changes is logged (the clients' triggers): every instance
+        // applies the new plan or flag at its next poll, as for any client change.
+        sqlx::query(
+            "UPDATE clients SET plan = $2, org_enabled = $3 \
+             WHERE org_id = $1 AND (plan <> $2 OR org_enabled <> $3)",
+        )
+        .bind(org.id.as_str())
+        .bind(org.plan.as_str())
+        .bind(org.enabled)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn delete_org(&self, id: &str, with_clients: bool) -> Result<OrgRemoval> {
+        let mut tx = begin_write(&self.pool).await?;
+        if with_clients {
+            sqlx::query("DELETE FROM clients WHERE org_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let gone = sqlx::query(
+            "DELETE FROM orgs WHERE id = $1 \
+             AND NOT EXISTS (SELECT 1 FROM clients WHERE org_id = $1) RETURNING id",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await
+        // A client added to it meanwhile (PostgreSQL checks the reference).
+        .map_err(|e| rows::constraint(e, &format!("a client of organization {id}"), ""))?;
+        if gone.is_empty() {
+            let exists = sqlx::query("SELECT 1 FROM orgs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            // Nothing of this transaction is kept: the clients stay with their organization.
+            tx.rollback().await?;
+            return Ok(if exists.is_some() {
+                OrgRemoval::HasClients
+            } else {
+                OrgRemoval::Unknown
+            });
+        }
+        tx.commit().await?;
+        Ok(OrgRemoval::Removed)
+    }
+
+    async fn clients_per_org(&self) -> Result<Vec<(String, u64)>> {
+        sqlx::query(
+            "SELECT org_id, COUNT(*) AS n FROM clients WHERE org_id IS NOT NULL \
+             GROUP BY org_id ORDER BY org_id",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok((
+                rows::get(row, "org_id")?,
+                rows::get::<_, i64>(row, "n")? as u64,
+            ))
+        })
+        .collect()
+    }
+
+    async fn org_clients(&self, id: &str) -> Result<Vec<Client>> {
+        sqlx::query("SELECT * FROM clients WHERE org_id = $1 ORDER BY id")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::client)
+            .collect()
     }
 
     async fn put_trust_policy(&self, policy: &crate::TrustPolicy) -> Result<()> {
@@ -420,7 +555,8 @@ where
         let mut tx = begin_write(&self.pool).await?;
         let gone = sqlx::query(
             "DELETE FROM plans WHERE name = $1 \
-             AND NOT EXISTS (SELECT 1 FROM clients WHERE plan = $1) RETURNING name",
+             AND NOT EXISTS (SELECT 1 FROM clients WHERE plan = $1) \
+             AND NOT EXISTS (SELECT 1 FROM orgs WHERE plan = $1) RETURNING name",
         )
         .bind(name)
         .fetch_all(&mut *tx)
@@ -568,6 +704,35 @@ where
         .collect()
     }
 
+    async fn org_usage(&self, org: &str) -> Result<Vec<Usage>> {
+        sqlx::query(
+            "SELECT u.client_id AS client_id, u.day AS day, u.issued AS issued, \
+             u.refused AS refused FROM usage u JOIN clients c ON c.id = u.client_id \
+             WHERE c.org_id = $1 ORDER BY u.day, u.client_id",
+        )
+        .bind(org)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::usage)
+        .collect()
+    }
+
+    async fn org_api_usage(&self, org: &str) -> Result<Vec<ApiUsage>> {
+        sqlx::query(
+            "SELECT u.client_id AS client_id, u.day AS day, u.api AS api, \
+             u.requests AS requests, u.refused AS refused \
+             FROM api_usage u JOIN clients c ON c.id = u.client_id \
+             WHERE c.org_id = $1 ORDER BY u.day, u.client_id, u.api",
+        )
+        .bind(org)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::api_usage)
+        .collect()
+    }
+
     async fn clients(&self) -> Result<Vec<Client>> {
         sqlx::query("SELECT * FROM clients ORDER BY created_at, id")
             .fetch_all(&self.pool)
@@ -593,7 +758,9 @@ where
         let [dn, dns, uri, jwks, jwks_uri] = columns.keys;
         let mut tx = begin_write(&self.pool).await?;
         let changed = sqlx::query(
-            "UPDATE clients SET plan = $2, label = $3, secret_hash = $4, \
+            "UPDATE clients SET \
+             plan = COALESCE((SELECT o.plan FROM orgs o WHERE o.id = clients.org_id), $2), \
+             label = $3, secret_hash = $4, \
              previous_secret_hash = $5, previous_secret_expires_at = $6, auth_method = $7, \
              enabled = $8, updated_at = $9, tls_subject_dn = $10, tls_san_dns = $11, \
              tls_san_uri = $12, jwks = $13, jwks_uri = $14 WHERE id = $1 RETURNING id",

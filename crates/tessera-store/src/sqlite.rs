@@ -144,7 +144,8 @@ impl Dialect for Sqlite {
         "SELECT coalesce(json_group_array(json_array(id, plan, label, hex(secret_hash), \
          CASE WHEN previous_secret_hash IS NULL THEN NULL ELSE hex(previous_secret_hash) END, \
          previous_secret_expires_at, auth_method, enabled, created_at, updated_at, \
-         tls_subject_dn, tls_san_dns, tls_san_uri, jwks, jwks_uri)), '[]') AS page FROM ({page})",
+         tls_subject_dn, tls_san_dns, tls_san_uri, jwks, jwks_uri, \
+         json_array(org_id, org_enabled))), '[]') AS page FROM ({page})",
     );
     // sqlx binds a numbered parameter after asking SQLite its name, which SQLite finds by
     // scanning the statement's list of names: 15,000 `$N` made each statement quadratic
@@ -432,6 +433,8 @@ mod tests {
             auth_method: crate::AuthMethod::ClientSecretBasic,
             credential: crate::Credential::secret(vec![1; 32]),
             enabled: true,
+            org: None,
+            org_enabled: true,
             created_at: 0,
             updated_at: 0,
         }

@@ -292,7 +292,16 @@ impl From<RegistrarError> for Problem {
             RegistrarError::BadApiLimit { ref api, part, .. } => {
                 Problem::invalid_field(&format!("api_limits.{api}.{part}"), detail)
             }
-            RegistrarError::UnknownClient(_) => Problem::not_found(detail),
+            RegistrarError::UnknownClient(_) | RegistrarError::UnknownOrg(_) => {
+                Problem::not_found(detail)
+            }
+            RegistrarError::BadOrgId(_) => Problem::invalid_field("id", detail),
+            RegistrarError::BadName => Problem::invalid_field("name", detail),
+            RegistrarError::OrgHasClients(..) => Problem::conflict(detail),
+            RegistrarError::PlanOfOrg(..) | RegistrarError::PlanAndOrg | RegistrarError::NoPlan => {
+                Problem::invalid_field("plan", detail)
+            }
+            RegistrarError::NoSuchOrg(_) => Problem::invalid_field("org", detail),
             RegistrarError::NoSecret(_) => Problem::conflict(detail),
             RegistrarError::ManyMatches => {
                 Problem::invalid_field("tls_client_auth_subject_dn", detail)

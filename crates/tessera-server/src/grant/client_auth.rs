@@ -249,7 +249,7 @@ fn check_presented(
     now: Timestamp,
     client_ca: Option<&dyn ClientCertVerifier>,
     federated: bool,
-) -> Result<Arc<Plan>, AuthFailure> {
+) -> Result<(Arc<Plan>, Option<Arc<str>>), AuthFailure> {
     let checked = clients.with(presented.client_id.as_str(), |client| {
         match &presented.proof {
             Proof::Secret { secret, method } => {
@@ -303,10 +303,11 @@ fn check_presented(
             return Err(AuthFailure::Disabled);
         }
         // A client whose plan this snapshot does not have yet is not known yet.
-        registry
+        let plan = registry
             .plan(client.plan)
             .cloned()
-            .ok_or(AuthFailure::Unknown)
+            .ok_or(AuthFailure::Unknown)?;
+        Ok((plan, client.org().cloned()))
     });
     checked.unwrap_or_else(|| {
         if let Proof::Secret { secret, .. } = &presented.proof {
@@ -332,6 +333,8 @@ pub(crate) struct Authentication {
 pub(crate) struct Authenticated {
     /// Its plan.
     pub plan: Arc<Plan>,
+    /// Its organization, if any (issue 28).
+    pub org: Option<Arc<str>>,
     /// `x5t#S256` of the certificate the client authenticated with (RFC 8705), if it did:
     /// its tokens are bound to it.
     pub bound_to: Option<String>,
@@ -427,8 +430,9 @@ impl Grantor<'_> {
             }
         }
         let outcome = match result {
-            Ok((plan, federated)) => Ok(Authenticated {
+            Ok(((plan, org), federated)) => Ok(Authenticated {
                 plan,
+                org,
                 bound_to: presented.certificate().and_then(|c| c.thumbprint()),
                 federated,
             }),
@@ -451,7 +455,7 @@ impl Grantor<'_> {
         now: Timestamp,
         client_ca: Option<&dyn ClientCertVerifier>,
         outbound: Outbound<'_>,
-    ) -> Result<(Arc<Plan>, Option<Federated>), AuthFailure> {
+    ) -> Result<((Arc<Plan>, Option<Arc<str>>), Option<Federated>), AuthFailure> {
         let clients = self.live.clients();
         let mut federated = None;
         if let Some(token) = presented.assertion() {

@@ -218,6 +218,9 @@ struct SignedClaims<'a> {
     /// The plan the client is on (Tessera's claim, issue 27): an API looks up the plan's
     /// request limits in `GET /api-limits/{api}`. Borrowed from the registry's plan.
     plan: &'a str,
+    /// The client's organization (Tessera's claim, issue 28), if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    org_id: Option<&'a str>,
     /// Workload identity federation: the external subject the client's token came from
     /// (not RFC 8693 `act`, which names a party acting for the subject: here the workload
     /// is the client itself).
@@ -428,6 +431,7 @@ impl Grantor<'_> {
             app_only: true,
             cnf,
             plan: &client.plan.name,
+            org_id: client.org.as_deref(),
             federated_sub: client.federated.as_ref().map(|f| f.subject.as_str()),
         };
         Signed {
@@ -590,6 +594,7 @@ mod tests {
                 jkt: Some("k"),
             }),
             plan: "pro",
+            org_id: Some("acme"),
             federated_sub: None,
         };
         let json = serde_json::to_vec(&claims).unwrap();
@@ -612,6 +617,7 @@ mod tests {
                     jkt: Some("k".into()),
                 }),
                 plan: Some("pro".into()),
+                org_id: Some("acme".into()),
             }
         );
     }

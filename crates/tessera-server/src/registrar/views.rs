@@ -33,6 +33,19 @@ pub fn plan(plan: &Plan, clients: u64) -> api::Plan {
     }
 }
 
+/// An organization with `clients` clients.
+pub fn org(org: &tessera_store::Org, clients: u64) -> api::Org {
+    api::Org {
+        id: org.id.clone(),
+        name: org.name.clone(),
+        plan: org.plan.clone(),
+        enabled: org.enabled,
+        clients,
+        created_at: org.created_at,
+        updated_at: org.updated_at,
+    }
+}
+
 /// A rate as the contract writes it.
 pub fn rate(rate: RateLimit) -> api::Rate {
     api::Rate {
@@ -75,6 +88,7 @@ pub fn client(c: &Client) -> api::Client {
     let mut view = api::Client {
         client_id: c.id.clone(),
         plan: c.plan.clone(),
+        org: c.org.clone(),
         name: c.label.clone(),
         enabled: c.enabled,
         token_endpoint_auth_method: c.auth_method.as_str().to_owned(),
@@ -242,6 +256,72 @@ pub fn usage_days(
         requests.refused += u.refused;
     }
     days.into_values().collect()
+}
+
+/// Whether `day` is within `from` and `to` (each bound, if given, included).
+pub fn within((from, to): (&Option<String>, &Option<String>), day: &str) -> bool {
+    from.as_deref().is_none_or(|f| day >= f) && to.as_deref().is_none_or(|t| day <= t)
+}
+
+/// Organization `org`'s usage within `range`: each of `clients` (its clients now) with its
+/// days, and the total per day.
+pub fn org_usage(
+    org: &str,
+    range: (Option<String>, Option<String>),
+    clients: &[Client],
+    usage: Vec<tessera_store::Usage>,
+    api_usage: Vec<tessera_store::ApiUsage>,
+) -> api::OrgUsage {
+    use std::collections::BTreeMap;
+    let inside = |day: &str| within((&range.0, &range.1), day);
+    let mut by_client: BTreeMap<String, (Vec<_>, Vec<_>)> = BTreeMap::new();
+    for u in usage.into_iter().filter(|u| inside(&u.day)) {
+        by_client.entry(u.client_id.clone()).or_default().0.push(u);
+    }
+    for u in api_usage.into_iter().filter(|u| inside(&u.day)) {
+        by_client.entry(u.client_id.clone()).or_default().1.push(u);
+    }
+    let mut total: BTreeMap<String, api::UsageDay> = BTreeMap::new();
+    let clients = by_client
+        .into_iter()
+        .map(|(client_id, (usage, api_usage))| {
+            let days = usage_days(usage, api_usage);
+            for day in &days {
+                let sum = total
+                    .entry(day.day.clone())
+                    .or_insert_with(|| api::UsageDay {
+                        day: day.day.clone(),
+                        issued: 0,
+                        refused: 0,
+                        apis: BTreeMap::new(),
+                    });
+                sum.issued += day.issued;
+                sum.refused += day.refused;
+                for (name, n) in &day.apis {
+                    let requests = sum.apis.entry(name.clone()).or_default();
+                    requests.requests += n.requests;
+                    requests.refused += n.refused;
+                }
+            }
+            let name = clients
+                .iter()
+                .find(|c| c.id.as_str() == client_id)
+                .map(|c| c.label.clone())
+                .unwrap_or_default();
+            api::ClientUsage {
+                client_id,
+                name,
+                days,
+            }
+        })
+        .collect();
+    api::OrgUsage {
+        org: org.to_owned(),
+        from: range.0,
+        to: range.1,
+        clients,
+        total: total.into_values().collect(),
+    }
 }
 
 /// A plan's request limits on one API as the contract writes them.

@@ -39,6 +39,8 @@ struct Extra {
     credential: Option<Held>,
     /// HMAC of the previous secret and when it stops working.
     previous_secret: Option<(Box<[u8]>, Timestamp)>,
+    /// Its organization (issue 28), named in its tokens.
+    org: Option<std::sync::Arc<str>>,
 }
 
 /// A credential [`ClientEntry::hash`] cannot hold.
@@ -82,20 +84,28 @@ impl ClientEntry {
             }
             Credential::Keys(keys) => ([0; 32], Some(Held::Keys(keys)), None),
         };
-        let extra = (credential.is_some() || previous_secret.is_some()).then(|| {
-            Box::new(Extra {
-                credential,
-                previous_secret,
-            })
-        });
+        let org: Option<std::sync::Arc<str>> = client.org.as_deref().map(Into::into);
+        let extra =
+            (credential.is_some() || previous_secret.is_some() || org.is_some()).then(|| {
+                Box::new(Extra {
+                    credential,
+                    previous_secret,
+                    org,
+                })
+            });
         Self {
             hash,
             extra,
             plan,
             auth_method: client.auth_method,
-            enabled: client.enabled,
+            enabled: client.enabled && client.org_enabled,
             mark,
         }
+    }
+
+    /// Its organization, if any.
+    pub fn org(&self) -> Option<&std::sync::Arc<str>> {
+        self.extra.as_deref()?.org.as_ref()
     }
 
     /// What the client proves itself with.

@@ -15,6 +15,7 @@ mod federation;
 mod inflight;
 mod limits;
 mod locks;
+mod orgs;
 mod outage;
 mod promises;
 mod redis_faults;

@@ -272,6 +272,8 @@ async fn insert_clients(app: &TestApp, n: usize, hash: &[u8]) {
                 auth_method: tessera_store::AuthMethod::ClientSecretBasic,
                 credential: tessera_store::Credential::secret(hash.to_vec()),
                 enabled: true,
+                org: None,
+                org_enabled: true,
                 created_at: now,
                 updated_at: now,
             })

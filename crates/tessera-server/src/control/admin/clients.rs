@@ -215,11 +215,15 @@ pub(crate) async fn create_client(
     if let Some(first) = request.earlier(&state, &caller.client_id).await? {
         return Ok(created(&first, None));
     }
-    let (client, secret) = match credential {
+    let placement = state
+        .registrar()
+        .placement(&input.plan, input.org.as_deref())
+        .await?;
+    let (mut client, secret) = match credential {
         Some(credential) => (
             state
                 .registrar()
-                .new_keyed_client(&input.plan, &input.name, method, credential)?,
+                .new_keyed_client(&placement.plan, &input.name, method, credential)?,
             None,
         ),
         None if method.is_keyed() => {
@@ -234,10 +238,11 @@ pub(crate) async fn create_client(
             let (client, secret) =
                 state
                     .registrar()
-                    .new_client(state.secrets(), &input.plan, &input.name, method);
+                    .new_client(state.secrets(), &placement.plan, &input.name, method);
             (client, Some(secret))
         }
     };
+    placement.apply(&mut client);
     let answer = views::with_secret(&client, secret);
     let remembered = request.remember(&state, &caller.client_id, &answer);
     let earlier = state
@@ -254,7 +259,10 @@ pub(crate) async fn create_client(
         &state,
         &caller,
         &format!("client:{}", client.id),
-        &format!("created on plan {}", client.plan),
+        &match &client.org {
+            Some(org) => format!("created in organization {org} on plan {}", client.plan),
+            None => format!("created on plan {}", client.plan),
+        },
     )
     .await;
     Ok(created(&answer, Some(&etag(&client))))

@@ -7,8 +7,8 @@
 //!   `tessera-verify`, and the scope the handler needs.
 //! - `extract.rs`: what else a handler takes, as extractors that answer a problem: JSON
 //!   bodies, path and query parameters, `If-Match` (RFC 9110 section 13.1.1).
-//! - `plans.rs`, `clients.rs`, `keys.rs`, `trust.rs`: the resources; `audit.rs`: the
-//!   changes made to them; `idempotency.rs`: a
+//! - `plans.rs`, `clients.rs`, `orgs.rs`, `keys.rs`, `trust.rs`: the resources; `audit.rs`:
+//!   the changes made to them; `idempotency.rs`: a
 //!   client creation retried with its `Idempotency-Key`.
 //! - here: what they share: `ETag`s (RFC 9110 section 8.8.3), JSON answers, and the step
 //!   every change ends with.
@@ -32,6 +32,7 @@ pub(crate) mod clients;
 mod extract;
 mod idempotency;
 pub(crate) mod keys;
+pub(crate) mod orgs;
 pub(crate) mod plans;
 mod responses;
 pub(crate) mod trust;
@@ -41,6 +42,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(plans::router())
         .merge(clients::router())
         .merge(keys::router())
+        .merge(orgs::router())
         .merge(trust::router())
         .merge(audit::router())
         .fallback(|| async { Problem::not_found("no such admin resource") })
