@@ -1254,3 +1254,46 @@ async fn every_change_is_kept_as_an_audit_event_and_shown_on_the_activity_page()
         "{left}"
     );
 }
+
+/// Issue 29 item 2, "from where": behind a trusted proxy, a change made in the console is
+/// recorded with the browser's forwarded address, as the token endpoint's audit names it;
+/// the console passes the browser's request on to the admin API it calls in-process.
+#[tokio::test]
+async fn behind_a_trusted_proxy_a_console_change_names_the_forwarded_address() {
+    let app = spawn_with(|s| {
+        s.config.trusted_proxies = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+    })
+    .await;
+    let (id, secret) = admin(&app, "admin", "tessera-admin").await;
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let csrf = visitor.csrf().await;
+    let created = visitor
+        .http
+        .post(app.url("/console/plans"))
+        .header(COOKIE, visitor.cookie_header())
+        .header("x-forwarded-for", "198.51.100.7")
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("name", "bronze"),
+            ("scopes", "news-api"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::SEE_OTHER);
+    let events = app
+        .store
+        .audit_events(&tessera_store::AuditQuery {
+            text: String::new(),
+            before: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].object, "plan:bronze");
+    assert_eq!(events[0].source, "198.51.100.7");
+    assert_eq!(events[0].channel, "console");
+    assert_eq!(events[0].actor, id.as_str());
+}
