@@ -40,6 +40,11 @@ pub(crate) enum PlanCommand {
         /// when one comes, `off` ignores proofs and issues Bearer tokens only.
         #[arg(long, value_parser = ["required", "allowed", "off"])]
         dpop: Option<String>,
+        /// Whose allowance --token-rate and the API limits count: `client` (the default),
+        /// each client its own; `org`, one shared by all the clients of an organization, so
+        /// that more clients add no allowance.
+        #[arg(long, value_name = "client|org", value_parser = parse_limit_per)]
+        limit_per: Option<tessera_store::LimitPer>,
         /// A limit on each client's requests to one API the plan grants, enforced by the
         /// API: API=COUNT/UNIT with UNIT sec, min, hour or day (e.g. news-api=5/min), or
         /// API=none to remove it. Repeat for each API.
@@ -348,6 +353,10 @@ pub(crate) enum TrustCommand {
         /// Policy name.
         name: String,
     },
+}
+
+fn parse_limit_per(s: &str) -> Result<tessera_store::LimitPer, String> {
+    tessera_store::LimitPer::from_name(s).ok_or_else(|| format!("{s:?} is not client or org"))
 }
 
 /// `YYYY-MM`, a month of the calendar.

@@ -408,6 +408,7 @@ impl Operations for Http {
             .collect();
         // PUT replaces, so every setting is sent.
         let input = api::PlanInput {
+            limit_per: settings.limit_per.map(|p| p.as_str().to_owned()),
             api_limits,
             scopes,
             token_ttl: settings.token_ttl.or(plan.as_ref().map(|p| p.token_ttl)),

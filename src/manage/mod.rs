@@ -187,6 +187,7 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
             reuse_percent,
             introspect_any,
             dpop,
+            limit_per,
             api_rate,
             api_burst,
             api_quota,
@@ -215,6 +216,7 @@ async fn plan(ops: &impl Operations, cmd: PlanCommand) -> Result<()> {
                     Some(p) => Change::Set(p),
                 },
                 introspect_any,
+                limit_per,
                 dpop: dpop
                     .map(|d| {
                         d.parse()

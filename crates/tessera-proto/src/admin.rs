@@ -71,6 +71,11 @@ pub struct Plan {
     pub reuse_percent: Option<u8>,
     /// Whether its clients may introspect tokens issued to others.
     pub introspect_any: bool,
+    /// `org` when the token rate and API limits are shared by the clients of an
+    /// organization (issue 28); absent: each client's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(client|org)$"))]
+    pub limit_per: Option<String>,
     /// Whether its clients' tokens are bound to DPoP keys (RFC 9449).
     // Read as `allowed` when absent, as from a server older than DPoP.
     #[serde(default)]
@@ -162,6 +167,11 @@ pub struct PlanInput {
     /// Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub introspect_any: Option<bool>,
+    /// `client`: each client has its own token rate and API limits; `org`: the clients of
+    /// an organization share them. Absent keeps the plan's (`client` for a new plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(client|org)$"))]
+    pub limit_per: Option<String>,
     /// Default `allowed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dpop: Option<Dpop>,

@@ -36,6 +36,10 @@ pub struct PlanLimits {
     /// A hard count per calendar period in UTC, reset at its start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<Quota>,
+    /// `true` when the clients of an organization share these limits (counted by the
+    /// token's `org_id`, issue 28); absent: each client has its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_org: bool,
 }
 
 /// `limit` requests per `window_seconds`.

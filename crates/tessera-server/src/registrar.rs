@@ -12,8 +12,8 @@ use tessera_proto::clock::Timestamp;
 use tessera_proto::scope::ScopeError;
 use tessera_proto::{Algorithm, ClientId, ClientSecret, ScopeSet};
 use tessera_store::{
-    ApiLimit, AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, Org,
-    OrgRemoval, Plan, Quota, RateLimit, SigningKey, Store, StoreError,
+    ApiLimit, AuthMethod, CertificateMatch, Client, Credential, DpopPolicy, KeySource, LimitPer,
+    Org, OrgRemoval, Plan, Quota, RateLimit, SigningKey, Store, StoreError,
 };
 use thiserror::Error;
 
@@ -344,6 +344,9 @@ pub struct PlanSettings {
     /// Whether its clients may introspect others' tokens; `None` keeps the current value
     /// (off for a new plan).
     pub introspect_any: Option<bool>,
+    /// Whose allowance its limits count; `None` keeps the current value (each client's for
+    /// a new plan).
+    pub limit_per: Option<LimitPer>,
     /// Whether its clients' tokens are bound to DPoP keys (RFC 9449); `None` keeps the
     /// current value (`allowed` for a new plan).
     pub dpop: Option<DpopPolicy>,
@@ -527,6 +530,10 @@ impl<'a> Registrar<'a> {
             reuse_percent: settings
                 .reuse_percent
                 .apply(existing.as_ref().and_then(|p| p.reuse_percent)),
+            limit_per: settings
+                .limit_per
+                .or(existing.as_ref().map(|p| p.limit_per))
+                .unwrap_or_default(),
             introspect_any: settings
                 .introspect_any
                 .or(existing.as_ref().map(|p| p.introspect_any))

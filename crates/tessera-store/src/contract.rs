@@ -20,6 +20,7 @@ fn plan(name: &str, scopes: &str) -> Plan {
         token_rate: None,
         reuse_percent: None,
         introspect_any: false,
+        limit_per: crate::LimitPer::Client,
         dpop: crate::DpopPolicy::Allowed,
         api_limits: Default::default(),
         created_at: now(),
@@ -63,6 +64,7 @@ pub(crate) async fn contract(store: &dyn Store) {
     });
     pro.reuse_percent = Some(50);
     pro.introspect_any = true;
+    pro.limit_per = crate::LimitPer::Org;
     pro.dpop = crate::DpopPolicy::Required;
     pro.api_limits.insert(
         "oms-api".into(),

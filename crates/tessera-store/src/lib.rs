@@ -232,10 +232,42 @@ pub struct Plan {
     /// the plan); an API without an entry is not limited. The APIs enforce them
     /// (`GET /api-limits/{api}`, issue 27).
     pub api_limits: BTreeMap<String, ApiLimit>,
+    /// Whose allowance the token rate and the API limits count (issue 28): each client's,
+    /// or, for a client of an organization, the organization's, shared by all its clients.
+    pub limit_per: LimitPer,
     /// When the plan was created.
     pub created_at: Timestamp,
     /// When the plan last changed.
     pub updated_at: Timestamp,
+}
+
+/// Whose allowance a plan's limits count ([`Plan::limit_per`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum LimitPer {
+    /// Each client has its own.
+    #[default]
+    Client,
+    /// The clients of an organization share one; a client of none has its own.
+    Org,
+}
+
+impl LimitPer {
+    /// The stored and displayed name: `client` or `org`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Org => "org",
+        }
+    }
+
+    /// The value named `client` or `org`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "client" => Some(Self::Client),
+            "org" => Some(Self::Org),
+            _ => None,
+        }
+    }
 }
 
 /// Whether a plan's clients bind their tokens to a DPoP key (RFC 9449 section 5).

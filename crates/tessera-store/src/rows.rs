@@ -75,6 +75,10 @@ where
             .map_err(|e: crate::UnknownDpopPolicy| corrupt("plans.dpop", e))?,
         api_limits: api_limits_of(&api_limits)
             .ok_or_else(|| corrupt("plans.api_limits", &api_limits))?,
+        limit_per: {
+            let per: String = get(row, "limit_per")?;
+            crate::LimitPer::from_name(&per).ok_or_else(|| corrupt("plans.limit_per", &per))?
+        },
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })

@@ -518,11 +518,11 @@ where
         sqlx::query(
             "INSERT INTO plans (name, scopes, token_ttl, created_at, updated_at, \
              rate_count, rate_period, rate_burst, reuse_percent, introspect_any, dpop, \
-             api_limits) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             api_limits, limit_per) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (name) DO UPDATE SET scopes = $2, token_ttl = $3, updated_at = $5, \
              rate_count = $6, rate_period = $7, rate_burst = $8, reuse_percent = $9, \
-             introspect_any = $10, dpop = $11, api_limits = $12",
+             introspect_any = $10, dpop = $11, api_limits = $12, limit_per = $13",
         )
         .bind(plan.name.as_str())
         .bind(plan.scopes.to_string())
@@ -536,6 +536,7 @@ where
         .bind(plan.introspect_any)
         .bind(plan.dpop.as_str())
         .bind(rows::api_limits_column(&plan.api_limits))
+        .bind(plan.limit_per.as_str())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -417,6 +417,7 @@ mod tests {
             token_rate: None,
             reuse_percent: None,
             introspect_any: false,
+            limit_per: crate::LimitPer::Client,
             dpop: crate::DpopPolicy::Allowed,
             api_limits: Default::default(),
             created_at: 0,

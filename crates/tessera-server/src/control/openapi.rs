@@ -221,6 +221,8 @@ struct PlanLimits {
     #[schema(minimum = 1)]
     burst: Option<u32>,
     quota: Option<LimitQuota>,
+    /// The clients of an organization share the limits, counted by the token's `org_id`.
+    per_org: Option<bool>,
 }
 
 /// `limit` requests per `window_seconds` (GCRA).

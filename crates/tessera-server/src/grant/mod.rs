@@ -312,7 +312,14 @@ impl Grantor<'_> {
         };
         // Rate limits apply to every token request of an identified client.
         if let Some(rate) = client.plan.token_rate {
-            match self.limiter.check(&decided.client_id, rate).await {
+            // With limits per organization (issue 28), the organization's clients share one
+            // allowance: its key names the organization (`/` is in no generated client id).
+            let shared = match (client.plan.limit_per, client.org.as_deref()) {
+                (tessera_store::LimitPer::Org, Some(org)) => Some(format!("org/{org}")),
+                _ => None,
+            };
+            let key = shared.as_deref().unwrap_or(&decided.client_id);
+            match self.limiter.check(key, rate).await {
                 Decision::Limited { retry_after_secs } => {
                     let refusal = Refusal::OverPlanRate {
                         rate,

@@ -21,6 +21,7 @@ pub fn plan(plan: &Plan, clients: u64) -> api::Plan {
         token_rate: plan.token_rate.map(rate),
         reuse_percent: plan.reuse_percent,
         introspect_any: plan.introspect_any,
+        limit_per: (plan.limit_per == tessera_store::LimitPer::Org).then(|| "org".to_owned()),
         dpop: dpop(plan.dpop),
         api_limits: plan
             .api_limits

@@ -56,7 +56,15 @@ async fn limits(
     let plans: BTreeMap<String, PlanLimits> = registry
         .plans()
         .filter(|plan| plan.scopes.iter().any(|s| s.as_str() == api))
-        .map(|plan| (plan.name.clone(), limits_of(plan.api_limits.get(&api))))
+        .map(|plan| {
+            (
+                plan.name.clone(),
+                limits_of(
+                    plan.api_limits.get(&api),
+                    plan.limit_per == tessera_store::LimitPer::Org,
+                ),
+            )
+        })
         .collect();
     if plans.is_empty() || names_issuer(&api) {
         return Problem::not_found("no plan grants this API").into_response();
@@ -99,11 +107,12 @@ fn base64_url(bytes: &[u8]) -> String {
 }
 
 /// One plan's limits on one API as the document writes them.
-fn limits_of(limit: Option<&ApiLimit>) -> PlanLimits {
+fn limits_of(limit: Option<&ApiLimit>, per_org: bool) -> PlanLimits {
     let Some(limit) = limit else {
         return PlanLimits::default();
     };
     PlanLimits {
+        per_org,
         rate: limit.rate.map(|r| Rate {
             limit: r.count,
             window_seconds: r.period_secs,

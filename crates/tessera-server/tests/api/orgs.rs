@@ -348,3 +348,107 @@ async fn org_endpoints_refuse_bad_input() {
     .await;
     assert_eq!(status, 404);
 }
+
+/// Limits per organization (`limit_per: org`): the organization's clients share one token
+/// rate, so a second client adds no allowance; a client of no organization on the same plan
+/// keeps its own; back to per client, each has its own again. The API limits document says
+/// so to the APIs.
+#[tokio::test]
+async fn limits_per_org_are_shared_by_its_clients() {
+    use tessera_server::registrar::{ApiLimitsChange, Change, PlanSettings};
+    use tessera_store::{ApiLimit, LimitPer, RateLimit};
+    let app = spawn_app().await;
+    let rate = RateLimit {
+        count: 2,
+        period_secs: 3600,
+        burst: 2,
+    };
+    let api = ApiLimit {
+        rate: Some(rate),
+        quota: None,
+    };
+    let shared = PlanSettings {
+        token_rate: Change::Set(rate),
+        limit_per: Some(LimitPer::Org),
+        api_limits: ApiLimitsChange::Replace([("news-api".to_owned(), api)].into()),
+        ..PlanSettings::default()
+    };
+    app.registrar()
+        .set_plan_with("shared", "news-api", &shared)
+        .await
+        .unwrap();
+    app.registrar()
+        .create_org("acme", "", "shared")
+        .await
+        .unwrap();
+    let (_, token) = app.admin_token("tessera-admin").await;
+    let mut members = Vec::new();
+    for _ in 0..2 {
+        let (status, created) = admin(
+            &app,
+            &token,
+            reqwest::Method::POST,
+            "/clients",
+            Some(json!({"org": "acme"})),
+        )
+        .await;
+        assert_eq!(status, 201, "{created}");
+        members.push(credentials(&created));
+    }
+    let (solo, solo_secret) = app.client_on("shared", AuthMethod::ClientSecretBasic).await;
+    let (plan_status, plan) =
+        admin(&app, &token, reqwest::Method::GET, "/plans/shared", None).await;
+    assert_eq!(
+        (plan_status, plan["limit_per"].as_str()),
+        (200, Some("org")),
+        "{plan}"
+    );
+    let document: Value = app
+        .http
+        .get(app.url("/api-limits/news-api"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(document["plans"]["shared"]["per_org"], true, "{document}");
+
+    let (first, first_secret) = &members[0];
+    let (second, second_secret) = &members[1];
+    for _ in 0..2 {
+        assert_eq!(
+            token_for(&app, first, first_secret, "news-api").await.0,
+            200
+        );
+    }
+    assert_ne!(
+        token_for(&app, first, first_secret, "news-api").await.0,
+        200
+    );
+    // The second client of the organization finds the allowance spent.
+    let (status, body) = token_for(&app, second, second_secret, "news-api").await;
+    assert_ne!(status, 200, "{body}");
+    // A client of no organization on the same plan has its own.
+    for _ in 0..2 {
+        assert_eq!(
+            token_for(&app, &solo, &solo_secret, "news-api").await.0,
+            200
+        );
+    }
+
+    // Per client again: the second client has an allowance of its own.
+    let per_client = PlanSettings {
+        limit_per: Some(LimitPer::Client),
+        ..PlanSettings::default()
+    };
+    app.registrar()
+        .set_plan_with("shared", "news-api", &per_client)
+        .await
+        .unwrap();
+    app.sync().await;
+    assert_eq!(
+        token_for(&app, second, second_secret, "news-api").await.0,
+        200
+    );
+}

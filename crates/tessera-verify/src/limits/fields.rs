@@ -73,6 +73,9 @@ pub(crate) struct Policy {
     pub plan: Arc<str>,
     pub rate: Option<Gcra>,
     pub quota: Option<QuotaLimit>,
+    /// Whether an organization's clients share the limits (issue 28): counted by the
+    /// token's `org_id` rather than its `client_id`.
+    pub per_org: bool,
     /// `"plan-rate"` as an sf-string, quotes included.
     rate_name: String,
     quota_name: String,
@@ -93,6 +96,7 @@ impl Policy {
             plan: plan.into(),
             rate,
             quota,
+            per_org: limits.per_org,
             rate_name: sf_string(&format!("{plan}-rate")),
             quota_name: sf_string(&format!("{plan}-quota")),
         }

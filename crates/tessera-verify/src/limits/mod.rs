@@ -224,13 +224,16 @@ impl Limits {
             self.record(&claims.client_id, false);
             return Ok(None);
         }
+        // Limits per organization: its clients share one count, keyed by the organization
+        // (`/` is in no generated client id).
+        let shared = match (policy.per_org, claims.org_id.as_deref()) {
+            (true, Some(org)) => Some(format!("org/{org}")),
+            _ => None,
+        };
+        let key = shared.as_deref().unwrap_or(&claims.client_id);
         let count = match &self.counter {
-            Counter::Local(local) => local.count(&claims.client_id, policy.rate, policy.quota),
-            Counter::Redis(redis) => {
-                redis
-                    .count(&claims.client_id, policy.rate, policy.quota)
-                    .await
-            }
+            Counter::Local(local) => local.count(key, policy.rate, policy.quota),
+            Counter::Redis(redis) => redis.count(key, policy.rate, policy.quota).await,
         };
         let now = self.clock.now();
         self.record(&claims.client_id, !count.allowed());

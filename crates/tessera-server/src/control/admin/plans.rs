@@ -172,6 +172,17 @@ pub(crate) async fn put_plan(
         token_rate,
         reuse_percent: input.reuse_percent.map_or(Change::Clear, Change::Set),
         introspect_any: Some(input.introspect_any.unwrap_or(false)),
+        // Absent keeps the plan's (each client's for a new plan), so that a client that
+        // does not know the field (an older CLI, the console's form) leaves it as it is.
+        limit_per: input
+            .limit_per
+            .as_deref()
+            .map(|name| {
+                tessera_store::LimitPer::from_name(name).ok_or_else(|| {
+                    Problem::invalid_field("limit_per", "limit_per is client or org")
+                })
+            })
+            .transpose()?,
         dpop: Some(input.dpop.map_or(DpopPolicy::Allowed, views::dpop_policy)),
     };
     let _one_writer = state.admin_guard().writes.lock().await;

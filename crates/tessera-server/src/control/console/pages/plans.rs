@@ -412,6 +412,7 @@ fn plan_input(pairs: &[(String, String)]) -> Result<PlanInput, FieldError> {
         introspect_any: Some(field(pairs, "introspect_any") == Some("true")),
         dpop: Some(dpop),
         api_limits,
+        limit_per: None,
     })
 }
 
