@@ -270,6 +270,22 @@ mod tests {
         assert_eq!(c.quota.unwrap().remaining, 1);
     }
 
+    /// Slots with nothing left to remember are swept only once a shard is full, not at
+    /// every new client: a sweep per request would cost a pass over the shard each time.
+    #[test]
+    fn idle_clients_are_kept_until_a_shard_is_full() {
+        let clock = ManualClock::at(1_800_000_000);
+        let counter = LocalCounter::new(clock.clone().into());
+        for i in 0..256 {
+            counter.count(&format!("c{i}"), Some(FIVE_A_MINUTE), None);
+        }
+        clock.advance(Duration::from_secs(60));
+        for i in 0..256 {
+            counter.count(&format!("d{i}"), Some(FIVE_A_MINUTE), None);
+        }
+        assert_eq!(counter.tracked(), 512);
+    }
+
     #[test]
     fn idle_clients_are_forgotten_once_a_shard_grows() {
         let clock = ManualClock::at(1_800_000_000);
