@@ -452,3 +452,60 @@ async fn limits_per_org_are_shared_by_its_clients() {
         200
     );
 }
+
+/// Limits per organization across instances sharing Redis: two clients of one organization,
+/// each asking at another instance, spend one allowance between them.
+#[tokio::test]
+async fn an_organizations_allowance_is_one_across_instances_with_redis() {
+    use tessera_server::registrar::{Change, PlanSettings};
+    use tessera_store::{LimitPer, RateLimit};
+    let schema = tessera_store::testing::scratch_postgres().await;
+    let redis = tessera_testkit::redis_url();
+    let prefix = tessera_testkit::unique_redis_prefix("orgs");
+    let shared = |s: &mut Setup| {
+        s.database_url = Some(schema.url.clone());
+        s.config.issuer = Some("https://auth.orgs.test".into());
+        s.config.redis_url = Some(redis.clone());
+        s.config.redis_prefix = prefix.clone();
+    };
+    let a = spawn_with(shared).await;
+    let b = spawn_with(shared).await;
+    let settings = PlanSettings {
+        token_rate: Change::Set(RateLimit::parse("2/min").unwrap()),
+        limit_per: Some(LimitPer::Org),
+        ..PlanSettings::default()
+    };
+    a.registrar()
+        .set_plan_with("metered", "news-api", &settings)
+        .await
+        .unwrap();
+    a.registrar()
+        .create_org("acme", "", "metered")
+        .await
+        .unwrap();
+    let placement = a.registrar().placement("", Some("acme")).await.unwrap();
+    let mut members = Vec::new();
+    for _ in 0..2 {
+        let (mut client, secret) = a.registrar().new_client(
+            &a.secrets,
+            &placement.plan,
+            "m",
+            AuthMethod::ClientSecretBasic,
+        );
+        placement.apply(&mut client);
+        a.store.insert_client(&client).await.unwrap();
+        members.push((client.id, secret));
+    }
+    a.sync().await;
+    b.sync().await;
+    let (first, first_secret) = &members[0];
+    let (second, second_secret) = &members[1];
+    assert_eq!(token_for(&a, first, first_secret, "news-api").await.0, 200);
+    assert_eq!(
+        token_for(&b, second, second_secret, "news-api").await.0,
+        200
+    );
+    for (app, (id, secret)) in [(&a, &members[1]), (&b, &members[0])] {
+        assert_eq!(token_for(app, id, secret, "news-api").await.0, 429);
+    }
+}
