@@ -116,7 +116,7 @@ pub struct Config {
     #[serde(with = "seconds")]
     pub housekeeping_interval: Duration,
     /// How long the audit events of admin changes are kept (the activity page,
-    /// `GET /admin/v1/audit-events`); at most [`MAX_AUDIT_EVENTS`] are kept whatever it says.
+    /// `GET /admin/v1/audit-events`); at most a million (`MAX_AUDIT_EVENTS`) are kept whatever it says.
     #[serde(with = "seconds")]
     pub audit_retention: Duration,
     /// How long a request may take, body upload included.
