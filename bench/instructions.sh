@@ -4,7 +4,7 @@
 # sends each a fixed number of token requests over one keep-alive HTTP/1.1 connection, and
 # prints the instructions each executed per token and their ratio.
 #
-#   bench/instructions.sh [--requests N] [--bin PATH]
+#   bench/instructions.sh [--requests N] [--bin PATH] [--default-timers]
 #
 # Each server runs twice, for N and for 3N requests; the difference of the two totals over
 # 2N is the cost of a token with start-up, shutdown and the warm-up of the first requests
@@ -17,22 +17,28 @@
 #
 # --requests N: the smaller run's requests (default 2000); a run takes about a minute.
 # --bin PATH:   measure this tessera binary instead of building this tree's.
+# --default-timers: serve with the timers at their defaults (the change-log poll every
+#               250 ms, housekeeping every 30 s), for a binary older than `serve --config`;
+#               their work then falls in the figure (about the same for every binary, as
+#               the runs take about as long), so compare such runs only with each other.
 #
-# Needs valgrind, python3 and jq. A regression of more than 3% in Tessera's instructions
+# Needs valgrind, python3, jq and curl. A regression of more than 3% in Tessera's instructions
 # per token is treated as one (BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 requests=2000
 bin=""
+default_timers=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	--requests) requests=$2; shift 2 ;;
 	--bin) bin=$2; shift 2 ;;
+	--default-timers) default_timers=1; shift ;;
 	*) echo "unknown argument $1" >&2; exit 2 ;;
 	esac
 done
-for tool in valgrind python3 jq; do
+for tool in valgrind python3 jq curl; do
 	command -v "$tool" >/dev/null || { echo "bench/instructions.sh needs $tool" >&2; exit 1; }
 done
 
@@ -92,8 +98,12 @@ measure() {
 	local name=$1 count=$2 out="$work/$1-$2"
 	case $name in
 	tessera)
+		local settings=(--config "$work/tessera.toml")
+		if [ -n "$default_timers" ]; then
+			settings=(--listen 127.0.0.1:0 --database "sqlite://$work/tessera.db")
+		fi
 		valgrind --tool=callgrind --callgrind-out-file="$out.cg" "$bin" serve \
-			--config "$work/tessera.toml" >"$out.stdout" 2>"$out.stderr" &
+			"${settings[@]}" >"$out.stdout" 2>"$out.stderr" &
 		;;
 	floor)
 		valgrind --tool=callgrind --callgrind-out-file="$out.cg" "$floor" 127.0.0.1:0 "$id" "$secret" \
@@ -109,6 +119,14 @@ measure() {
 		sleep 0.1
 	done
 	[ -n "$url" ] || { echo "$name did not start under valgrind" >&2; exit 1; }
+	# Tessera may listen before its registry is loaded (slower under valgrind): wait until
+	# it says it is ready, so that no request finds the client unknown.
+	if [ "$name" = tessera ]; then
+		for _ in $(seq 1 600); do
+			[ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" = 200 ] && break
+			sleep 0.1
+		done
+	fi
 	send "$url/connect/token" "$count"
 	kill -TERM "$server_pid"
 	wait "$server_pid" || true
