@@ -11,9 +11,9 @@
 //! the benchmark: HTTP Basic credentials decoded (RFC 6749 section 2.3.1) and compared with
 //! the one client it was given, the form body read for `grant_type=client_credentials` and
 //! `scope`, the claims Tessera signs (RFC 9068 section 2.2: `iss`, `sub`, `client_id`, one
-//! `aud` per scope, `scope`, `iat`, `exp`, a 128-bit random `jti`, `app_only`) under the
-//! same `{"alg":"EdDSA","kid":…,"typ":"at+jwt"}` header, one Ed25519 signature with
-//! aws-lc-rs, and the same JSON answer with the same `Cache-Control: no-store`.
+//! `aud` per scope, `scope`, `iat`, `exp`, a 128-bit random `jti`, `app_only`, and Tessera's
+//! `plan`) under the same `{"alg":"EdDSA","kid":…,"typ":"at+jwt"}` header, one Ed25519
+//! signature with aws-lc-rs, and the same JSON answer with the same `Cache-Control: no-store`.
 //!
 //! It does nothing else: no registry, plans, rate limits, in-flight cap, connection caps,
 //! timeouts, audit log, metrics, usage counts or store. A malformed request gets a bare
@@ -40,6 +40,9 @@ use hyper_util::rt::TokioIo;
 
 /// Token lifetime, as the benchmark plan's (`tessera plan set` default).
 const EXPIRES_IN: u64 = 3600;
+/// The plan `bench/run.sh` and `bench/instructions.sh` put their clients on: Tessera's `plan`
+/// claim (issue 27), which the floor signs too so that both tokens carry the same claims.
+const PLAN: &str = "bench";
 /// Tessera's body limit.
 const BODY_LIMIT: usize = 8 * 1024;
 
@@ -251,7 +254,7 @@ impl Floor {
         }
         let _ = write!(
             claims,
-            r#"],"scope":"{scope}","iat":{iat},"exp":{},"jti":"{}","app_only":true}}"#,
+            r#"],"scope":"{scope}","iat":{iat},"exp":{},"jti":"{}","app_only":true,"plan":"{PLAN}"}}"#,
             iat + EXPIRES_IN,
             URL_SAFE_NO_PAD.encode(jti)
         );
