@@ -338,21 +338,11 @@ pub(crate) async fn patch_client(
 
 /// What a patch changed, for the audit trail.
 fn changes(before: &Client, after: &Client) -> String {
-    let mut said = Vec::new();
-    if before.label != after.label {
-        said.push("name changed".to_owned());
-    }
-    if before.plan != after.plan {
-        said.push(format!("plan {} -> {}", before.plan, after.plan));
-    }
-    if before.enabled != after.enabled {
-        said.push(if after.enabled { "enabled" } else { "disabled" }.to_owned());
-    }
-    if said.is_empty() {
-        "unchanged".to_owned()
-    } else {
-        said.join(", ")
-    }
+    super::patch_changes(
+        before.label != after.label,
+        (&before.plan, &after.plan),
+        (before.enabled, after.enabled),
+    )
 }
 
 /// Delete a client. Its tokens stop being accepted at introspection at once.

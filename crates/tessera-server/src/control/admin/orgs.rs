@@ -187,21 +187,11 @@ pub(crate) async fn patch_org(
 
 /// What a patch changed, for the audit trail.
 fn changes(before: &Org, after: &Org) -> String {
-    let mut said = Vec::new();
-    if before.name != after.name {
-        said.push("name changed".to_owned());
-    }
-    if before.plan != after.plan {
-        said.push(format!("plan {} -> {}", before.plan, after.plan));
-    }
-    if before.enabled != after.enabled {
-        said.push(if after.enabled { "enabled" } else { "disabled" }.to_owned());
-    }
-    if said.is_empty() {
-        "unchanged".to_owned()
-    } else {
-        said.join(", ")
-    }
+    super::patch_changes(
+        before.name != after.name,
+        (&before.plan, &after.plan),
+        (before.enabled, after.enabled),
+    )
 }
 
 /// Delete an organization. One with clients is refused (409) unless `with_clients=true`,
