@@ -7,13 +7,6 @@ use serde_json::json;
 
 use super::*;
 
-/// `plan set` that must be refused as a usage error: exit status 2; its stderr.
-fn usage_error(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
-    let out = tessera_with(dir, env, args);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
-    String::from_utf8(out.stderr).unwrap()
-}
-
 #[test]
 fn plan_set_limits_api_requests_and_plan_list_shows_them() {
     let dir = tempfile::tempdir().unwrap();

@@ -55,6 +55,13 @@ fn tessera_with(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
     TESSERA.output(dir, env, args)
 }
 
+/// A command that must be refused as a usage error: exit status 2; its stderr.
+fn usage_error(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = tessera_with(dir, env, args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
 fn ok(dir: &Path, args: &[&str]) -> String {
     TESSERA.ok(dir, &[], args)
 }

@@ -9,13 +9,6 @@ fn json(out: &str) -> Value {
     serde_json::from_str(out.trim()).unwrap()
 }
 
-/// A command that must be refused as a usage error: exit status 2; its stderr.
-fn usage_error(dir: &Path, args: &[&str]) -> String {
-    let out = tessera_with(dir, &[], args);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
-    String::from_utf8(out.stderr).unwrap()
-}
-
 #[test]
 fn org_commands_on_the_database() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,7 +62,7 @@ fn org_commands_on_the_database() {
     );
     let err = fails(d, &["org", "set", "acme", "--plan", "nope"]);
     assert!(err.contains("nope"), "{err}");
-    let err = usage_error(d, &["org", "set", "acme"]);
+    let err = usage_error(d, &[], &["org", "set", "acme"]);
     assert!(err.contains("--plan or --name"), "{err}");
     let disabled = json(&ok(d, &["org", "disable", "acme", "--json"]));
     assert_eq!(disabled["enabled"], false);
@@ -162,7 +155,11 @@ async fn clients_of_an_organization_follow_it() {
     ok(d, &["plan", "set", "basic", "--scopes", "news-api"]);
     ok(d, &["plan", "set", "pro", "--scopes", "news-api oms-api"]);
     ok(d, &["org", "create", "acme", "--plan", "basic"]);
-    let err = usage_error(d, &["client", "create", "--org", "acme", "--plan", "pro"]);
+    let err = usage_error(
+        d,
+        &[],
+        &["client", "create", "--org", "acme", "--plan", "pro"],
+    );
     assert!(err.contains("--plan") && err.contains("--org"), "{err}");
     let err = fails(d, &["client", "create", "--org", "ghost"]);
     assert!(err.contains("no organization"), "{err}");
@@ -299,7 +296,7 @@ async fn org_usage_adds_up_per_client_and_in_total() {
     assert_eq!(lines, expected);
     let none = ok(d, &["org", "usage", "acme", "--month", "1999-01", "--csv"]);
     assert_eq!(none.lines().count(), 1, "{none}");
-    let err = usage_error(d, &["org", "usage", "acme", "--month", "2026-13"]);
+    let err = usage_error(d, &[], &["org", "usage", "acme", "--month", "2026-13"]);
     assert!(err.contains("YYYY-MM"), "{err}");
     let text = ok(d, &["org", "usage", "acme"]);
     assert!(text.contains("total"), "{text}");
