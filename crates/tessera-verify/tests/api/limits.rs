@@ -154,6 +154,16 @@ impl Issuer {
         self.key.sign(&claims)
     }
 
+    /// A token of `client` of organization `org` on `plan`, valid for a day by `clock`.
+    fn org_token(&self, client: &str, org: &str, plan: &str, clock: &ManualClock) -> String {
+        let now = clock.now() as u64;
+        self.key.sign(&json!({
+            "iss": self.url, "sub": client, "client_id": client, "aud": [API],
+            "scope": API, "iat": now, "exp": now + 86_400, "app_only": true,
+            "plan": plan, "org_id": org, "jti": format!("{client}-{now}-{org}"),
+        }))
+    }
+
     fn builder(&self, clock: &ManualClock) -> VerifierBuilder {
         Verifier::builder(&self.url, API)
             .plan_limits()
@@ -307,6 +317,56 @@ async fn five_a_minute_then_429_with_retry_after_and_the_fields() {
     // Twelve seconds later, one more.
     clock.advance(Duration::from_secs(12));
     assert_eq!(call(&url, &alice).await.status(), 200);
+    assert_eq!(call(&url, &alice).await.status(), 429);
+}
+
+/// A plan the document marks `per_org` (issue 28 item 3): the kit counts by the token's
+/// `org_id`, so two clients of one organization share one allowance, while a client of
+/// another organization, and one of none on the same plan, each have their own.
+#[tokio::test]
+async fn two_clients_of_one_org_share_one_allowance() {
+    let mut shared = five_a_minute();
+    shared["per_org"] = json!(true);
+    let issuer = issuer(json!({"api": API, "plans": {"team": shared}})).await;
+    let clock = ManualClock::at(1_795_780_800);
+    let url = api(issuer.builder(&clock).build().unwrap()).await;
+    let alice = issuer.org_token("alice", "acme", "team", &clock);
+    let bob = issuer.org_token("bob", "acme", "team", &clock);
+    for n in 1..=3i64 {
+        let answer = call(&url, &alice).await;
+        assert_eq!(answer.status(), 200, "alice's request {n}");
+        assert_eq!(
+            members(&answer, "ratelimit")[0],
+            member("team-rate", &[("r", 5 - n), ("t", 12 * n)])
+        );
+    }
+    // Bob, of the same organization, finds what Alice left: two.
+    for n in 4..=5i64 {
+        let answer = call(&url, &bob).await;
+        assert_eq!(
+            answer.status(),
+            200,
+            "bob's request, {n} of the organization's"
+        );
+        assert_eq!(
+            members(&answer, "ratelimit")[0],
+            member("team-rate", &[("r", 5 - n), ("t", 12 * n)])
+        );
+    }
+    assert_eq!(call(&url, &bob).await.status(), 429);
+    assert_eq!(call(&url, &alice).await.status(), 429);
+    // Another organization, and a client of none, on the same plan: their own five.
+    let carol = issuer.org_token("carol", "beta", "team", &clock);
+    let dave = issuer.token("dave", Some("team"), &clock);
+    for token in [&carol, &dave] {
+        for n in 1..=5 {
+            assert_eq!(call(&url, token).await.status(), 200, "request {n}");
+        }
+        assert_eq!(call(&url, token).await.status(), 429);
+    }
+    // Twelve seconds later, one more for the organization, whichever client asks.
+    clock.advance(Duration::from_secs(12));
+    assert_eq!(call(&url, &bob).await.status(), 200);
     assert_eq!(call(&url, &alice).await.status(), 429);
 }
 
