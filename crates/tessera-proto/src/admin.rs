@@ -506,6 +506,78 @@ pub struct OrgPatch {
     pub enabled: Option<bool>,
 }
 
+/// A client to register in an organization, under `/admin/v1/orgs/{id}/clients` (issue 28
+/// item 5): a [`ClientInput`] without `plan` and `org`, which are the organization's. A
+/// body that names either is refused.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OrgClientInput {
+    /// A label for people (default empty), at most 256 characters.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
+    pub name: String,
+    /// As in [`ClientInput`]: `client_secret_basic` (default), `client_secret_post`,
+    /// `tls_client_auth`, `self_signed_tls_client_auth` or `private_key_jwt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^(client_secret_basic|client_secret_post|tls_client_auth|self_signed_tls_client_auth|private_key_jwt)$"
+        )
+    )]
+    pub token_endpoint_auth_method: Option<String>,
+    /// RFC 8705 section 2.1.2: the certificate's subject DN, RFC 4514 form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_auth_subject_dn: Option<String>,
+    /// A DNS name among the certificate's SANs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_auth_san_dns: Option<String>,
+    /// A URI among the certificate's SANs, e.g. a SPIFFE ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_auth_san_uri: Option<String>,
+    /// For `self_signed_tls_client_auth` or `private_key_jwt`: a JWK Set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub jwks: Option<serde_json::Value>,
+    /// For `private_key_jwt`: an https URL where the client publishes its JWK Set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 2048))]
+    pub jwks_uri: Option<String>,
+}
+
+impl OrgClientInput {
+    /// The same registration as a [`ClientInput`] in organization `org`.
+    pub fn in_org(self, org: &str) -> ClientInput {
+        ClientInput {
+            plan: String::new(),
+            org: Some(org.to_owned()),
+            name: self.name,
+            token_endpoint_auth_method: self.token_endpoint_auth_method,
+            tls_client_auth_subject_dn: self.tls_client_auth_subject_dn,
+            tls_client_auth_san_dns: self.tls_client_auth_san_dns,
+            tls_client_auth_san_uri: self.tls_client_auth_san_uri,
+            jwks: self.jwks,
+            jwks_uri: self.jwks_uri,
+        }
+    }
+}
+
+/// What to change in a client of an organization (issue 28 item 5); absent fields stay.
+/// Its plan is the organization's, so there is no `plan`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct OrgClientPatch {
+    /// A label for people, at most 256 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
+    pub name: Option<String>,
+    /// Whether it may get tokens: `false` disables it, `true` enables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
 /// An organization's usage (issue 28): each client's per UTC day, and the total per day.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

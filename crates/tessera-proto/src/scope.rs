@@ -13,17 +13,22 @@ pub const ADMIN_SCOPE: &str = "tessera-admin";
 /// The scope of Tessera's own admin API that allows reads (`GET`) only.
 pub const ADMIN_READ_SCOPE: &str = "tessera-admin-read";
 
+/// The scope of an organization's own admin (issue 28): a client of an organization whose
+/// plan grants it manages that organization's clients, and reads its usage, under
+/// `/admin/v1/orgs/{its org}/`; nothing else.
+pub const ORG_ADMIN_SCOPE: &str = "tessera-org-admin";
+
 /// Whether `scope` is one of the two reserved admin scopes: they name no API, and a token
 /// that carries one has the issuer itself as its audience.
 pub fn is_admin_scope(scope: &str) -> bool {
     scope == ADMIN_SCOPE || scope == ADMIN_READ_SCOPE
 }
 
-/// Whether `scope` is one of Tessera's own: the admin scopes and
+/// Whether `scope` is one of Tessera's own: the admin scopes, [`ORG_ADMIN_SCOPE`] and
 /// [`USAGE_SCOPE`](crate::api_limits::USAGE_SCOPE), with which an API reports its usage.
 /// They name no API, and a token that carries one has the issuer itself as its audience.
 pub fn names_issuer(scope: &str) -> bool {
-    is_admin_scope(scope) || scope == crate::api_limits::USAGE_SCOPE
+    is_admin_scope(scope) || scope == ORG_ADMIN_SCOPE || scope == crate::api_limits::USAGE_SCOPE
 }
 
 /// Why a scope string was refused.

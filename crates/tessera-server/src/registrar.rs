@@ -793,15 +793,16 @@ impl<'a> Registrar<'a> {
             .iter()
             .find(|p| p.name == client.plan)
             .is_some_and(|plan| {
-                plan.scopes
-                    .iter()
-                    .any(|s| tessera_proto::scope::is_admin_scope(s.as_str()))
+                plan.scopes.iter().any(|s| {
+                    tessera_proto::scope::is_admin_scope(s.as_str())
+                        || s.as_str() == tessera_proto::scope::ORG_ADMIN_SCOPE
+                })
             });
         if administers && !input.allow_admin {
             return bad(
                 "allow_admin",
                 "the client's plan grants an admin scope: external tokens acting as it could \
-                 administer Tessera; set allow_admin to mean it",
+                 administer Tessera (or its organization); set allow_admin to mean it",
             );
         }
         let claims: serde_json::Map<String, serde_json::Value> = input

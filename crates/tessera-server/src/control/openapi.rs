@@ -47,6 +47,9 @@ async fn document() -> impl IntoResponse {
         admin::clients::client_refusals, admin::clients::rate_limited,
         admin::orgs::list_orgs, admin::orgs::create_org, admin::orgs::get_org,
         admin::orgs::patch_org, admin::orgs::delete_org, admin::orgs::org_usage,
+        admin::org_clients::list_org_clients, admin::org_clients::create_org_client,
+        admin::org_clients::get_org_client, admin::org_clients::patch_org_client,
+        admin::org_clients::delete_org_client, admin::org_clients::rotate_org_client_secret,
         admin::keys::list_keys, admin::keys::rotate_keys,
         admin::trust::list_policies, admin::trust::get_policy, admin::trust::put_policy,
         admin::trust::delete_policy, admin::audit::list_audit_events,
@@ -85,7 +88,8 @@ impl Modify for Security {
                     .bearer_format("JWT")
                     .description(Some(
                         "An access token of this server with scope tessera-admin \
-                         (or tessera-admin-read for GET). A DPoP-bound token is sent as \
+                         (or tessera-admin-read for GET); under /admin/v1/orgs/{id}, the \
+                         scope tessera-org-admin of a client of that organization too. A DPoP-bound token is sent as \
                          `Authorization: DPoP <token>` with a DPoP proof for the request \
                          (RFC 9449 section 7.1); a certificate-bound one over a connection \
                          presenting its certificate (RFC 8705 section 3)",
@@ -105,6 +109,7 @@ impl Modify for OptionalBodies {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         for path in [
             "/admin/v1/clients/{id}/rotate-secret",
+            "/admin/v1/orgs/{id}/clients/{client_id}/rotate-secret",
             "/admin/v1/keys/rotate",
         ] {
             let body = openapi

@@ -15,6 +15,7 @@ mod federation;
 mod inflight;
 mod limits;
 mod locks;
+mod org_admin;
 mod orgs;
 mod outage;
 mod promises;

@@ -8,8 +8,16 @@
 //! scope used. So taking the admin right away (disabling the client, changing its plan)
 //! takes effect at once, not when its token expires.
 //!
-//! Handlers say what they need in their signature: a [`Caller<Read>`] or a
-//! [`Caller<Write>`] argument, checked before any other part of the request is read.
+//! Who the caller is, and what it may reach, is decided in one place, [`admit`], from a
+//! [`Principal`]: the provider's own admin (`tessera-admin`, or `tessera-admin-read` for
+//! reads) reaches everything; an organization's admin (`tessera-org-admin`, issue 28 item 5)
+//! reaches its own organization's clients and usage and nothing else. Handlers say what
+//! they reach in their signature: a [`Caller<R>`] for the whole registry (plans, all clients,
+//! keys, trust policies, audit events), an [`OrgCaller<R>`] for one organization, the one
+//! the path's `{id}` names; both are checked before any other part of the request is read.
+//! Outside its own organization an organization's admin is answered 404, as for an
+//! organization that does not exist, so that ids of other customers do not leak; at the
+//! provider's endpoints, 403 `insufficient_scope`, whatever the path names.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -17,29 +25,89 @@ use std::sync::Arc;
 use axum::extract::{FromRequestParts, OriginalUri};
 use axum::http::request::Parts;
 use axum::http::Uri;
-use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
+use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE, ORG_ADMIN_SCOPE};
 use tessera_proto::{AccessTokenClaims, JwkSet};
 use tessera_store::Plan;
 use tessera_verify::{AccessRequest, ClientCertificate, Verifier};
 
 use crate::control::problem::Problem;
+use crate::registrar::RegistrarError;
 use crate::state::AdminGuard;
 use crate::AppState;
 
 /// The `realm` of the admin API's challenges.
 pub(crate) const REALM: &str = "tessera-admin";
 
-/// An authenticated admin caller with the right `R`: [`Read`] or [`Write`].
+/// Who an admin caller is: what its token and its client's plan grant now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Principal {
+    /// The provider's operator: `tessera-admin` (`write`) or `tessera-admin-read`.
+    Provider {
+        /// Whether it may change things (`tessera-admin`).
+        write: bool,
+    },
+    /// An organization's own admin: a client of `org` whose token and plan hold
+    /// `tessera-org-admin`. It reads and changes that organization's clients and reads its
+    /// usage; it never changes the organization itself (its plan, its limits).
+    OrgAdmin {
+        /// Its organization.
+        org: String,
+    },
+}
+
+/// The one rule of who may do what at the admin API. `within` is the organization the
+/// operation is confined to (`None`: the whole registry); `write` whether it changes
+/// anything; `org_admin_may` whether an organization's admin may do it in its own
+/// organization (reading it and managing its clients, but not changing the organization).
+pub(crate) fn admit(
+    principal: &Principal,
+    within: Option<&str>,
+    write: bool,
+    org_admin_may: bool,
+) -> Result<(), Problem> {
+    match principal {
+        Principal::Provider { write: may_write } if write && !may_write => {
+            Err(Problem::insufficient_scope(REALM, ADMIN_SCOPE))
+        }
+        Principal::Provider { .. } => Ok(()),
+        Principal::OrgAdmin { .. } if within.is_none() => Err(Problem::insufficient_scope(
+            REALM,
+            if write { ADMIN_SCOPE } else { ADMIN_READ_SCOPE },
+        )),
+        // Another organization, or one that does not exist: the same answer either way.
+        Principal::OrgAdmin { org } if within != Some(org.as_str()) => Err(Problem::from(
+            RegistrarError::UnknownOrg(within.unwrap_or_default().to_owned()),
+        )),
+        Principal::OrgAdmin { .. } if !org_admin_may => {
+            Err(Problem::insufficient_scope(REALM, ADMIN_SCOPE))
+        }
+        Principal::OrgAdmin { .. } => Ok(()),
+    }
+}
+
+/// An authenticated admin caller with the right `R` ([`Read`], [`Write`] or [`Govern`]),
+/// admitted by [`admit`] to what its handler reaches.
 #[derive(Debug, Clone)]
 pub(crate) struct Caller<R> {
     /// The admin client's id, for the audit trail and idempotency keys.
     pub(crate) client_id: String,
+    /// Who it is.
+    pub(crate) principal: Principal,
     /// The caller's address, as the token endpoint's audit names it
     /// (`crate::routes::client_ip`), for the audit trail.
     pub(crate) source: Option<std::net::IpAddr>,
     /// `console` when the console made the call on a browser's behalf, else `admin-api`.
     pub(crate) channel: &'static str,
     right: PhantomData<fn() -> R>,
+}
+
+/// A [`Caller`] admitted to one organization: `org`, the one the path's `{id}` names.
+#[derive(Debug, Clone)]
+pub(crate) struct OrgCaller<R> {
+    /// The caller.
+    pub(crate) caller: Caller<R>,
+    /// The organization the path names, which the caller may reach.
+    pub(crate) org: String,
 }
 
 /// Marks a request the console makes in-process on a browser's behalf (an extension, which
@@ -51,29 +119,43 @@ pub(crate) struct ViaConsole;
 pub(crate) trait Right {
     /// Whether it changes anything: writes need `tessera-admin`, reads either admin scope.
     const WRITE: bool;
+    /// Whether an organization's admin may do it within its own organization.
+    const ORG_ADMIN: bool;
 }
 
-/// Reads: `tessera-admin-read` or `tessera-admin`.
+/// Reads: `tessera-admin-read` or `tessera-admin`; within its organization,
+/// `tessera-org-admin`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Read;
 
 impl Right for Read {
     const WRITE: bool = false;
+    const ORG_ADMIN: bool = true;
 }
 
-/// Writes: `tessera-admin`.
+/// Writes: `tessera-admin`; to its organization's clients, `tessera-org-admin`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Write;
 
 impl Right for Write {
     const WRITE: bool = true;
+    const ORG_ADMIN: bool = true;
 }
 
-impl<R: Right> FromRequestParts<AppState> for Caller<R> {
-    type Rejection = Problem;
+/// Writes to an organization itself (its plan, name, switch, deletion): `tessera-admin`
+/// only, never the organization's own admin.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Govern;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
-        let client_id = authorize(state, parts, R::WRITE).await?;
+impl Right for Govern {
+    const WRITE: bool = true;
+    const ORG_ADMIN: bool = false;
+}
+
+impl<R: Right> Caller<R> {
+    /// Authenticates the request's caller, not yet admitted to anything.
+    async fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, Problem> {
+        let (client_id, principal) = principal(state, parts, R::WRITE).await?;
         let channel = if parts.extensions.get::<ViaConsole>().is_some() {
             "console"
         } else {
@@ -81,10 +163,39 @@ impl<R: Right> FromRequestParts<AppState> for Caller<R> {
         };
         Ok(Self {
             client_id,
+            principal,
             source: crate::routes::client_ip(state, parts),
             channel,
             right: PhantomData,
         })
+    }
+}
+
+impl<R: Right> FromRequestParts<AppState> for Caller<R> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
+        let caller = Self::authenticate(parts, state).await?;
+        admit(&caller.principal, None, R::WRITE, R::ORG_ADMIN)?;
+        Ok(caller)
+    }
+}
+
+impl<R: Right> FromRequestParts<AppState> for OrgCaller<R> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
+        let caller = Caller::<R>::authenticate(parts, state).await?;
+        let params = axum::extract::RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|e| Problem::invalid_parameter("path", e.body_text()))?;
+        let org = params
+            .iter()
+            .find(|(name, _)| *name == "id")
+            .map(|(_, value)| value.to_owned())
+            .ok_or_else(|| Problem::invalid_parameter("path", "no organization in the path"))?;
+        admit(&caller.principal, Some(&org), R::WRITE, R::ORG_ADMIN)?;
+        Ok(Self { caller, org })
     }
 }
 
@@ -118,18 +229,32 @@ impl AdminGuard {
     }
 }
 
-/// Authenticates the caller of an admin request and returns its client id; `write` needs
-/// `tessera-admin`, a read either admin scope.
-async fn authorize(state: &AppState, parts: &Parts, write: bool) -> Result<String, Problem> {
+/// Authenticates the caller of an admin request: its client id, and who it is by the
+/// scopes its token and its client's plan both hold now. `tessera-admin` makes the
+/// provider's admin; else `tessera-org-admin` on a client of an organization that
+/// organization's admin; else `tessera-admin-read` the provider's reader. Any other token
+/// is refused as lacking the scope a `write` (or a read) needs.
+async fn principal(
+    state: &AppState,
+    parts: &Parts,
+    write: bool,
+) -> Result<(String, Principal), Problem> {
     let token = own_token(state, parts, REALM).await?;
-    let allowed = token.holds(ADMIN_SCOPE) || (!write && token.holds(ADMIN_READ_SCOPE));
-    if !allowed {
+    let principal = if token.holds(ADMIN_SCOPE) {
+        Principal::Provider { write: true }
+    } else if let Some(org) = token.org.as_ref().filter(|_| token.holds(ORG_ADMIN_SCOPE)) {
+        Principal::OrgAdmin {
+            org: org.to_string(),
+        }
+    } else if token.holds(ADMIN_READ_SCOPE) {
+        Principal::Provider { write: false }
+    } else {
         return Err(Problem::insufficient_scope(
             REALM,
             if write { ADMIN_SCOPE } else { ADMIN_READ_SCOPE },
         ));
-    }
-    Ok(token.claims.client_id)
+    };
+    Ok((token.claims.client_id, principal))
 }
 
 /// An access token this server issued for its own audience (the issuer), accepted by
@@ -139,6 +264,8 @@ pub(crate) struct OwnToken {
     pub(crate) claims: AccessTokenClaims,
     /// The plan its client is on now.
     pub(crate) plan: Arc<Plan>,
+    /// The organization its client belongs to now, if any.
+    pub(crate) org: Option<Arc<str>>,
 }
 
 impl OwnToken {
@@ -192,12 +319,14 @@ pub(crate) async fn own_token(
         return Err(invalid("the token was revoked"));
     }
     let registry = state.registry();
-    let plan = state
+    let (plan, org) = state
         .live()
         .clients()
-        .with(&claims.client_id, |c| c.enabled.then_some(c.plan))
+        .with(&claims.client_id, |c| {
+            c.enabled.then(|| (c.plan, c.org().cloned()))
+        })
         .flatten()
-        .and_then(|slot| registry.plan(slot).cloned())
+        .and_then(|(slot, org)| registry.plan(slot).cloned().map(|plan| (plan, org)))
         .ok_or_else(|| invalid("the token's client is disabled or gone"))?;
-    Ok(OwnToken { claims, plan })
+    Ok(OwnToken { claims, plan, org })
 }

@@ -20,9 +20,9 @@ use crate::registrar::{views, RegistrarError};
 use crate::AppState;
 
 /// The longest grace period of a rotated secret: a year.
-const MAX_GRACE: i64 = 365 * 86_400;
+pub(crate) const MAX_GRACE: i64 = 365 * 86_400;
 /// The most clients one page holds.
-const MAX_PAGE: u32 = 1000;
+pub(crate) const MAX_PAGE: u32 = 1000;
 
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -95,7 +95,7 @@ pub(crate) async fn rate_limited(
     ))
 }
 
-fn check_name(name: &str) -> Result<(), Problem> {
+pub(crate) fn check_name(name: &str) -> Result<(), Problem> {
     if name.chars().count() > 256 || name.chars().any(char::is_control) {
         return Err(Problem::invalid_field(
             "name",
@@ -105,11 +105,12 @@ fn check_name(name: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-/// 201 with the new client's `Location`: with its `ETag` when just made, or marked
-/// `Idempotent-Replayed` when it is an earlier request's answer again.
-fn created(answer: &api::ClientWithSecret, tag: Option<&str>) -> Response {
+/// 201 with the new client's `Location` (under `at`, its collection's path): with its
+/// `ETag` when just made, or marked `Idempotent-Replayed` when it is an earlier request's
+/// answer again.
+fn created(at: &str, answer: &api::ClientWithSecret, tag: Option<&str>) -> Response {
     let mut response = json(StatusCode::CREATED, answer, tag);
-    let location = format!("/admin/v1/clients/{}", answer.client.client_id);
+    let location = format!("{at}/{}", answer.client.client_id);
     if let Ok(location) = HeaderValue::from_str(&location) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -199,7 +200,27 @@ pub(crate) async fn create_client(
     caller: Caller<Write>,
     request: Idempotent<api::ClientInput>,
 ) -> Result<Response, Problem> {
-    let input = &request.input;
+    register(
+        &state,
+        &caller,
+        &request,
+        &request.input,
+        "/admin/v1/clients",
+    )
+    .await
+}
+
+/// Registers the client `input` describes, for `caller`, answering a retry of `request`
+/// (its `Idempotency-Key`) with the first answer; `at` is the path of the collection it
+/// joins. The client creation of `POST /admin/v1/clients` and of an organization's
+/// `POST /admin/v1/orgs/{id}/clients`.
+pub(crate) async fn register<R, T>(
+    state: &AppState,
+    caller: &Caller<R>,
+    request: &Idempotent<T>,
+    input: &api::ClientInput,
+    at: &str,
+) -> Result<Response, Problem> {
     check_name(&input.name)?;
     let method = match input.token_endpoint_auth_method.as_deref() {
         None => AuthMethod::ClientSecretBasic,
@@ -212,8 +233,8 @@ pub(crate) async fn create_client(
         })?,
     };
     let credential = views::credential(input, method)?;
-    if let Some(first) = request.earlier(&state, &caller.client_id).await? {
-        return Ok(created(&first, None));
+    if let Some(first) = request.earlier(state, &caller.client_id).await? {
+        return Ok(created(at, &first, None));
     }
     let placement = state
         .registrar()
@@ -244,7 +265,7 @@ pub(crate) async fn create_client(
     };
     placement.apply(&mut client);
     let answer = views::with_secret(&client, secret);
-    let remembered = request.remember(&state, &caller.client_id, &answer);
+    let remembered = request.remember(state, &caller.client_id, &answer);
     let earlier = state
         .store()
         .insert_clients_once(std::slice::from_ref(&client), remembered.as_ref())
@@ -252,20 +273,21 @@ pub(crate) async fn create_client(
         .map_err(RegistrarError::from)?;
     if let Some(first) = earlier {
         // A retry that raced the first try here.
-        return Ok(created(&request.replay(&state, &first)?, None));
+        return Ok(created(at, &request.replay(state, &first)?, None));
     }
-    in_force(&state).await;
-    audit::admin_change(
-        &state,
-        &caller,
-        &format!("client:{}", client.id),
-        &match &client.org {
-            Some(org) => format!("created in organization {org} on plan {}", client.plan),
-            None => format!("created on plan {}", client.plan),
-        },
-    )
-    .await;
-    Ok(created(&answer, Some(&etag(&client))))
+    in_force(state).await;
+    let (object, change) = match &client.org {
+        Some(org) => (
+            format!("org:{org}/client:{}", client.id),
+            format!("created in organization {org} on plan {}", client.plan),
+        ),
+        None => (
+            format!("client:{}", client.id),
+            format!("created on plan {}", client.plan),
+        ),
+    };
+    audit::admin_change(state, caller, &object, &change).await;
+    Ok(created(at, &answer, Some(&etag(&client))))
 }
 
 /// Show one client.

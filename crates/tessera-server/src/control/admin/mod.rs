@@ -4,10 +4,12 @@
 //! (`auth.rs`), with RFC 9457 problem documents for every refusal.
 //!
 //! - `auth.rs`: who calls, [`auth::Caller`]: the bearer token (RFC 6750), verified with
-//!   `tessera-verify`, and the scope the handler needs.
+//!   `tessera-verify`, who it is ([`auth::Principal`]: the provider's admin or an
+//!   organization's) and what it may reach ([`auth::admit`], the one rule).
 //! - `extract.rs`: what else a handler takes, as extractors that answer a problem: JSON
 //!   bodies, path and query parameters, `If-Match` (RFC 9110 section 13.1.1).
-//! - `plans.rs`, `clients.rs`, `orgs.rs`, `keys.rs`, `trust.rs`: the resources; `audit.rs`:
+//! - `plans.rs`, `clients.rs`, `orgs.rs`, `org_clients.rs` (an organization's clients, for
+//!   its own admin too), `keys.rs`, `trust.rs`: the resources; `audit.rs`:
 //!   the changes made to them; `idempotency.rs`: a
 //!   client creation retried with its `Idempotency-Key`.
 //! - here: what they share: `ETag`s (RFC 9110 section 8.8.3), JSON answers, and the step
@@ -32,6 +34,7 @@ pub(crate) mod clients;
 mod extract;
 mod idempotency;
 pub(crate) mod keys;
+pub(crate) mod org_clients;
 pub(crate) mod orgs;
 pub(crate) mod plans;
 mod responses;
@@ -43,6 +46,7 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(clients::router())
         .merge(keys::router())
         .merge(orgs::router())
+        .merge(org_clients::router())
         .merge(trust::router())
         .merge(audit::router())
         .fallback(|| async { Problem::not_found("no such admin resource") })

@@ -1,4 +1,7 @@
 //! `/admin/v1/orgs`: organizations, the customers that hold clients and a plan (issue 28).
+//! An organization's own admin reads its organization and its usage here
+//! ([`OrgCaller<Read>`]); listing and creating organizations, and changing or deleting one
+//! ([`OrgCaller<Govern>`]), are the provider's. Its clients are in `org_clients.rs`.
 
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -8,7 +11,7 @@ use axum::Router;
 use tessera_proto::admin as api;
 use tessera_store::Org;
 
-use super::auth::{Caller, Read, Write};
+use super::auth::{Caller, Govern, OrgCaller, Read, Write};
 use super::extract::{ApiJson, ApiPath, IfMatch, Query};
 use super::responses::{ReadErrors, WriteErrors};
 use super::{etag, in_force, json};
@@ -35,12 +38,12 @@ pub(crate) fn router() -> Router<AppState> {
            ("to" = Option<String>, Query, format = Date, description = "Last day, YYYY-MM-DD")),
     responses(
         (status = 200, description = "Per client and in total, per day", body = api::OrgUsage),
-        (status = 404, description = "No such organization", body = api::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such organization (or not the caller's)", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
-    security(("admin_token" = ["tessera-admin-read"])))]
+    security(("admin_token" = ["tessera-admin-read", "tessera-org-admin"])))]
 pub(crate) async fn org_usage(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    _caller: OrgCaller<Read>,
     ApiPath(id): ApiPath<String>,
     query: Query,
 ) -> Result<Response, Problem> {
@@ -123,12 +126,12 @@ pub(crate) async fn create_org(
     responses(
         (status = 200, description = "The organization", body = api::Org,
          headers(("ETag" = String, description = "Its version, for If-Match"))),
-        (status = 404, description = "No such organization", body = api::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such organization (or not the caller's)", body = api::Problem, content_type = "application/problem+json"),
         ReadErrors),
-    security(("admin_token" = ["tessera-admin-read"])))]
+    security(("admin_token" = ["tessera-admin-read", "tessera-org-admin"])))]
 pub(crate) async fn get_org(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    _caller: OrgCaller<Read>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, Problem> {
     let org = state.registrar().org(&id).await?;
@@ -153,7 +156,7 @@ pub(crate) async fn get_org(
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn patch_org(
     State(state): State<AppState>,
-    caller: Caller<Write>,
+    OrgCaller { caller, .. }: OrgCaller<Govern>,
     ApiPath(id): ApiPath<String>,
     if_match: IfMatch,
     ApiJson(patch): ApiJson<api::OrgPatch>,
@@ -208,7 +211,7 @@ fn changes(before: &Org, after: &Org) -> String {
     security(("admin_token" = ["tessera-admin"])))]
 pub(crate) async fn delete_org(
     State(state): State<AppState>,
-    caller: Caller<Write>,
+    OrgCaller { caller, .. }: OrgCaller<Govern>,
     ApiPath(id): ApiPath<String>,
     if_match: IfMatch,
     query: Query,
