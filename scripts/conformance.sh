@@ -80,6 +80,13 @@ client=$("$bin" --database "$db" client create --plan admin --json)
 read -r client_id client_secret < <("$PYTHON" -c \
     'import json, sys; c = json.load(sys.stdin); print(c["client_id"], c["client_secret"])' <<<"$client")
 [[ -n $client_secret ]] || fail "no admin client"
+# An organization with a client, so that the organization operations (issue 28) meet one
+# that exists: the hooks send half the requests that name an organization or its client to
+# these two.
+"$bin" --database "$db" plan set portal --scopes "news-api tessera-org-admin" >/dev/null
+"$bin" --database "$db" org create conformance-org --plan portal >/dev/null
+org_client=$("$bin" --database "$db" client create --org conformance-org --json)
+org_client_id=$("$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["client_id"])' <<<"$org_client")
 
 "$bin" serve --database "$db" --listen 127.0.0.1:0 --issuer "$ISSUER" >"$work/serve.log" 2>&1 &
 server=$!
@@ -108,6 +115,8 @@ say "Schemathesis $SCHEMATHESIS_VERSION against $url/openapi.json, at most $MAX_
 export TESSERA_CONFORMANCE_CLIENT_ID=$client_id
 export TESSERA_CONFORMANCE_CLIENT_SECRET=$client_secret
 export TESSERA_CONFORMANCE_TOKEN=$token
+export TESSERA_CONFORMANCE_ORG=conformance-org
+export TESSERA_CONFORMANCE_ORG_CLIENT=$org_client_id
 start=$SECONDS
 status=0
 "$st" --config-file scripts/conformance.toml run "$url/openapi.json" \
