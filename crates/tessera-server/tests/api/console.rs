@@ -1297,3 +1297,49 @@ async fn behind_a_trusted_proxy_a_console_change_names_the_forwarded_address() {
     assert_eq!(events[0].channel, "console");
     assert_eq!(events[0].actor, id.as_str());
 }
+
+/// The organizations' pages (issue 28): the list, and one organization with its clients;
+/// an unknown one is the console's 404.
+#[tokio::test]
+async fn the_organization_pages_list_them_and_show_one_with_its_clients() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "ops", "tessera-admin-read").await;
+    app.registrar()
+        .set_plan("basic", "news-api", None)
+        .await
+        .unwrap();
+    app.registrar()
+        .create_org("acme", "Acme Trading", "basic")
+        .await
+        .unwrap();
+    let placement = app.registrar().placement("", Some("acme")).await.unwrap();
+    let (mut member, _) = app.registrar().new_client(
+        &app.secrets,
+        &placement.plan,
+        "acme-billing",
+        AuthMethod::ClientSecretBasic,
+    );
+    placement.apply(&mut member);
+    app.store.insert_client(&member).await.unwrap();
+    let (outsider, _) = app.client_on("basic", AuthMethod::ClientSecretBasic).await;
+
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let list = visitor.get("/console/orgs").await;
+    assert_eq!(list.status(), StatusCode::OK);
+    let list = list.text().await.unwrap();
+    assert!(list.contains("href=\"/console/orgs/acme\""), "{list}");
+    assert!(list.contains("Acme Trading"), "{list}");
+    let (status, page) = page_of(visitor.get("/console/orgs/acme").await).await;
+    assert_eq!(status, StatusCode::OK);
+    let clients = page
+        .split("id=\"org-clients\"")
+        .nth(1)
+        .expect("a table of its clients");
+    assert!(clients.contains(member.id.as_str()), "{clients}");
+    assert!(clients.contains("acme-billing"), "{clients}");
+    assert!(!page.contains(outsider.as_str()), "{page}");
+    assert!(page.contains("Usage, last 30 days"), "{page}");
+    let (status, _) = page_of(visitor.get("/console/orgs/ghost").await).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

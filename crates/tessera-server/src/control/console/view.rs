@@ -16,6 +16,7 @@ pub(super) enum Section {
     Overview,
     Plans,
     Clients,
+    Orgs,
     Keys,
     Activity,
     None,
@@ -32,6 +33,7 @@ pub(super) fn page(
         (Section::Overview, "/console/", "Overview"),
         (Section::Plans, "/console/plans", "Plans"),
         (Section::Clients, "/console/clients", "Clients"),
+        (Section::Orgs, "/console/orgs", "Organizations"),
         (Section::Keys, "/console/keys", "Keys"),
         (Section::Activity, "/console/activity", "Activity"),
     ];

@@ -1,4 +1,4 @@
-//! The pages, one module per resource: overview, plans, clients, keys, and the activity
+//! The pages, one module per resource: overview, plans, clients, organizations, keys, and the activity
 //! (the audit events of changes). Each reads and
 //! writes through the admin API with the session's token (`api.rs`); a write answers with a
 //! redirect to the page that shows its result (or, for a new secret, with the one page that
@@ -13,6 +13,7 @@ use super::{Console, Fail};
 mod activity;
 mod clients;
 mod keys;
+mod orgs;
 mod overview;
 mod plans;
 
@@ -23,6 +24,7 @@ pub(super) fn router() -> Router<Console> {
         .merge(plans::router())
         .merge(clients::router())
         .merge(keys::router())
+        .merge(orgs::router())
         .merge(activity::router())
 }
 
