@@ -484,7 +484,8 @@ async fn an_operator_onboards_a_client_in_chromium() {
     browser.screenshot("overview").await;
     // The page budget (README: "every page with everything it loads is under 24 KB"):
     // every page this run checked, each with everything it loaded; the overview with a
-    // day's usage drawn is the heaviest (23,876 bytes measured after the organizations page joined the navigation, issue 28).
+    // day's usage drawn is the heaviest (23,876 bytes measured once the organizations
+    // joined the navigation, issue 28).
     for (page, bytes) in &browser.weights {
         eprintln!("{page}: {bytes} bytes with its assets");
     }
