@@ -57,6 +57,11 @@ pub(crate) struct ServeArgs {
     /// TLS the handshake asks for (never requires) a client certificate.
     #[arg(long, env = "TESSERA_CLIENT_CA")]
     client_ca: Option<PathBuf>,
+    /// TLS session ticket keys shared by the instances behind one name, so that a client
+    /// resumes on any of them: one per line, 64 hex digits (openssl rand -hex 32), the
+    /// first one seals. Reloaded with the certificate.
+    #[arg(long, env = "TESSERA_TLS_TICKET_KEY_FILE", value_name = "FILE")]
+    tls_ticket_key_file: Option<PathBuf>,
     /// Behind a TLS-terminating proxy: the header in which it passes the client
     /// certificate on (URL-escaped PEM, as nginx's $ssl_client_escaped_cert), believed only
     /// from --trusted-proxy addresses.
@@ -577,7 +582,7 @@ async fn demo_client(
     Ok((client, secret))
 }
 
-/// A self-signed certificate for `localhost`, `127.0.0.1` and `::1`, new on each start,
+/// A self-signed ECDSA P-256 certificate for `localhost`, `127.0.0.1` and `::1`, new on each start,
 /// written beside the database (or in the working directory): `tessera-demo-cert.pem` and
 /// `tessera-demo-key.pem` (mode 0600).
 fn demo_certificate(database: &Option<PathBuf>) -> Result<tessera_server::tls::TlsFiles> {
@@ -591,12 +596,19 @@ fn demo_certificate(database: &Option<PathBuf>) -> Result<tessera_server::tls::T
         "127.0.0.1".to_owned(),
         "::1".to_owned(),
     ];
-    let generated = rcgen::generate_simple_self_signed(names)
+    // ECDSA P-256: every TLS client accepts it, browsers included; Ed25519's handshake is a
+    // little cheaper, but browsers refuse it (docs/https.md, "Which key for the certificate").
+    let generated = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .and_then(|key_pair| {
+            let cert = rcgen::CertificateParams::new(names)?.self_signed(&key_pair)?;
+            Ok(rcgen::CertifiedKey { cert, key_pair })
+        })
         .context("cannot generate the demo certificate")?;
     let files = tessera_server::tls::TlsFiles {
         cert: dir.join("tessera-demo-cert.pem"),
         key: dir.join("tessera-demo-key.pem"),
         client_ca: None,
+        ticket_keys: None,
     };
     std::fs::write(&files.cert, generated.cert.pem())
         .with_context(|| format!("cannot write {}", files.cert.display()))?;
@@ -653,6 +665,7 @@ mod tests {
             tls_cert: Some("c".into()),
             tls_key: Some("k".into()),
             client_ca: Some("ca".into()),
+            tls_ticket_key_file: Some("t".into()),
             client_cert_header: Some(reqwest::header::HeaderName::from_static("x-cert")),
             listen_http: Some(SocketAddr::from(([127, 0, 0, 1], 1))),
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 2))),

@@ -291,6 +291,16 @@ async fn the_demo_serves_https_with_a_certificate_it_prints() {
         .collect();
     names.sort();
     assert_eq!(names, ["dns:localhost", "ip:127.0.0.1", "ip:::1"]);
+    // Its key (docs/https.md, "Which key for the certificate"): ECDSA P-256, signed with
+    // ECDSA and SHA-256 (RFC 5480 id-ecPublicKey with secp256r1, RFC 5758 ecdsa-with-SHA256).
+    let key = &parsed.public_key().algorithm;
+    assert_eq!(key.algorithm.to_id_string(), "1.2.840.10045.2.1");
+    let curve = key.parameters.as_ref().unwrap().as_oid().unwrap();
+    assert_eq!(curve.to_id_string(), "1.2.840.10045.3.1.7");
+    assert_eq!(
+        parsed.signature_algorithm.algorithm.to_id_string(),
+        "1.2.840.10045.4.3.2"
+    );
     // The name `localhost` is good for the server: a client that resolves it to the
     // listener and checks the name is served.
     let address: std::net::SocketAddr = server
@@ -907,6 +917,78 @@ async fn tls_1_2_and_1_3_are_served_and_sessions_resume() {
             "{expected:?}: the second connection resumes"
         );
     }
+}
+
+/// `--tls-ticket-key-file` (docs/https.md): two instances given the same file resume each
+/// other's sessions, with TLS 1.2 and 1.3. The second instance has never seen the session,
+/// so only the ticket can resume it; an instance with keys of its own (no file) cannot.
+#[tokio::test]
+async fn instances_sharing_a_ticket_key_file_resume_each_others_sessions() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    let pair = certificate();
+    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+    let keys = dirs[0].path().join("tickets.keys");
+    std::fs::write(
+        &keys,
+        "# openssl rand -hex 32\n5f0e3c8a1b2d4e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7\n",
+    )
+    .unwrap();
+    let keys = keys.to_str().unwrap();
+    let start = |dir: &tempfile::TempDir, extra: &[&str]| {
+        let (cert_path, key_path) = write_pair(dir.path(), &pair);
+        let server = start_tls(dir.path(), &cert_path, &key_path, extra);
+        let port: u16 = server.base.rsplit(':').next().unwrap().parse().unwrap();
+        (server, port)
+    };
+    let (_a, a) = start(&dirs[0], &["--tls-ticket-key-file", keys]);
+    let (_b, b) = start(&dirs[1], &["--tls-ticket-key-file", keys]);
+    let (_own, own) = start(&dirs[2], &[]);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls_pem_der(&pair.0).into()).unwrap();
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let client = || {
+            let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+            std::sync::Arc::new(
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_protocol_versions(&[version])
+                    .unwrap()
+                    .with_root_certificates(roots.clone())
+                    .with_no_client_auth(),
+            )
+        };
+        let kind = |(_, kind, ok): (_, Option<rustls::HandshakeKind>, bool)| {
+            assert!(ok);
+            kind.unwrap()
+        };
+        let shared = client();
+        assert_eq!(kind(healthz_over(&shared, a).await), Full, "{version:?}");
+        assert_eq!(kind(healthz_over(&shared, b).await), Resumed, "{version:?}");
+        assert_eq!(kind(healthz_over(&shared, a).await), Resumed, "{version:?}");
+        let alone = client();
+        assert_eq!(kind(healthz_over(&alone, a).await), Full, "{version:?}");
+        assert_eq!(kind(healthz_over(&alone, own).await), Full, "{version:?}");
+    }
+    // A file without a key stops the start, naming the file.
+    std::fs::write(dirs[2].path().join("empty.keys"), "\n").unwrap();
+    let empty = dirs[2].path().join("empty.keys");
+    let (cert_path, key_path) = write_pair(dirs[2].path(), &pair);
+    let err = super::refused_start(
+        dirs[2].path(),
+        &[],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+            "--tls-ticket-key-file",
+            empty.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(err.contains("empty.keys: no ticket key in it"), "{err}");
 }
 
 /// A client certificate signed by `pki` with these SANs, subject CN=billing, O=Acme: PEM of

@@ -73,6 +73,11 @@ pub struct Config {
     /// PEM: the CA(s) whose certificates `tls_client_auth` clients present (RFC 8705
     /// section 2.1).
     pub client_ca: Option<PathBuf>,
+    /// Session ticket keys shared with the other instances behind the same name, so that
+    /// a client resumes its TLS session on any of them (RFC 8446 section 2.2): one key per
+    /// line, 64 hex digits, the first one seals. Reloaded with the certificate. `None`: a
+    /// random key of this process.
+    pub tls_ticket_key_file: Option<PathBuf>,
     /// Behind a TLS-terminating proxy: the header in which a trusted proxy passes the
     /// client certificate on (URL-escaped PEM), and the CA that `tls_client_auth` chains
     /// must lead to (RFC 8705). Read only from `trusted_proxies`.
@@ -210,6 +215,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             client_ca: None,
+            tls_ticket_key_file: None,
             client_cert_header: None,
             listen_http: None,
             metrics_listen: None,
@@ -365,6 +371,12 @@ impl Config {
                 "client-ca",
                 "needs TLS here (--tls-cert, --tls-key) or a proxy that passes the \
                  certificate on (--client-cert-header with --trusted-proxy)",
+            );
+        }
+        if self.tls_ticket_key_file.is_some() && !tls {
+            return refuse(
+                "tls-ticket-key-file",
+                "is for TLS sessions: give --tls-cert and --tls-key",
             );
         }
         if self.admin_listen == Some(self.listen) && self.listen.port() != 0 {
@@ -862,6 +874,10 @@ mod tests {
         assert_eq!(
             refused(|c| c.client_ca = Some("ca.pem".into())),
             "client-ca"
+        );
+        assert_eq!(
+            refused(|c| c.tls_ticket_key_file = Some("tickets".into())),
+            "tls-ticket-key-file"
         );
         assert_eq!(refused(|c| c.listen_http = Some(c.listen)), "listen-http");
         assert_eq!(refused(|c| c.admin_listen = Some(c.listen)), "admin-listen");

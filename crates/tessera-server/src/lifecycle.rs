@@ -151,6 +151,7 @@ impl Server {
                     cert: cert.clone(),
                     key: key.clone(),
                     client_ca: config.client_ca.clone(),
+                    ticket_keys: config.tls_ticket_key_file.clone(),
                 })
                 .map_err(StartError::Tls)?,
             )),
