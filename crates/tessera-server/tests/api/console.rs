@@ -1343,3 +1343,110 @@ async fn the_organization_pages_list_them_and_show_one_with_its_clients() {
     let (status, _) = page_of(visitor.get("/console/orgs/ghost").await).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// On an organization's page a write admin disables it after a confirmation, which its
+/// clients feel at once, enables it, and moves it to another plan.
+#[tokio::test]
+async fn an_organization_is_disabled_after_a_confirmation_and_moved_from_its_page() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "ops", "tessera-admin").await;
+    for plan in ["basic", "pro-2"] {
+        app.registrar()
+            .set_plan(plan, "news-api", None)
+            .await
+            .unwrap();
+    }
+    app.registrar()
+        .create_org("acme", "", "basic")
+        .await
+        .unwrap();
+    let placement = app.registrar().placement("", Some("acme")).await.unwrap();
+    let (mut member, member_secret) = app.registrar().new_client(
+        &app.secrets,
+        &placement.plan,
+        "m",
+        AuthMethod::ClientSecretBasic,
+    );
+    placement.apply(&mut member);
+    app.store.insert_client(&member).await.unwrap();
+    app.sync().await;
+    let news = "grant_type=client_credentials&scope=news-api";
+    assert_eq!(
+        app.token(&member.id, &member_secret, news).await.status(),
+        200
+    );
+
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let page = visitor
+        .get("/console/orgs/acme")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = hidden(&page, "csrf");
+    let etag = hidden(&page, "etag").replace("&quot;", "\"");
+    // The first step only asks.
+    let (status, asked) = page_of(
+        visitor
+            .post(
+                "/console/orgs/acme/change",
+                &[("csrf", &csrf), ("etag", &etag), ("enabled", "false")],
+            )
+            .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(asked.contains("Disable acme"), "{asked}");
+    assert!(app.store.org("acme").await.unwrap().unwrap().enabled);
+    let done = visitor
+        .post(
+            "/console/orgs/acme/change",
+            &[
+                ("csrf", &csrf),
+                ("etag", &etag),
+                ("enabled", "false"),
+                ("confirmed", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&done), "/console/orgs/acme");
+    assert!(!app.store.org("acme").await.unwrap().unwrap().enabled);
+    assert_eq!(
+        app.token(&member.id, &member_secret, news).await.status(),
+        401
+    );
+    let page = visitor
+        .get("/console/orgs/acme")
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("disabled: its clients"), "{page}");
+    let etag = hidden(&page, "etag").replace("&quot;", "\"");
+    visitor
+        .post(
+            "/console/orgs/acme/change",
+            &[("csrf", &csrf), ("etag", &etag), ("enabled", "true")],
+        )
+        .await;
+    assert!(app.store.org("acme").await.unwrap().unwrap().enabled);
+    let page = visitor
+        .get("/console/orgs/acme")
+        .await
+        .text()
+        .await
+        .unwrap();
+    let etag = hidden(&page, "etag").replace("&quot;", "\"");
+    visitor
+        .post(
+            "/console/orgs/acme/change",
+            &[("csrf", &csrf), ("etag", &etag), ("plan", "pro-2")],
+        )
+        .await;
+    assert_eq!(app.store.org("acme").await.unwrap().unwrap().plan, "pro-2");
+    assert_eq!(
+        app.store.client(&member.id).await.unwrap().unwrap().plan,
+        "pro-2"
+    );
+}

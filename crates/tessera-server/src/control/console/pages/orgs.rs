@@ -1,24 +1,28 @@
 //! Organizations (issue 28): the list, and one organization with its clients and its
-//! usage over the last 30 days. Read-only for now; the changes are made with `tessera org`
-//! or the admin API.
+//! usage over the last 30 days; on it, a write admin disables or enables it (a disable
+//! asks for a confirmation first, as a client's does) and moves it to another plan. It is
+//! created and deleted with `tessera org` or the admin API.
 
 use axum::extract::{Path, State};
-use axum::routing::get;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::Router;
 use maud::html;
-use tessera_proto::admin::{self as api, ClientPage, OrgList, OrgUsage};
+use tessera_proto::admin::{self as api, ClientPage, OrgList, OrgUsage, PlanList};
 use tessera_proto::form::encode_component as seg;
 
-use super::{days_query, get_json};
-use crate::control::console::extract::Page;
+use super::{days_query, get_json, get_tagged};
+use crate::control::console::extract::{Form, Page};
 use crate::control::console::session::Session;
-use crate::control::console::view::{self, time, usage_chart, Section};
+use crate::control::console::view::{self, csrf, time, usage_chart, Section};
 use crate::control::console::{Console, Fail};
 
 pub(super) fn router() -> Router<Console> {
     Router::new()
         .route("/console/orgs", get(orgs))
         .route("/console/orgs/{id}", get(org))
+        .route("/console/orgs/{id}/change", post(change_org))
 }
 
 async fn orgs(State(console): State<Console>, session: Session) -> Result<Page, Fail> {
@@ -53,9 +57,14 @@ async fn org(
     Path(id): Path<String>,
 ) -> Result<Page, Fail> {
     let path = format!("/orgs/{}", seg(&id));
-    let org: api::Org = get_json(&console, &session, &path).await?;
+    let (org, etag): (api::Org, String) = get_tagged(&console, &session, &path).await?;
     let clients: ClientPage =
         get_json(&console, &session, &format!("{path}/clients?limit=1000")).await?;
+    let plans: PlanList = if session.write {
+        get_json(&console, &session, "/plans").await?
+    } else {
+        PlanList { plans: Vec::new() }
+    };
     let now = console.app.clock().now();
     let days = view::last_days(now, 30);
     let usage: OrgUsage = get_json(
@@ -90,6 +99,82 @@ async fn org(
         }
         h2 { "Usage, last 30 days" }
         (usage_chart(&days, &usage.total, "All its clients"))
+        @if session.write {
+            h2 { "Change" }
+            div.actions {
+                form method="post" action={"/console/orgs/" (seg(&org.id)) "/change"} {
+                    (csrf(&session))
+                    input type="hidden" name="etag" value=(etag);
+                    @if org.enabled {
+                        input type="hidden" name="enabled" value="false";
+                        button.danger type="submit" { "Disable organization…" }
+                    } @else {
+                        input type="hidden" name="enabled" value="true";
+                        button type="submit" { "Enable organization" }
+                    }
+                }
+                form method="post" action={"/console/orgs/" (seg(&org.id)) "/change"} {
+                    (csrf(&session))
+                    input type="hidden" name="etag" value=(etag);
+                    label for="org-plan" { "Move it and all its clients to plan" }
+                    select #org-plan name="plan" {
+                        @for p in &plans.plans { option value=(p.name) selected[p.name == org.plan] { (p.name) } }
+                    }
+                    button type="submit" { "Move" }
+                }
+            }
+        }
     };
     Ok(Page::new("Organization", Section::Orgs, &session, body))
+}
+
+/// Disables (after a confirmation), enables or moves an organization, and so all its
+/// clients.
+async fn change_org(
+    State(console): State<Console>,
+    Path(id): Path<String>,
+    form: Form,
+) -> Result<Response, Fail> {
+    let back = format!("/console/orgs/{}", seg(&id));
+    let etag = form.field("etag").unwrap_or("*");
+    if form.field("enabled") == Some("false") && form.field("confirmed") != Some("yes") {
+        let body = view::confirm(
+            &form.session,
+            &html! { "Disable organization " code { (id) } "?" },
+            "The token requests of every one of its clients are refused from now on (tokens \
+             they hold live until they expire), until it is enabled again.",
+            &format!("{back}/change"),
+            &[("etag", etag), ("enabled", "false")],
+            &format!("Disable {id}"),
+            &back,
+        );
+        return Ok(
+            Page::new("Disable organization", Section::Orgs, &form.session, body).into_response(),
+        );
+    }
+    let mut patch = api::OrgPatch::default();
+    let mut said = Vec::new();
+    if let Some(enabled) = form.field("enabled") {
+        let enabled = enabled == "true";
+        patch.enabled = Some(enabled);
+        said.push(if enabled { "enabled" } else { "disabled" }.to_owned());
+    }
+    if let Some(plan) = form.field("plan") {
+        patch.plan = Some(plan.to_owned());
+        said.push(format!("moved to plan {plan} with all its clients"));
+    }
+    match console
+        .api
+        .call(
+            &form.session,
+            Method::PATCH,
+            &format!("/orgs/{}", seg(&id)),
+            Some(&patch),
+            &[("if-match", etag)],
+        )
+        .await
+    {
+        Ok(_) => Ok(console.redirect(&form, &back, format!("Organization {}.", said.join(", ")))),
+        Err(e) => Ok(console.refused(&form, &back, e)),
+    }
 }
