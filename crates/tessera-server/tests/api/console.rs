@@ -1450,3 +1450,35 @@ async fn an_organization_is_disabled_after_a_confirmation_and_moved_from_its_pag
         "pro-2"
     );
 }
+
+/// The list of organizations creates one; a taken id is refused and nothing is written.
+#[tokio::test]
+async fn an_organization_is_created_from_the_list() {
+    let app = spawn_app().await;
+    let (id, secret) = admin(&app, "ops", "tessera-admin").await;
+    app.registrar()
+        .set_plan("basic", "news-api", None)
+        .await
+        .unwrap();
+    let mut visitor = Visitor::new(&app);
+    visitor.sign_in(id.as_str(), secret.expose()).await;
+    let csrf = visitor.csrf().await;
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("id", "acme"),
+        ("name", "Acme Trading"),
+        ("plan", "basic"),
+    ];
+    let made = visitor.post("/console/orgs", &form).await;
+    assert_eq!(location(&made), "/console/orgs/acme");
+    let org = app.store.org("acme").await.unwrap().unwrap();
+    assert_eq!(
+        (org.name.as_str(), org.plan.as_str()),
+        ("Acme Trading", "basic")
+    );
+    let refused = visitor.post("/console/orgs", &form).await;
+    assert_eq!(location(&refused), "/console/orgs");
+    let list = visitor.get("/console/orgs").await.text().await.unwrap();
+    assert!(list.contains("already exists"), "{list}");
+    assert_eq!(app.store.orgs().await.unwrap().len(), 1);
+}

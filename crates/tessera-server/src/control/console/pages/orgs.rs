@@ -1,7 +1,7 @@
 //! Organizations (issue 28): the list, and one organization with its clients and its
 //! usage over the last 30 days; on it, a write admin disables or enables it (a disable
-//! asks for a confirmation first, as a client's does) and moves it to another plan. It is
-//! created and deleted with `tessera org` or the admin API.
+//! asks for a confirmation first, as a client's does) and moves it to another plan; on the
+//! list, creates one. It is deleted with `tessera org` or the admin API.
 
 use axum::extract::{Path, State};
 use axum::http::Method;
@@ -20,13 +20,18 @@ use crate::control::console::{Console, Fail};
 
 pub(super) fn router() -> Router<Console> {
     Router::new()
-        .route("/console/orgs", get(orgs))
+        .route("/console/orgs", get(orgs).post(create_org))
         .route("/console/orgs/{id}", get(org))
         .route("/console/orgs/{id}/change", post(change_org))
 }
 
 async fn orgs(State(console): State<Console>, session: Session) -> Result<Page, Fail> {
     let list: OrgList = get_json(&console, &session, "/orgs").await?;
+    let plans: PlanList = if session.write {
+        get_json(&console, &session, "/plans").await?
+    } else {
+        PlanList { plans: Vec::new() }
+    };
     let body = html! {
         h1 { "Organizations" }
         p { "Customers: each holds clients, all on its plan. Created with "
@@ -46,6 +51,22 @@ async fn orgs(State(console): State<Console>, session: Session) -> Result<Page, 
                     }
                 } }
             } }
+        }
+        @if session.write {
+            h2 { "Create an organization" }
+            form.stack method="post" action="/console/orgs" {
+                (csrf(&session))
+                label for="org-id" { "Id (1 to 64 of a-z, A-Z, 0-9, _ and -)" }
+                input #org-id name="id" required pattern="[A-Za-z0-9_-]{1,64}";
+                label for="org-name" { "Name" }
+                input #org-name name="name" maxlength="256";
+                label for="new-org-plan" { "Plan of all its clients" }
+                select #new-org-plan name="plan" required {
+                    option value="" disabled selected { "Choose a plan…" }
+                    @for p in &plans.plans { option value=(p.name) { (p.name) } }
+                }
+                button type="submit" { "Create organization" }
+            }
         }
     };
     Ok(Page::new("Organizations", Section::Orgs, &session, body))
@@ -176,5 +197,26 @@ async fn change_org(
     {
         Ok(_) => Ok(console.redirect(&form, &back, format!("Organization {}.", said.join(", ")))),
         Err(e) => Ok(console.refused(&form, &back, e)),
+    }
+}
+
+/// Creates an organization, then shows it.
+async fn create_org(State(console): State<Console>, form: Form) -> Result<Response, Fail> {
+    let input = api::OrgInput {
+        id: form.field("id").unwrap_or_default().to_owned(),
+        plan: form.field("plan").unwrap_or_default().to_owned(),
+        name: form.field("name").unwrap_or_default().to_owned(),
+    };
+    match console
+        .api
+        .call(&form.session, Method::POST, "/orgs", Some(&input), &[])
+        .await
+    {
+        Ok(_) => Ok(console.redirect(
+            &form,
+            &format!("/console/orgs/{}", seg(&input.id)),
+            format!("Organization {} created on plan {}.", input.id, input.plan),
+        )),
+        Err(e) => Ok(console.refused(&form, "/console/orgs", e)),
     }
 }
