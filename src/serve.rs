@@ -380,7 +380,9 @@ pub(crate) fn check(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches) -> 
 pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches) -> Result<()> {
     let (mut config, _) = configuration(data, args, matches)?;
     // Held until the server stops, so that buffered log lines are written out.
-    let _log_guard = init_logging(config.log_json);
+    let telemetry = tessera_server::telemetry::Telemetry::from_env()?;
+    let traces = telemetry.as_ref().map(|t| t.destination());
+    let _log_guard = init_logging(config.log_json, telemetry);
     let data = DataArgs {
         database: config.database.clone(),
         master_key_file: config.master_key_file.clone(),
@@ -446,6 +448,9 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
             "  rate limits shared through {} (instances counted there{floor})",
             tessera_server::redact_url(redis),
         );
+    }
+    if let Some(traces) = &traces {
+        println!("  traces:   OTLP/HTTP to {traces}");
     }
     match origin {
         MasterKeyOrigin::Env => println!("  master key: from TESSERA_MASTER_KEY"),
@@ -628,7 +633,11 @@ fn demo_certificate(database: &Option<PathBuf>) -> Result<tessera_server::tls::T
 /// Logs to stderr through a background writer, so that the token path never waits on a
 /// write system call, nor formats its audit line (see `tessera_server::logging`). Lossless:
 /// when the queue is full, logging waits rather than drop an audit event.
-fn init_logging(json: bool) -> tessera_server::logging::Guard {
+/// With `telemetry` (the `OTEL_` variables), spans are exported too.
+fn init_logging(
+    json: bool,
+    telemetry: Option<tessera_server::telemetry::Telemetry>,
+) -> tessera_server::logging::Guard {
     use tessera_server::logging::{self, Format};
     let format = if json {
         Format::Json
@@ -637,7 +646,7 @@ fn init_logging(json: bool) -> tessera_server::logging::Guard {
             ansi: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }
     };
-    logging::init(format, "info,sqlx=warn", std::io::stderr())
+    logging::init(format, "info,sqlx=warn", std::io::stderr(), telemetry)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The `tessera` binary as an operator uses it, one file per concern: the admin commands
 //! (`commands`, `bulk`, `locks`, `operator`, `remote`), the keys (`keys`, `client_keys`), `serve`
 //! (`serve`, `config`, `tls`, `subject_dn`, `signals`), the data it keeps (`data`,
-//! `database`, `redis`), `token` (`token_command`), the book's pages about the binary
+//! `database`, `redis`), `token` (`token_command`), the traces `serve` exports (`traces`), the book's pages about the binary
 //! (`docs`), the rough edges of a first hour (`first_hour`) and the deployment files of
 //! `deploy/` against the binary (`deploy`). The process harness is the test kit's
 //! ([`tessera_testkit::binary`]); here are the shortcuts to it and the helpers several files
@@ -35,6 +35,7 @@ mod signals;
 mod subject_dn;
 mod tls;
 mod token_command;
+mod traces;
 
 pub(crate) use tessera_testkit::binary::{answer, token, token_post};
 

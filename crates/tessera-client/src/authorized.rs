@@ -96,6 +96,8 @@ impl TokenClient {
             let proof = HeaderValue::from_str(&proof).expect("a JWS is visible ASCII");
             request.headers_mut().insert(PROOF_HEADER, proof);
         }
+        #[cfg(feature = "otel")]
+        crate::otel::inject(request.headers_mut());
         let response = http.execute(request).await.map_err(api_error)?;
         if let Some(dpop) = dpop {
             // RFC 9449 section 9: an API may give the next nonce with any answer.

@@ -115,6 +115,31 @@ impl TokenClient {
 
     /// Asks the token endpoint, retrying as the [`RetryPolicy`] says.
     async fn fetch(&self) -> Result<(TokenResponse, Stamp), Error> {
+        #[cfg(feature = "otel")]
+        {
+            use tracing::Instrument as _;
+            let span = tracing::info_span!(
+                target: "tessera_client",
+                "token",
+                otel.name = "tessera_client token",
+                otel.kind = "client",
+                otel.status_code = tracing::field::Empty,
+                http.request.method = "POST",
+                server.address = self.endpoint.host_str().unwrap_or_default(),
+                tessera.client_id = self.key.client_id.as_str(),
+                http.response.status_code = tracing::field::Empty,
+            );
+            let fetched = self.fetch_untraced().instrument(span.clone()).await;
+            if fetched.is_err() {
+                span.record("otel.status_code", "error");
+            }
+            fetched
+        }
+        #[cfg(not(feature = "otel"))]
+        self.fetch_untraced().await
+    }
+
+    async fn fetch_untraced(&self) -> Result<(TokenResponse, Stamp), Error> {
         let attempts = self.retry.attempts();
         let mut attempt = 1;
         loop {
@@ -175,6 +200,12 @@ impl TokenClient {
                     .proof_at(self.clock.now(), "POST", endpoint, None, nonce.as_deref());
             request = request.header(PROOF_HEADER, proof);
         }
+        #[cfg(feature = "otel")]
+        {
+            let mut headers = reqwest::header::HeaderMap::new();
+            crate::otel::inject(&mut headers);
+            request = request.headers(headers);
+        }
         let sent = request
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(ACCEPT, "application/json")
@@ -198,6 +229,8 @@ impl TokenClient {
         // The lifetime counts from here (RFC 6749 section 5.1, `expires_in`).
         let received_at = Stamp::now(&self.clock);
         let status = response.status();
+        #[cfg(feature = "otel")]
+        tracing::Span::current().record("http.response.status_code", status.as_u16());
         // RFC 9449 section 8: a nonce for the next proof, on a refusal or with a token.
         let new_nonce = self
             .dpop

@@ -23,6 +23,8 @@
 //! - [`RetryPolicy`] (`retry.rs`): `Retry-After`, jittered exponential backoff, and the
 //!   sleeper that waits them out.
 //! - [`Error`], [`OAuthError`], [`BuildError`] (`error.rs`).
+//! - `otel` (with the `otel` feature, off by default): a span per token request, and W3C
+//!   `traceparent` on it and on [`TokenClient::send_authorized`]'s requests.
 //!
 //! Nothing here follows a redirect: a token request carries the client's credentials, and
 //! RFC 6749 section 3.2 names the token endpoint, not wherever it points.
@@ -196,6 +198,8 @@ mod client;
 mod dpop;
 mod environment;
 mod error;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod retry;
 
 pub use auth::ClientAuth;

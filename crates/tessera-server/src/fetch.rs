@@ -49,8 +49,30 @@ impl Fetcher {
         Self { allow_private }
     }
 
-    /// The body of `GET url`.
+    /// The body of `GET url`; a span of the request it serves, if traced, which the fetch
+    /// sends on as `traceparent` (`telemetry.rs`). The span names the host, not the URL.
     pub(crate) async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
+        use tracing::Instrument as _;
+        let span = crate::telemetry::child_span!(
+            "fetch",
+            otel.name = "GET keys",
+            otel.kind = "client",
+            http.request.method = "GET",
+            server.address = reqwest::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or_default(),
+            http.response.status_code = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let fetched = self.fetch(url).instrument(span.clone()).await;
+        if fetched.is_err() {
+            span.record("otel.status_code", "error");
+        }
+        fetched
+    }
+
+    async fn fetch(&self, url: &str) -> Result<Vec<u8>, FetchError> {
         let parsed = reqwest::Url::parse(url).map_err(|_| FetchError::Url)?;
         let cleartext = match parsed.scheme() {
             "https" => false,
@@ -85,7 +107,10 @@ impl Fetcher {
             .resolve(bare, address)
             .user_agent(concat!("tessera/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        let mut response = client.get(parsed).send().await?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        crate::telemetry::inject(&mut headers);
+        let mut response = client.get(parsed).headers(headers).send().await?;
+        tracing::Span::current().record("http.response.status_code", response.status().as_u16());
         if response.status() != reqwest::StatusCode::OK {
             return Err(FetchError::Status(response.status().as_u16()));
         }

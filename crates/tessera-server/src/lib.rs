@@ -45,6 +45,8 @@
 //!   and `/metrics`) and logged once per episode.
 //! - [`keys`]: signing keys and the first key's bootstrap; [`secrets`]: the master key and
 //!   its policy (the key file beside the database), secret hashing, sealing.
+//! - [`telemetry`]: OpenTelemetry traces over OTLP/HTTP when the `OTEL_` variables ask for
+//!   them: a span per request, children for the store, Redis and key fetches.
 //! - [`logging`]: the log on stderr, written by a background thread; audit events
 //!   formatted there from their raw fields.
 //! - [`metrics`], `audit.rs`, [`usage`], `refusals.rs` (each client's last refusals, for
@@ -80,6 +82,7 @@ mod serve;
 mod signal;
 mod state;
 mod store_watch;
+pub mod telemetry;
 pub mod tls;
 pub mod usage;
 

@@ -28,6 +28,8 @@ use tracing_subscriber::layer::{Context, SubscriberExt as _};
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer};
 
+use crate::telemetry::{Telemetry, LOG_TARGET, TARGET as TRACE_TARGET};
+
 /// The target of the audit trail.
 pub const AUDIT_TARGET: &str = "tessera::audit";
 
@@ -51,20 +53,56 @@ pub enum Format {
 }
 
 /// Installs the global subscriber: events filtered by `RUST_LOG` (default `default_filter`),
-/// written to `out` in `format` by a background thread. Keep the guard: dropping it writes
-/// what is queued and stops the thread.
+/// written to `out` in `format` by a background thread; with `telemetry`, spans exported
+/// too (`telemetry.rs`), and every line logged inside a request carrying its trace id.
+/// Without it every span is disabled at its callsite. Keep the guard: dropping it writes
+/// what is queued, exports the last spans and stops the thread.
 pub fn init(
     format: Format,
     default_filter: &str,
     out: impl std::io::Write + Send + 'static,
+    telemetry: Option<Telemetry>,
 ) -> Guard {
-    let filter =
+    let mut filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let (sink, guard) = Sink::spawn(format, out);
-    let not_audit = tracing_subscriber::filter::filter_fn(|meta| meta.target() != AUDIT_TARGET);
-    let only_audit = tracing_subscriber::filter::filter_fn(|meta| meta.target() == AUDIT_TARGET);
-    let audit = AuditLayer { sink: sink.clone() }.with_filter(only_audit);
-    let registry = tracing_subscriber::registry().with(filter).with(audit);
+    let traced = telemetry.is_some();
+    if traced {
+        // Whatever RUST_LOG says of other targets, the request spans are recorded.
+        for target in [TRACE_TARGET, LOG_TARGET] {
+            if let Ok(directive) = format!("{target}=info").parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
+    }
+    // No span of any crate unless traced, and then only ours: a disabled callsite costs a
+    // cached load and a branch.
+    let spans = tracing_subscriber::filter::filter_fn(move |meta| {
+        !meta.is_span()
+            || (traced && (meta.target() == TRACE_TARGET || meta.target() == LOG_TARGET))
+    });
+    let (sink, mut guard) = Sink::spawn(format, out);
+    // The log sees, of the spans, only the one that holds a request's trace id.
+    let not_audit = tracing_subscriber::filter::filter_fn(|meta| {
+        if meta.is_span() {
+            meta.target() == LOG_TARGET
+        } else {
+            meta.target() != AUDIT_TARGET
+        }
+    });
+    let only_audit = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.target() == AUDIT_TARGET || (meta.is_span() && meta.target() == LOG_TARGET)
+    });
+    let audit = AuditLayer {
+        sink: sink.clone(),
+        traced,
+    }
+    .with_filter(only_audit);
+    let exporting = telemetry.as_ref().map(Telemetry::layer);
+    let registry = tracing_subscriber::registry()
+        .with(spans)
+        .with(filter)
+        .with(exporting)
+        .with(audit);
     match format {
         Format::Text { ansi } => registry
             .with(
@@ -83,6 +121,7 @@ pub fn init(
             )
             .init(),
     }
+    guard.telemetry = telemetry;
     guard
 }
 
@@ -164,8 +203,13 @@ impl Record {
     }
 
     fn push(&mut self, field: &Field, kind: Kind) {
+        self.push_named(field.name(), kind);
+    }
+
+    /// Ends the value of field `name`, the last written to `values`.
+    fn push_named(&mut self, name: &'static str, kind: Kind) {
         let slot = Slot {
-            name: field.name(),
+            name,
             kind,
             end: u32::try_from(self.values.len()).unwrap_or(u32::MAX),
         };
@@ -175,6 +219,12 @@ impl Record {
         } else {
             self.more.push(slot);
         }
+    }
+
+    /// Adds a string field that is not the event's own (the trace id).
+    fn push_str(&mut self, name: &'static str, value: &str) {
+        self.values.push_str(value);
+        self.push_named(name, Kind::Str);
     }
 
     /// Each field with its value.
@@ -400,15 +450,20 @@ impl std::fmt::Debug for Sink {
     }
 }
 
-/// Stops the writer when dropped, after it has written every queued line.
+/// Stops the writer when dropped, after it has written every queued line (and exported the
+/// last spans, when traced).
 #[derive(Debug)]
 pub struct Guard {
     sink: Sink,
     writer: Option<std::thread::JoinHandle<()>>,
+    telemetry: Option<Telemetry>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        if let Some(telemetry) = self.telemetry.take() {
+            telemetry.shutdown();
+        }
         {
             let mut state = lock(&self.sink.shared.state);
             state.closed = true;
@@ -460,6 +515,7 @@ impl Sink {
         let guard = Guard {
             sink: sink.clone(),
             writer,
+            telemetry: None,
         };
         (sink, guard)
     }
@@ -563,14 +619,57 @@ impl<'a> MakeWriter<'a> for Sink {
     }
 }
 
-/// Hands audit events to the writer as records.
+/// Hands audit events to the writer as records, with the trace id of the request they
+/// happen in when traced.
 struct AuditLayer {
     sink: Sink,
+    /// Whether spans are recorded: otherwise no event is in a span, and none is looked for.
+    traced: bool,
 }
 
-impl<S: Subscriber> Layer<S> for AuditLayer {
-    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
-        self.sink.push(Entry::Audit(Record::of(event)));
+/// A request's trace id, kept in its log span's extensions (`telemetry.rs`).
+struct TraceId(String);
+
+impl Visit for TraceId {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "trace_id" {
+            let _ = write!(self.0, "{value:?}");
+        }
+    }
+}
+
+impl<S> Layer<S> for AuditLayer
+where
+    S: Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: Context<'_, S>,
+    ) {
+        let mut trace_id = TraceId(String::new());
+        attrs.record(&mut trace_id);
+        if let Some(span) = ctx.span(id) {
+            if !trace_id.0.is_empty() {
+                span.extensions_mut().insert(trace_id);
+            }
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mut record = Record::of(event);
+        if self.traced {
+            if let Some(scope) = ctx.event_scope(event) {
+                for span in scope {
+                    if let Some(TraceId(id)) = span.extensions().get::<TraceId>() {
+                        record.push_str("trace_id", id);
+                        break;
+                    }
+                }
+            }
+        }
+        self.sink.push(Entry::Audit(record));
     }
 }
 
@@ -642,8 +741,10 @@ mod tests {
         tracing::dispatcher::with_default(&dispatch, || audit_event(42));
         let ours = Captured::default();
         let (sink, guard) = Sink::spawn(format, ours.clone());
-        let dispatch =
-            tracing::Dispatch::new(tracing_subscriber::registry().with(AuditLayer { sink }));
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(AuditLayer {
+            sink,
+            traced: false,
+        }));
         tracing::dispatcher::with_default(&dispatch, || audit_event(42));
         drop(guard);
         (generic.text(), ours.text())
@@ -700,9 +801,15 @@ mod tests {
         let (sink, guard) = Sink::spawn(Format::Json, out.clone());
         let dispatch = tracing::Dispatch::new(
             tracing_subscriber::registry()
-                .with(AuditLayer { sink: sink.clone() }.with_filter(
-                    tracing_subscriber::filter::filter_fn(|m| m.target() == AUDIT_TARGET),
-                ))
+                .with(
+                    AuditLayer {
+                        sink: sink.clone(),
+                        traced: false,
+                    }
+                    .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+                        m.target() == AUDIT_TARGET
+                    })),
+                )
                 .with(
                     tracing_subscriber::fmt::layer()
                         .json()
@@ -747,8 +854,10 @@ mod tests {
         let out = Captured::default();
         let (sink, guard) = Sink::spawn(Format::Text { ansi: false }, out.clone());
         drop(guard);
-        let dispatch =
-            tracing::Dispatch::new(tracing_subscriber::registry().with(AuditLayer { sink }));
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(AuditLayer {
+            sink,
+            traced: false,
+        }));
         tracing::dispatcher::with_default(&dispatch, || audit_event(1));
         assert!(
             out.text().contains("event=\"token_issued\""),

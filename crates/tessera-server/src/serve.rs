@@ -18,17 +18,27 @@ use crate::state::AppState;
 /// beside it unless it has a listener of its own ([`Config::admin_listen`]).
 pub fn app(state: AppState) -> axum::Router {
     let data = crate::routes::router(state.clone());
-    if state.config().admin_listen.is_some() {
+    traced(if state.config().admin_listen.is_some() {
         data
     } else {
         data.merge(crate::control::router(state))
-    }
+    })
 }
 
 /// The router of the admin listener ([`Config::admin_listen`]): the control plane alone,
 /// the admin API, the console and `/openapi.json`.
 pub fn admin_app(state: AppState) -> axum::Router {
-    crate::control::router(state)
+    traced(crate::control::router(state))
+}
+
+/// `router` with a span per request when spans are exported (`telemetry.rs`); as it is
+/// otherwise, so that an untraced request goes through no layer of tracing at all.
+fn traced(router: axum::Router) -> axum::Router {
+    if crate::telemetry::on() {
+        router.layer(axum::middleware::from_fn(crate::telemetry::trace_request))
+    } else {
+        router
+    }
 }
 
 /// Serves `/metrics` alone on `listener` (`--metrics-listen`: a separate, e.g. loopback,

@@ -170,7 +170,7 @@ impl WatchedStore {
         wrote: fn(&T) -> bool,
     ) -> Result<T> {
         crate::deadline::writing();
-        let outcome = self.explained(bounded(within, write).await).await;
+        let outcome = self.explained(bounded(what, within, write).await).await;
         match &outcome {
             Ok(value) if wrote(value) => {
                 if let Some(episode) = self.health.writes.succeeded() {
@@ -215,7 +215,7 @@ impl WatchedStore {
         within: std::time::Duration,
         read: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        let outcome = self.explained(bounded(within, read).await).await;
+        let outcome = self.explained(bounded(what, within, read).await).await;
         match &outcome {
             Ok(_) => {
                 if let Some(episode) = self.health.reads.succeeded() {
@@ -250,14 +250,29 @@ const CALL_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// thousands of new clients, a checkpoint of SQLite's log): they take longer when healthy.
 const BULK_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// `call`, abandoned once it has gone unanswered for `within`.
+/// `call`, named `what`, abandoned once it has gone unanswered for `within`; a span of the
+/// request it serves, if traced (`telemetry.rs`).
 async fn bounded<T>(
+    what: &'static str,
     within: std::time::Duration,
     call: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    tokio::time::timeout(within, call)
+    use tracing::Instrument as _;
+    let span = crate::telemetry::child_span!(
+        "store",
+        otel.name = format!("store {what}"),
+        otel.kind = "client",
+        db.operation.name = what,
+        otel.status_code = tracing::field::Empty,
+    );
+    let outcome = tokio::time::timeout(within, call)
+        .instrument(span.clone())
         .await
-        .unwrap_or(Err(StoreError::Unanswered { within }))
+        .unwrap_or(Err(StoreError::Unanswered { within }));
+    if outcome.is_err() {
+        span.record("otel.status_code", "error");
+    }
+    outcome
 }
 
 fn always<T>(_: &T) -> bool {

@@ -373,16 +373,37 @@ pub(crate) fn read_metadata(
 /// GETs a document: status 200 only (redirects are not followed), at most [`MAX_DOCUMENT`]
 /// bytes.
 pub(crate) async fn get(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, KeySourceError> {
+    #[cfg(feature = "otel")]
+    {
+        use tracing::Instrument as _;
+        let span = crate::otel::fetch_span(url);
+        let fetched = get_untraced(client, url).instrument(span.clone()).await;
+        if fetched.is_err() {
+            span.record("otel.status_code", "error");
+        }
+        fetched
+    }
+    #[cfg(not(feature = "otel"))]
+    get_untraced(client, url).await
+}
+
+async fn get_untraced(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, KeySourceError> {
     let http = |source| KeySourceError::Http {
         url: url.to_owned(),
         source,
     };
-    let mut response = client
+    let request = client
         .get(url)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .send()
-        .await
-        .map_err(http)?;
+        .header(reqwest::header::ACCEPT, "application/json");
+    #[cfg(feature = "otel")]
+    let request = {
+        let mut headers = reqwest::header::HeaderMap::new();
+        tessera_client::otel::inject(&mut headers);
+        request.headers(headers)
+    };
+    let mut response = request.send().await.map_err(http)?;
+    #[cfg(feature = "otel")]
+    tracing::Span::current().record("http.response.status_code", response.status().as_u16());
     if response.status() != reqwest::StatusCode::OK {
         return Err(KeySourceError::Status {
             url: url.to_owned(),

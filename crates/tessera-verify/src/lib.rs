@@ -38,6 +38,9 @@
 //!   `RateLimit` fields, the 429 problem, and usage reported back to Tessera.
 //! - [`rejection`]: [`AuthRejection`], the only place errors become HTTP answers
 //!   (RFC 6750 section 3, RFC 9470 section 3, and the plan limits' 429).
+//! - `otel` (with the `otel` feature, off by default): a span per token check, the child of
+//!   the request's W3C `traceparent` when the application traces nothing of it, and per
+//!   document fetched, which sends `traceparent` on.
 //! - `fuzzing`: hidden entry points to the document readers, for `fuzz/` only.
 //!
 //! # Example
@@ -87,6 +90,8 @@ pub mod extract;
 pub mod fuzzing;
 mod jwks;
 pub mod limits;
+#[cfg(feature = "otel")]
+mod otel;
 pub mod rejection;
 pub mod replay;
 pub mod request;

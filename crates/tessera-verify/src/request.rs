@@ -109,6 +109,26 @@ impl Verifier {
         request: &AccessRequest<'_>,
         scope: Option<&str>,
     ) -> Result<VerifiedToken, AuthRejection> {
+        #[cfg(feature = "otel")]
+        {
+            use tracing::Instrument as _;
+            let span = crate::otel::check_span(request.headers);
+            let checked = self
+                .check_request(request, scope)
+                .instrument(span.clone())
+                .await;
+            crate::otel::checked(&span, &checked);
+            checked
+        }
+        #[cfg(not(feature = "otel"))]
+        self.check_request(request, scope).await
+    }
+
+    async fn check_request(
+        &self,
+        request: &AccessRequest<'_>,
+        scope: Option<&str>,
+    ) -> Result<VerifiedToken, AuthRejection> {
         let reject = |error| AuthRejection::new(self.challenge(), error);
         let (scheme, token) = access_token(request.uri, request.headers).map_err(reject)?;
         let audience = scope.is_none().then(|| self.audience());

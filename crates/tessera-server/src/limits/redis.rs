@@ -26,6 +26,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tessera_store::RateLimit;
 use tessera_verify::shared_redis::{self, bounded, Fault, Messages, SharedRedis, CONNECT_TIMEOUT};
+use tracing::Instrument as _;
 
 use super::{share, Decision, Limiter, LocalLimiter};
 use crate::clock::Clock;
@@ -131,14 +132,17 @@ impl RedisLimiter {
             .arg("NX")
             .arg("EX")
             .arg(ttl_secs.max(1));
+        let span = redis_span("proof seen", "SET");
         match bounded(
             self.redis.timeout(),
             set.query_async::<Option<String>>(&mut connection),
         )
+        .instrument(span.clone())
         .await
         {
             Ok(answer) => Some(answer.is_some()),
             Err(fault) => {
+                span.record("otel.status_code", "error");
                 self.redis.failed(generation, &fault);
                 None
             }
@@ -197,9 +201,17 @@ impl RedisLimiter {
 impl Limiter for RedisLimiter {
     async fn check(&self, key: &str, rate: RateLimit) -> Decision {
         if let Some((generation, connection)) = self.redis.current() {
-            match self.gcra(connection, key, rate).await {
+            let span = redis_span("rate limit", "EVALSHA");
+            match self
+                .gcra(connection, key, rate)
+                .instrument(span.clone())
+                .await
+            {
                 Ok(decision) => return decision,
-                Err(fault) => self.redis.failed(generation, &fault),
+                Err(fault) => {
+                    span.record("otel.status_code", "error");
+                    self.redis.failed(generation, &fault);
+                }
             }
         }
         let n = NonZeroU32::new(self.redis.instances()).unwrap_or(NonZeroU32::MIN);
@@ -213,4 +225,17 @@ impl Limiter for RedisLimiter {
     fn tracked(&self) -> usize {
         self.fallback.tracked()
     }
+}
+
+/// The span of a Redis command made for the request in progress (`telemetry.rs`): what it
+/// is for and the command, never its key (which names the client) nor its arguments.
+fn redis_span(what: &'static str, command: &'static str) -> tracing::Span {
+    crate::telemetry::child_span!(
+        "redis",
+        otel.name = format!("redis {what}"),
+        otel.kind = "client",
+        db.system.name = "redis",
+        db.operation.name = command,
+        otel.status_code = tracing::field::Empty,
+    )
 }

@@ -143,6 +143,9 @@ impl TokenRequestOfClient {
         let client = authentication
             .outcome
             .map_err(|refusal| OAuthError::refused(refusal, &state.config().realm))?;
+        if crate::telemetry::on() {
+            crate::telemetry::record_client(&parts.extensions, &authentication.presented_id);
+        }
         Ok(Self {
             registry: state.registry(),
             caller: authentication.presented_id,

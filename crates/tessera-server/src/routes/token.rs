@@ -85,6 +85,9 @@ async fn token(State(state): State<AppState>, request: Request) -> Response {
         }
     };
     let response = answer(&state, source, &decided, result);
+    if crate::telemetry::on() {
+        crate::telemetry::record_client(&parts.extensions, &decided.client_id);
+    }
     state.metrics().observe(started.elapsed());
     response
 }
