@@ -91,6 +91,36 @@ pub(crate) struct ServeArgs {
     /// Do not serve the operator console at /console/.
     #[arg(long, env = "TESSERA_NO_CONSOLE")]
     no_console: bool,
+    /// Single sign-on for the console: the issuer of the OpenID Connect provider people
+    /// sign in with (Keycloak, Okta, Entra ID, Google). Register
+    /// ISSUER/console/sign-in/sso/callback (this server's issuer) as its redirect URI.
+    #[arg(long, env = "TESSERA_CONSOLE_OIDC_ISSUER", value_name = "URL")]
+    console_oidc_issuer: Option<String>,
+    /// The console's client id at the --console-oidc-issuer provider.
+    #[arg(long, env = "TESSERA_CONSOLE_OIDC_CLIENT_ID", value_name = "ID")]
+    console_oidc_client_id: Option<String>,
+    /// The file holding the console's client secret at that provider.
+    #[arg(
+        long,
+        env = "TESSERA_CONSOLE_OIDC_CLIENT_SECRET_FILE",
+        value_name = "PATH"
+    )]
+    console_oidc_client_secret_file: Option<PathBuf>,
+    /// The ID token claim listing a person's groups: a string or an array of strings; a
+    /// dotted path reads into objects (realm_access.roles).
+    #[arg(long, env = "TESSERA_CONSOLE_OIDC_ROLE_CLAIM", value_name = "CLAIM")]
+    console_oidc_role_claim: Option<String>,
+    /// People in this group may change things in the console.
+    #[arg(long, env = "TESSERA_CONSOLE_ADMIN_GROUP", value_name = "G")]
+    console_admin_group: Option<String>,
+    /// People in this group may see everything in the console and change nothing; anyone
+    /// in neither group is refused.
+    #[arg(long, env = "TESSERA_CONSOLE_READ_GROUP", value_name = "G")]
+    console_read_group: Option<String>,
+    /// on or off: the console's sign-in with an admin client's id and secret (for
+    /// bootstrap); off once single sign-on works.
+    #[arg(long, env = "TESSERA_CONSOLE_CLIENT_SIGN_IN", value_name = "on|off")]
+    console_client_sign_in: Option<tessera_server::Switch>,
     /// Require a server nonce in every DPoP proof at the token endpoint (RFC 9449 section 8):
     /// a proof without the current one gets `use_dpop_nonce` and a `DPoP-Nonce` header.
     /// Limits how long a proof made ahead of time stays usable.

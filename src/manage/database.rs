@@ -11,10 +11,11 @@ use tessera_proto::admin::{
     UsageDay,
 };
 use tessera_proto::Algorithm;
+use tessera_server::audit::Change;
 use tessera_server::clock::Clock;
 use tessera_server::registrar::{views, CreatedClients, PlanSettings, Registrar};
 use tessera_server::secrets::Secrets;
-use tessera_store::{AuthMethod, Store};
+use tessera_store::{AuditEvent, AuthMethod, Store};
 
 use super::progress::Progress;
 use super::{created_before, OnCreated, Operations};
@@ -49,6 +50,25 @@ impl<'a> Database<'a> {
         Registrar::new(self.store.as_ref(), &self.clock)
     }
 
+    /// A change this command is about to make straight on the database, with its audit
+    /// event (issue 29): kept in the change's transaction, naming the local operator
+    /// ([`operator`]) and the channel `cli`. An empty `object` is named by the store (a new
+    /// client's or key's id).
+    fn change(&self, object: &str, action: &str) -> Change {
+        Change::new(
+            self.store.as_ref(),
+            AuditEvent {
+                id: 0,
+                at: self.clock.now(),
+                actor: operator(),
+                action: action.to_owned(),
+                object: object.to_owned(),
+                source: String::new(),
+                channel: "cli".into(),
+            },
+        )
+    }
+
     /// The master key, loaded by the server's policy; only the commands that make a secret
     /// or a key need it.
     async fn secrets(&self) -> Result<Arc<Secrets>> {
@@ -59,6 +79,33 @@ impl<'a> Database<'a> {
     async fn clients_per_plan(&self) -> Result<HashMap<String, u64>> {
         Ok(self.store.clients_per_plan().await?.into_iter().collect())
     }
+}
+
+/// Who runs this command, as the audit trail names a change made straight on the database:
+/// `cli:` and the operating system's user (`$USER`, else `$LOGNAME`, else the name
+/// `/etc/passwd` gives the process's user id, else that id).
+fn operator() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let from_env = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty());
+    let user = from_env.unwrap_or_else(|| {
+        let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+            return "unknown".into();
+        };
+        std::fs::read_to_string("/etc/passwd")
+            .ok()
+            .and_then(|passwd| {
+                passwd.lines().find_map(|line| {
+                    let mut fields = line.split(':');
+                    let name = fields.next()?;
+                    (fields.nth(1)? == uid.to_string()).then(|| name.to_owned())
+                })
+            })
+            .unwrap_or_else(|| format!("uid {uid}"))
+    });
+    format!("cli:{user}")
 }
 
 /// Clients committed together, as `client create` prints them, secrets included.
@@ -114,10 +161,16 @@ impl Operations for Database<'_> {
                 &kept
             }
         };
-        let written = self
-            .registrar()
+        let existed = self.store.plans().await?.iter().any(|p| p.name == name);
+        let change = self.change(
+            &format!("plan:{name}"),
+            if existed { "replaced" } else { "created" },
+        );
+        let written = change
+            .registrar(&self.clock)
             .set_plan_with(name, scopes, settings)
             .await?;
+        change.made().await;
         let clients = self.clients_per_plan().await?;
         Ok(views::plan(
             &written,
@@ -161,6 +214,10 @@ impl Operations for Database<'_> {
             .registrar()
             .placement(&new.plan, new.org.as_deref())
             .await?;
+        let created = match &placement.org {
+            Some(org) => format!("created in organization {org} on plan {}", placement.plan),
+            None => format!("created on plan {}", placement.plan),
+        };
         if let Some(credential) = views::credential(new, method)? {
             for made in 0..count {
                 let mut c = self.registrar().new_keyed_client(
@@ -170,10 +227,13 @@ impl Operations for Database<'_> {
                     credential.clone(),
                 )?;
                 placement.apply(&mut c);
-                self.store
+                let change = self.change(&format!("client:{}", c.id), &created);
+                change
+                    .store()
                     .insert_client(&c)
                     .await
                     .with_context(|| created_before(made, count))?;
+                change.made().await;
                 progress.advance(1);
                 on_created(&mut std::iter::once(views::with_secret(&c, None)))?;
             }
@@ -181,8 +241,16 @@ impl Operations for Database<'_> {
         }
         let mut made = 0;
         let mut unprinted = None;
-        let outcome = self
-            .registrar()
+        // One event for the whole command, kept with its first batch (the store names the
+        // batch's clients).
+        let action = if count == 1 {
+            created
+        } else {
+            format!("{count} clients {created}")
+        };
+        let change = self.change("", &action);
+        let outcome = change
+            .registrar(&self.clock)
             .create_clients_at(
                 &secrets,
                 &placement,
@@ -204,6 +272,9 @@ impl Operations for Database<'_> {
             )
             .await;
         progress.finish();
+        if made > 0 {
+            change.made().await;
+        }
         if let Some((error, n)) = unprinted {
             return Err(error.context(format!(
                 "{made} of {count} clients created, the last {n} of them without their \
@@ -225,8 +296,17 @@ impl Operations for Database<'_> {
     }
 
     async fn update_client(&self, id: &str, patch: &ClientPatch) -> Result<Client> {
-        let updated = self
-            .registrar()
+        let before = self.registrar().client(id).await?;
+        let change = self.change(
+            &format!("client:{}", before.id),
+            &tessera_server::registrar::patch_changes(
+                patch.name.as_ref().is_some_and(|n| *n != before.label),
+                (&before.plan, patch.plan.as_deref().unwrap_or(&before.plan)),
+                (before.enabled, patch.enabled.unwrap_or(before.enabled)),
+            ),
+        );
+        let updated = change
+            .registrar(&self.clock)
             .patch_client(
                 id,
                 patch.name.as_deref(),
@@ -234,22 +314,29 @@ impl Operations for Database<'_> {
                 patch.enabled,
             )
             .await?;
+        change.made().await;
         Ok(views::client(&updated))
     }
 
     async fn rotate_secret(&self, id: &str, grace_secs: i64) -> Result<ClientWithSecret> {
         let secrets = self.secrets().await?;
-        let (c, secret) = self
-            .registrar()
+        let change = self.change(
+            &format!("client:{id}"),
+            &format!("secret rotated, previous valid for {grace_secs} s"),
+        );
+        let (c, secret) = change
+            .registrar(&self.clock)
             .rotate_secret(&secrets, id, grace_secs)
             .await?;
+        change.made().await;
         Ok(views::with_secret(&c, Some(secret)))
     }
 
     async fn delete_client(&self, id: &str) -> Result<Client> {
-        let admin = self.registrar();
-        let deleted = admin.client(id).await?;
-        admin.delete_client(id).await?;
+        let deleted = self.registrar().client(id).await?;
+        let change = self.change(&format!("client:{}", deleted.id), "deleted");
+        change.registrar(&self.clock).delete_client(id).await?;
+        change.made().await;
         Ok(views::client(&deleted))
     }
 
@@ -265,9 +352,22 @@ impl Operations for Database<'_> {
         input: &api::TrustPolicyInput,
     ) -> Result<TrustPolicy> {
         let input = views::trust_policy_input(name, input.clone());
-        Ok(views::trust_policy(
-            &self.registrar().put_trust_policy(input).await?,
-        ))
+        let existed = self
+            .registrar()
+            .trust_policies()
+            .await?
+            .iter()
+            .any(|p| p.name == name);
+        let change = self.change(
+            &format!("trust-policy:{name}"),
+            if existed { "replaced" } else { "created" },
+        );
+        let policy = change
+            .registrar(&self.clock)
+            .put_trust_policy(input)
+            .await?;
+        change.made().await;
+        Ok(views::trust_policy(&policy))
     }
 
     async fn list_trust_policies(&self) -> Result<Vec<TrustPolicy>> {
@@ -281,17 +381,28 @@ impl Operations for Database<'_> {
     }
 
     async fn remove_trust_policy(&self, name: &str) -> Result<()> {
-        if !self.registrar().remove_trust_policy(name).await? {
+        let change = self.change(&format!("trust-policy:{name}"), "deleted");
+        if !change
+            .registrar(&self.clock)
+            .remove_trust_policy(name)
+            .await?
+        {
             anyhow::bail!("no trust policy named {name:?}");
         }
+        change.made().await;
         Ok(())
     }
 
     async fn create_org(&self, new: &api::OrgInput) -> Result<api::Org> {
-        let org = self
-            .registrar()
+        let change = self.change(
+            &format!("org:{}", new.id),
+            &format!("created on plan {}", new.plan),
+        );
+        let org = change
+            .registrar(&self.clock)
             .create_org(&new.id, &new.name, &new.plan)
             .await?;
+        change.made().await;
         Ok(views::org(&org, 0))
     }
 
@@ -315,7 +426,17 @@ impl Operations for Database<'_> {
 
     async fn update_org(&self, id: &str, patch: &api::OrgPatch) -> Result<api::Org> {
         let admin = self.registrar();
-        let org = admin
+        let before = admin.org(id).await?;
+        let change = self.change(
+            &format!("org:{id}"),
+            &tessera_server::registrar::patch_changes(
+                patch.name.as_ref().is_some_and(|n| *n != before.name),
+                (&before.plan, patch.plan.as_deref().unwrap_or(&before.plan)),
+                (before.enabled, patch.enabled.unwrap_or(before.enabled)),
+            ),
+        );
+        let org = change
+            .registrar(&self.clock)
             .patch_org(
                 id,
                 patch.name.as_deref(),
@@ -323,6 +444,7 @@ impl Operations for Database<'_> {
                 patch.enabled,
             )
             .await?;
+        change.made().await;
         Ok(views::org(&org, admin.org_client_count(id).await?))
     }
 
@@ -341,7 +463,20 @@ impl Operations for Database<'_> {
     }
 
     async fn delete_org(&self, id: &str, with_clients: bool) -> Result<api::Org> {
-        let (org, clients) = self.registrar().delete_org(id, with_clients).await?;
+        let clients = if with_clients {
+            self.registrar().org_client_count(id).await?
+        } else {
+            0
+        };
+        let change = self.change(
+            &format!("org:{id}"),
+            &format!("deleted with {clients} client(s)"),
+        );
+        let (org, clients) = change
+            .registrar(&self.clock)
+            .delete_org(id, with_clients)
+            .await?;
+        change.made().await;
         Ok(views::org(&org, clients))
     }
 
@@ -351,10 +486,18 @@ impl Operations for Database<'_> {
 
     async fn rotate_keys(&self, alg: Algorithm, activate_in_secs: i64) -> Result<Key> {
         let secrets = self.secrets().await?;
-        let added = self
-            .registrar()
+        let change = self.change(
+            "",
+            &format!(
+                "created, signs from {}",
+                tessera_proto::clock::rfc3339(self.clock.now() + activate_in_secs.max(0))
+            ),
+        );
+        let added = change
+            .registrar(&self.clock)
             .rotate_keys(&secrets, alg, activate_in_secs)
             .await?;
+        change.made_as(&format!("key:{}", added.kid)).await;
         let listed = self.list_keys().await?;
         Ok(listed
             .into_iter()

@@ -15,6 +15,7 @@ use tessera_testkit::binary::{spawn_binary, BinaryServer, Tessera};
 use tessera_testkit::{claims_of, header_of};
 
 mod api_limits;
+mod audit;
 mod bulk;
 mod client_keys;
 mod commands;

@@ -1,6 +1,6 @@
 //! The audit trail: one structured event per token issued, refused or revoked, on the
 //! tracing target `tessera::audit`, and one per change made through the admin API
-//! (`event` `admin`, see [`admin_change`], which the store keeps too). Fields of the token events: `event` (`token_issued`, `token_refused` or
+//! (`event` `admin`, see [`Change`], which the store keeps too, in the change's transaction). Fields of the token events: `event` (`token_issued`, `token_refused` or
 //! `token_revoked`), `client_id`, `plan`, `scope`, `outcome` (`issued`, `reused`, the OAuth
 //! error code, or `revoked`), `jti` (issued and revoked only) and `source` (the caller's
 //! address, see `routes::client_ip`). Never a secret or a token: what a caller presents is
@@ -76,47 +76,106 @@ pub(crate) fn revoked(subject: &Subject<'_>, jti: &str) {
     );
 }
 
-/// An admin changed the registry through the admin API (or the console, which calls it):
-/// `caller` is the admin client, with its address and channel; `object` what changed
-/// (`plan:NAME`, `client:ID`, `key:KID`, `trust-policy:NAME`), `change` what was done.
-/// Logged, and kept by the store for the activity page and `GET /admin/v1/audit-events`
-/// (issue 29). Never a secret: a new or rotated secret is named as such, not shown.
+/// An admin change about to be made through the admin API (or the console, which calls
+/// it): its audit event, and the store handle that keeps the event in the transaction of the
+/// change ([`tessera_store::Store::audited`]), so that no change is made without its record
+/// and no record is kept of a change that failed (issue 29). `object` is what changes
+/// (`plan:NAME`, `client:ID`, `key:KID`, or empty for a new key, which the store names,
+/// `trust-policy:NAME`, `org:ID`), `change` what is done. The caller is the admin client or
+/// the person signed in to the console, with its address and channel. Never a secret: a
+/// new or rotated secret is named as such, not shown.
 ///
-/// Written once the change is made, not in its transaction: a store that takes the change
-/// and then fails this write leaves the log line (and an error saying so) as the record.
-pub(crate) async fn admin_change<R>(
+/// Make the change through [`Change::registrar`] or [`Change::store`], then call
+/// [`Change::made`].
+pub(crate) fn change<R>(
     state: &crate::AppState,
     caller: &crate::control::admin::auth::Caller<R>,
     object: &str,
     change: &str,
-) {
-    let source = caller.source.map(|ip| ip.to_string()).unwrap_or_default();
-    tracing::info!(
-        target: "tessera::audit",
-        event = "admin",
-        client_id = caller.client_id,
-        object,
-        change,
-        source,
-        channel = caller.channel,
-    );
+) -> Change {
     let event = tessera_store::AuditEvent {
         id: 0,
         at: state.clock().now(),
         actor: caller.client_id.clone(),
         action: truncate(change, 512).to_owned(),
         object: truncate(object, 512).to_owned(),
-        source,
+        source: caller.source.map(|ip| ip.to_string()).unwrap_or_default(),
         channel: caller.channel.to_owned(),
     };
-    if let Err(error) = state.store().add_audit_event(&event).await {
-        tracing::error!(
+    Change::new(state.store(), event)
+}
+
+/// A change and its audit event, as `change` makes them, or the CLI for a change made
+/// straight on the database.
+pub struct Change {
+    event: tessera_store::AuditEvent,
+    store: std::sync::Arc<dyn tessera_store::Store>,
+}
+
+impl std::fmt::Debug for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Change")
+            .field("event", &self.event)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Change {
+    /// `event`, to be kept by `store` with the change.
+    pub fn new(store: &dyn tessera_store::Store, event: tessera_store::AuditEvent) -> Self {
+        Self {
+            store: store.audited(event.clone()),
+            event,
+        }
+    }
+
+    /// The store to make the change on.
+    pub fn store(&self) -> &dyn tessera_store::Store {
+        self.store.as_ref()
+    }
+
+    /// The registrar to make the change with, dated by `clock`.
+    pub fn registrar<'a>(
+        &'a self,
+        clock: &'a crate::clock::Clock,
+    ) -> crate::registrar::Registrar<'a> {
+        crate::registrar::Registrar::new(self.store.as_ref(), clock)
+    }
+
+    /// The change went through: its log line, on the tracing target `tessera::audit`
+    /// (`event` `admin`). Should no write have kept the event (a change the store made
+    /// without one), it is kept now, apart, and an error logged if even that fails: the
+    /// log line is then its record.
+    pub async fn made(self) {
+        let object = self.event.object.clone();
+        self.made_as(&object).await;
+    }
+
+    /// [`made`](Self::made), for a change whose object was named only once made (a new
+    /// key's id): the log line names `object`.
+    pub async fn made_as(self, object: &str) {
+        let event = &self.event;
+        tracing::info!(
             target: "tessera::audit",
-            %error,
-            client_id = caller.client_id,
+            event = "admin",
+            client_id = event.actor,
             object,
-            "the change is made but the store did not keep its audit event: this log is its record"
+            change = event.action,
+            source = event.source,
+            channel = event.channel,
         );
+        let Some(unkept) = self.store.unkept_audit() else {
+            return;
+        };
+        if let Err(error) = self.store.add_audit_event(&unkept).await {
+            tracing::error!(
+                target: "tessera::audit",
+                %error,
+                client_id = event.actor,
+                object,
+                "the change is made but the store did not keep its audit event: this log is its record"
+            );
+        }
     }
 }
 

@@ -96,6 +96,24 @@ pub struct Config {
     pub trusted_proxies: Vec<IpAddr>,
     /// Do not serve the operator console at `/console/` (`control/console`).
     pub no_console: bool,
+    /// The OpenID Connect provider people sign in to the console with (issue 29): its
+    /// issuer identifier, whose discovery document (OpenID Connect Discovery 1.0 section 4)
+    /// names its endpoints and keys. `None`: no single sign-on.
+    pub console_oidc_issuer: Option<String>,
+    /// The console's client id at that provider.
+    pub console_oidc_client_id: Option<String>,
+    /// The file holding the console's client secret at that provider (read at start).
+    pub console_oidc_client_secret_file: Option<PathBuf>,
+    /// The ID token claim that lists a person's groups (or roles): a string or an array of
+    /// strings; a dotted path reads into objects (`realm_access.roles`).
+    pub console_oidc_role_claim: String,
+    /// People in this group may change things in the console.
+    pub console_admin_group: Option<String>,
+    /// People in this group may look at everything in the console and change nothing.
+    pub console_read_group: Option<String>,
+    /// Whether the console's sign-in with an admin client's id and secret is offered
+    /// (`on`, for bootstrap) or not (`off`, once single sign-on works).
+    pub console_client_sign_in: Switch,
     /// Whether DPoP proofs at the token endpoint must carry a server nonce (RFC 9449
     /// section 8). Nonces are derived from the master key, so instances sharing it accept
     /// each other's.
@@ -222,6 +240,13 @@ impl Default for Config {
             admin_listen: None,
             trusted_proxies: Vec::new(),
             no_console: false,
+            console_oidc_issuer: None,
+            console_oidc_client_id: None,
+            console_oidc_client_secret_file: None,
+            console_oidc_role_claim: "groups".into(),
+            console_admin_group: None,
+            console_read_group: None,
+            console_client_sign_in: Switch::On,
             dpop_nonce: false,
             allow_private_jwks_uri: false,
             max_staleness: Duration::from_secs(300),
@@ -403,6 +428,7 @@ impl Config {
                 "may not hold quotes, backslashes or control characters",
             );
         }
+        self.check_console_sign_in()?;
         let positive = [
             ("sync-interval", self.sync_interval.is_zero()),
             ("full-reload-interval", self.full_reload_interval.is_zero()),
@@ -436,6 +462,82 @@ impl Config {
         }
         Ok(())
     }
+    /// The console's sign-in settings (issue 29): single sign-on needs its client id, its
+    /// secret's file and at least one group; turning the client sign-in off needs single
+    /// sign-on, or no one could sign in.
+    fn check_console_sign_in(&self) -> Result<(), ConfigError> {
+        let refuse = |key: &'static str, message: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.to_owned(),
+            })
+        };
+        let Some(issuer) = &self.console_oidc_issuer else {
+            let needs_issuer = [
+                (
+                    "console-oidc-client-id",
+                    self.console_oidc_client_id.is_some(),
+                ),
+                (
+                    "console-oidc-client-secret-file",
+                    self.console_oidc_client_secret_file.is_some(),
+                ),
+                ("console-admin-group", self.console_admin_group.is_some()),
+                ("console-read-group", self.console_read_group.is_some()),
+            ];
+            if let Some((key, _)) = needs_issuer.iter().find(|(_, set)| *set) {
+                return refuse(
+                    key,
+                    "is a setting of single sign-on: give --console-oidc-issuer",
+                );
+            }
+            if self.console_client_sign_in == Switch::Off {
+                return refuse(
+                    "console-client-sign-in",
+                    "off needs single sign-on (--console-oidc-issuer), or no one could sign in \
+                     to the console",
+                );
+            }
+            return Ok(());
+        };
+        let https = issuer.starts_with("https://");
+        let local_http = issuer.starts_with("http://") && self.allow_private_jwks_uri;
+        if !(https || local_http) || issuer.len() <= "https://".len() {
+            return refuse(
+                "console-oidc-issuer",
+                "must be an https URL (plain http only to a private or loopback address, with \
+                 --allow-private-jwks-uri)",
+            );
+        }
+        if self
+            .console_oidc_client_id
+            .as_deref()
+            .is_none_or(str::is_empty)
+        {
+            return refuse(
+                "console-oidc-client-id",
+                "is needed with --console-oidc-issuer",
+            );
+        }
+        if self.console_oidc_client_secret_file.is_none() {
+            return refuse(
+                "console-oidc-client-secret-file",
+                "is needed with --console-oidc-issuer",
+            );
+        }
+        if self.console_oidc_role_claim.is_empty() {
+            return refuse("console-oidc-role-claim", "may not be empty");
+        }
+        if self.console_admin_group.is_none() && self.console_read_group.is_none() {
+            return refuse(
+                "console-admin-group",
+                "or --console-read-group is needed with --console-oidc-issuer: people in \
+                 neither group are refused",
+            );
+        }
+        Ok(())
+    }
+
     /// Refuses to default the issuer to an address clients cannot reach (`0.0.0.0`,
     /// `[::]`): a server listening there must be told its issuer. Apart from
     /// [`Self::check`] because `serve` checks it once the database is open.
@@ -451,6 +553,28 @@ impl Config {
             });
         }
         Ok(())
+    }
+}
+
+/// A setting that is `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+impl FromStr for Switch {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" => Ok(Self::On),
+            "off" => Ok(Self::Off),
+            _ => Err("expected on or off".into()),
+        }
     }
 }
 

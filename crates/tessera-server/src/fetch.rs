@@ -65,14 +65,49 @@ impl Fetcher {
             http.response.status_code = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        let fetched = self.fetch(url).instrument(span.clone()).await;
+        let fetched = self
+            .send(url, |client, url| client.get(url))
+            .instrument(span.clone())
+            .await;
         if fetched.is_err() {
             span.record("otel.status_code", "error");
         }
         fetched
     }
 
-    async fn fetch(&self, url: &str) -> Result<Vec<u8>, FetchError> {
+    /// The body of the answer to `POST url` of `form` (`application/x-www-form-urlencoded`),
+    /// with HTTP Basic credentials when given: the console's code exchange at its OpenID
+    /// Connect provider (RFC 6749 section 4.1.3), under the same rules.
+    pub(crate) async fn post_form(
+        &self,
+        url: &str,
+        basic: Option<(&str, &str)>,
+        form: &str,
+    ) -> Result<Vec<u8>, FetchError> {
+        let form = form.to_owned();
+        self.send(url, move |client, url| {
+            let request = client
+                .post(url)
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .header(reqwest::header::ACCEPT, "application/json")
+                .body(form);
+            match basic {
+                Some((user, password)) => request.basic_auth(user, Some(password)),
+                None => request,
+            }
+        })
+        .await
+    }
+
+    /// The body of the request `build` makes for `url`, once the URL passed the rules.
+    async fn send(
+        &self,
+        url: &str,
+        build: impl FnOnce(reqwest::Client, reqwest::Url) -> reqwest::RequestBuilder,
+    ) -> Result<Vec<u8>, FetchError> {
         let parsed = reqwest::Url::parse(url).map_err(|_| FetchError::Url)?;
         let cleartext = match parsed.scheme() {
             "https" => false,
@@ -109,7 +144,7 @@ impl Fetcher {
             .build()?;
         let mut headers = reqwest::header::HeaderMap::new();
         crate::telemetry::inject(&mut headers);
-        let mut response = client.get(parsed).headers(headers).send().await?;
+        let mut response = build(client, parsed).headers(headers).send().await?;
         tracing::Span::current().record("http.response.status_code", response.status().as_u16());
         if response.status() != reqwest::StatusCode::OK {
             return Err(FetchError::Status(response.status().as_u16()));

@@ -49,14 +49,14 @@
 //!   them: a span per request, children for the store, Redis and key fetches.
 //! - [`logging`]: the log on stderr, written by a background thread; audit events
 //!   formatted there from their raw fields.
-//! - [`metrics`], `audit.rs`, [`usage`], `refusals.rs` (each client's last refusals, for
+//! - [`metrics`], [`audit`], [`usage`], `refusals.rs` (each client's last refusals, for
 //!   the console): what operators see; `reuse.rs`: per-plan token reuse.
 //! - [`registrar`]: every change to plans, clients, trust policies and keys, whoever asks
 //!   (the admin API, the CLI, `--demo`, the test kit).
 //!
 //! Public are only the modules the binary, the test kit and the benchmark use.
 
-mod audit;
+pub mod audit;
 pub mod clock;
 mod config;
 mod control;
@@ -86,7 +86,7 @@ pub mod telemetry;
 pub mod tls;
 pub mod usage;
 
-pub use config::{redact_url, Config, ConfigError, Rate, Runtime, Seconds};
+pub use config::{redact_url, Config, ConfigError, Rate, Runtime, Seconds, Switch};
 pub use lifecycle::{Listeners, Server, StartError};
 pub use limits::FailureRates;
 pub use serve::{admin_app, app, run, run_health, run_metrics, run_router};

@@ -446,6 +446,26 @@ fn bad_limit(api: &str, part: &'static str, why: &'static str) -> RegistrarError
     }
 }
 
+/// What a patch of a client or an organization changes, for the audit trail: its name, its
+/// plan (before and after) and whether it is enabled (before and after).
+pub fn patch_changes(name_changed: bool, plan: (&str, &str), enabled: (bool, bool)) -> String {
+    let mut said = Vec::new();
+    if name_changed {
+        said.push("name changed".to_owned());
+    }
+    if plan.0 != plan.1 {
+        said.push(format!("plan {} -> {}", plan.0, plan.1));
+    }
+    if enabled.0 != enabled.1 {
+        said.push(if enabled.1 { "enabled" } else { "disabled" }.to_owned());
+    }
+    if said.is_empty() {
+        "unchanged".to_owned()
+    } else {
+        said.join(", ")
+    }
+}
+
 /// The registry's operations on one store, reading the time from one clock: the CLI's on the
 /// system clock, a server's on its own (so that a test that sets the server's clock sets
 /// the deadlines these operations write too).

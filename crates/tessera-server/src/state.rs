@@ -59,6 +59,8 @@ struct Inner {
     refusals: crate::refusals::Refusals,
     dpop: crate::grant::dpop::Dpop,
     assertions: crate::grant::assertion::Assertions,
+    /// The console's single sign-on, when configured.
+    console_sso: Option<Arc<crate::control::console::Sso>>,
 }
 
 impl AppState {
@@ -87,6 +89,9 @@ impl AppState {
         let dpop =
             crate::grant::dpop::Dpop::new(config.dpop_nonce.then(|| secrets.nonce_key().clone()));
         let assertions = crate::grant::assertion::Assertions::new(config.allow_private_jwks_uri);
+        let console_sso = crate::control::console::Sso::from_config(&config, &runtime.issuer)
+            .map_err(LoadError::ConsoleSignIn)?
+            .map(Arc::new);
         Ok(Self {
             inner: Arc::new(Inner {
                 assertions,
@@ -104,9 +109,15 @@ impl AppState {
                 admin_guard: AdminGuard::default(),
                 refusals: crate::refusals::Refusals::default(),
                 dpop,
+                console_sso,
                 in_flight: limits::InFlight::new(max_in_flight),
             }),
         })
+    }
+
+    /// The console's single sign-on, when configured.
+    pub(crate) fn console_sso(&self) -> Option<&Arc<crate::control::console::Sso>> {
+        self.inner.console_sso.as_ref()
     }
 
     /// The settings.

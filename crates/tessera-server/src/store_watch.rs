@@ -26,7 +26,8 @@ use crate::clock::Clock;
 #[derive(Debug)]
 pub(crate) struct WatchedStore {
     inner: Arc<dyn Store>,
-    health: StoreHealth,
+    /// Shared with the handles [`Store::audited`] makes.
+    health: Arc<StoreHealth>,
     /// When an episode starts, for `/readyz`.
     clock: Clock,
 }
@@ -131,7 +132,7 @@ impl WatchedStore {
     pub(crate) fn new(inner: Arc<dyn Store>, clock: Clock) -> Self {
         Self {
             inner,
-            health: StoreHealth::default(),
+            health: Arc::default(),
             clock,
         }
     }
@@ -548,6 +549,18 @@ impl Store for WatchedStore {
     async fn plan_api_usage(&self, plan: &str) -> Result<Vec<ApiUsage>> {
         self.read("plan API usage", self.inner.plan_api_usage(plan))
             .await
+    }
+
+    fn audited(&self, event: AuditEvent) -> Arc<dyn Store> {
+        Arc::new(Self {
+            inner: self.inner.audited(event),
+            health: self.health.clone(),
+            clock: self.clock.clone(),
+        })
+    }
+
+    fn unkept_audit(&self) -> Option<AuditEvent> {
+        self.inner.unkept_audit()
     }
 
     async fn add_audit_event(&self, event: &AuditEvent) -> Result<()> {

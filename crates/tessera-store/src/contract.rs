@@ -1054,6 +1054,95 @@ async fn audit_events(store: &dyn Store) {
     assert!(found("").await.is_empty());
 }
 
+/// A change and its audit event commit together (issue 29): the handle
+/// [`Store::audited`] gives keeps the event with the first write that changes something, and
+/// only then; a refused write (a plan still in use, a duplicate) keeps nothing, and a write
+/// that changed nothing (an unknown client) leaves the event unkept for the caller.
+async fn changes_and_their_audit_events_commit_together(store: &dyn Store) {
+    use crate::{AuditEvent, AuditQuery};
+    let event = |object: &str, action: &str| AuditEvent {
+        id: 0,
+        at: now(),
+        actor: "Ada <ada@example.com> (sub 1 at https://idp.example)".into(),
+        action: action.into(),
+        object: object.into(),
+        source: "192.0.2.7".into(),
+        channel: "console".into(),
+    };
+    let kept = || async {
+        store
+            .audit_events(&AuditQuery {
+                limit: 100,
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| format!("{} {}", e.object, e.action))
+            .collect::<Vec<_>>()
+    };
+    let audited = store.audited(event("plan:gold", "created"));
+    audited.put_plan(&plan("gold", "news-api")).await.unwrap();
+    assert!(audited.unkept_audit().is_none(), "kept with the plan");
+    // A second write through the same handle keeps no second event.
+    audited.put_plan(&plan("gold", "news-api")).await.unwrap();
+    assert_eq!(kept().await, ["plan:gold created"]);
+
+    // A new client: the store names it when the event has no object.
+    let audited = store.audited(event("", "created on plan gold"));
+    audited
+        .insert_client(&client("tc_AUDITED1", "gold"))
+        .await
+        .unwrap();
+    assert_eq!(kept().await[0], "client:tc_AUDITED1 created on plan gold");
+
+    // Refused: the plan is in use, the client exists already. Nothing is kept.
+    let audited = store.audited(event("plan:gold", "deleted"));
+    assert_eq!(
+        audited.delete_plan("gold").await.unwrap(),
+        crate::PlanRemoval::InUse
+    );
+    let again = store.audited(event("client:tc_AUDITED1", "created"));
+    assert!(again
+        .insert_client(&client("tc_AUDITED1", "gold"))
+        .await
+        .is_err());
+    assert!(again.unkept_audit().is_some());
+    // An unknown client: nothing changed, nothing kept, the event handed back.
+    let audited_unknown = store.audited(event("client:tc_NOBODY", "deleted"));
+    assert!(!audited_unknown
+        .delete_client(&ClientId::parse("tc_NOBODY").unwrap())
+        .await
+        .unwrap());
+    assert_eq!(
+        audited.unkept_audit().map(|e| e.action),
+        Some("deleted".into())
+    );
+    assert!(audited_unknown.unkept_audit().is_some());
+    assert_eq!(kept().await.len(), 2);
+    // Reads through the handle see the store.
+    assert_eq!(
+        audited.plans().await.unwrap().len(),
+        store.plans().await.unwrap().len()
+    );
+}
+
+#[tokio::test]
+async fn sqlite_commits_changes_with_their_audit_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    changes_and_their_audit_events_commit_together(crate::open(&url).await.unwrap().as_ref()).await;
+}
+
+#[tokio::test]
+async fn postgres_commits_changes_with_their_audit_events() {
+    let schema = crate::testing::scratch_postgres().await;
+    changes_and_their_audit_events_commit_together(
+        crate::open(&schema.url).await.unwrap().as_ref(),
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn sqlite_keeps_audit_events() {
     let dir = tempfile::tempdir().unwrap();

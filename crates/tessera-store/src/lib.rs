@@ -955,6 +955,15 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The API requests of a plan's clients per UTC day and API (`client_id` empty).
     async fn plan_api_usage(&self, plan: &str) -> Result<Vec<ApiUsage>>;
 
+    /// A handle on this store whose first write to the registry that changes something (a
+    /// plan, client, organization, trust policy or key put or removed) also keeps `event`,
+    /// in the same transaction: the change and its record commit together or not at all
+    /// (issue 29). An event without an object is given what the write made (`key:KID` for a
+    /// new key). Reads and other writes go to this store as they are.
+    fn audited(&self, event: AuditEvent) -> Arc<dyn Store>;
+    /// The event handed to [`audited`](Store::audited) that no write has kept, taken (the
+    /// change it was for went through no write that keeps one); `None` once kept.
+    fn unkept_audit(&self) -> Option<AuditEvent>;
     /// Keeps an audit event (its `id` is the store's to give).
     async fn add_audit_event(&self, event: &AuditEvent) -> Result<()>;
     /// The audit events `query` selects, the newest first.

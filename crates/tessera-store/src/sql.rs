@@ -14,6 +14,8 @@
 //! What truly differs stays with each backend: how it opens (connect options, pool size,
 //! migrations) and its [`Dialect`], the statements it words its own way.
 
+use std::sync::{Arc, Mutex};
+
 use async_trait::async_trait;
 use sqlx::migrate::{Migrate, Migrator};
 use sqlx::pool::PoolOptions;
@@ -87,10 +89,58 @@ where
     Ok(tx)
 }
 
+/// Commits the transaction of a write to the registry, keeping in it, when the write
+/// `changed` something, the audit event `pending` holds ([`Store::audited`]): the change and
+/// its record commit together or not at all. An event without an object is given
+/// `object`, what the write made (a new key's `key:KID`).
+async fn commit<DB>(
+    mut tx: sqlx::Transaction<'static, DB>,
+    pending: &Mutex<Option<AuditEvent>>,
+    changed: bool,
+    object: impl FnOnce() -> String,
+) -> Result<()>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    let event = if changed {
+        pending.lock().unwrap_or_else(|p| p.into_inner()).take()
+    } else {
+        None
+    };
+    if let Some(mut event) = event {
+        if event.object.is_empty() {
+            event.object = object();
+        }
+        sqlx::query(INSERT_AUDIT_EVENT)
+            .bind(event.at)
+            .bind(event.actor.as_str())
+            .bind(event.action.as_str())
+            .bind(event.object.as_str())
+            .bind(event.source.as_str())
+            .bind(event.channel.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Keeps one audit event.
+const INSERT_AUDIT_EVENT: &str =
+    "INSERT INTO audit_events (at, actor, action, object, source, channel) \
+     VALUES ($1, $2, $3, $4, $5, $6)";
+
 /// A store on a pool of one database; [`SqliteStore`](crate::sqlite::SqliteStore) and
 /// [`PostgresStore`](crate::postgres::PostgresStore) are its two kinds.
 pub struct SqlStore<DB: Database> {
     pub(crate) pool: Pool<DB>,
+    /// The audit event this handle's next write to the registry keeps in its transaction
+    /// ([`Store::audited`]); shared by the clones of one handle.
+    audit: Arc<Mutex<Option<AuditEvent>>>,
 }
 
 impl<DB: Database> std::fmt::Debug for SqlStore<DB> {
@@ -106,6 +156,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            audit: self.audit.clone(),
         }
     }
 }
@@ -122,7 +173,10 @@ where
     ) -> Result<Self> {
         let pool = pool.connect_with(options).await?;
         migrator.run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            audit: Arc::default(),
+        })
     }
 }
 
@@ -344,7 +398,7 @@ where
         .execute(&mut *tx)
         .await
         .map_err(|e| rows::constraint(e, &format!("organization {}", org.id), &org.plan))?;
-        tx.commit().await?;
+        commit(tx, &self.audit, true, String::new).await?;
         Ok(())
     }
 
@@ -395,7 +449,7 @@ where
         .bind(org.enabled)
         .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
+        commit(tx, &self.audit, true, String::new).await?;
         Ok(true)
     }
 
@@ -429,7 +483,7 @@ where
                 OrgRemoval::Unknown
             });
         }
-        tx.commit().await?;
+        commit(tx, &self.audit, true, String::new).await?;
         Ok(OrgRemoval::Removed)
     }
 
@@ -480,7 +534,7 @@ where
         .execute(&mut *tx)
         .await
         .map_err(|e| rows::constraint(e, &format!("trust policy {}", policy.name), ""))?;
-        tx.commit().await?;
+        commit(tx, &self.audit, true, String::new).await?;
         Ok(())
     }
 
@@ -509,7 +563,7 @@ where
             .bind(name)
             .fetch_all(&mut *tx)
             .await?;
-        tx.commit().await?;
+        commit(tx, &self.audit, !gone.is_empty(), String::new).await?;
         Ok(!gone.is_empty())
     }
 
@@ -539,7 +593,7 @@ where
         .bind(plan.limit_per.as_str())
         .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
+        commit(tx, &self.audit, true, String::new).await?;
         Ok(())
     }
 
@@ -564,7 +618,7 @@ where
         .await
         // A client added to the plan meanwhile (PostgreSQL checks the reference).
         .map_err(|e| rows::constraint(e, "", name))?;
-        tx.commit().await?;
+        commit(tx, &self.audit, !gone.is_empty(), String::new).await?;
         if !gone.is_empty() {
             return Ok(PlanRemoval::Removed);
         }
@@ -661,7 +715,12 @@ where
             }
         }
         insert_client_rows(&mut tx, clients).await?;
-        tx.commit().await?;
+        commit(tx, &self.audit, !clients.is_empty(), || match clients {
+            [one] => format!("client:{}", one.id),
+            [first, ..] => format!("client:{} and {} more", first.id, clients.len() - 1),
+            [] => String::new(),
+        })
+        .await?;
         Ok(None)
     }
 
@@ -783,7 +842,7 @@ where
         .fetch_all(&mut *tx)
         .await
         .map_err(|e| rows::constraint(e, &format!("client {}", client.id), &client.plan))?;
-        tx.commit().await?;
+        commit(tx, &self.audit, !changed.is_empty(), String::new).await?;
         Ok(!changed.is_empty())
     }
 
@@ -793,7 +852,7 @@ where
             .bind(id.as_str())
             .fetch_all(&mut *tx)
             .await?;
-        tx.commit().await?;
+        commit(tx, &self.audit, !gone.is_empty(), String::new).await?;
         Ok(!gone.is_empty())
     }
 
@@ -812,7 +871,7 @@ where
         .execute(&mut *tx)
         .await
         .map_err(|e| rows::constraint(e, &format!("key {}", key.kid), ""))?;
-        tx.commit().await?;
+        commit(tx, &self.audit, true, || format!("key:{}", key.kid)).await?;
         Ok(())
     }
 
@@ -831,7 +890,7 @@ where
             .bind(kid)
             .fetch_all(&mut *tx)
             .await?;
-        tx.commit().await?;
+        commit(tx, &self.audit, !gone.is_empty(), String::new).await?;
         Ok(!gone.is_empty())
     }
 
@@ -1123,19 +1182,27 @@ where
         Ok(true)
     }
 
+    fn audited(&self, event: AuditEvent) -> Arc<dyn Store> {
+        Arc::new(Self {
+            pool: self.pool.clone(),
+            audit: Arc::new(Mutex::new(Some(event))),
+        })
+    }
+
+    fn unkept_audit(&self) -> Option<AuditEvent> {
+        self.audit.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     async fn add_audit_event(&self, event: &AuditEvent) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO audit_events (at, actor, action, object, source, channel) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(event.at)
-        .bind(event.actor.as_str())
-        .bind(event.action.as_str())
-        .bind(event.object.as_str())
-        .bind(event.source.as_str())
-        .bind(event.channel.as_str())
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(INSERT_AUDIT_EVENT)
+            .bind(event.at)
+            .bind(event.actor.as_str())
+            .bind(event.action.as_str())
+            .bind(event.object.as_str())
+            .bind(event.source.as_str())
+            .bind(event.channel.as_str())
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

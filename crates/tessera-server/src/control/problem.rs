@@ -21,7 +21,12 @@ pub(crate) struct Problem {
 }
 
 impl Problem {
-    fn new(status: StatusCode, kind: &str, title: &str, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        status: StatusCode,
+        kind: &str,
+        title: &str,
+        detail: impl Into<String>,
+    ) -> Self {
         Self {
             body: api::Problem {
                 kind: format!("urn:tessera:problem:{kind}"),

@@ -42,4 +42,7 @@ pub enum LoadError {
     /// The shared rate limiter could not be reached.
     #[error("rate limiter: {0}")]
     Limiter(#[from] ConnectError),
+    /// The console's single sign-on could not be set up (its secret's file).
+    #[error("console sign-in: {0}")]
+    ConsoleSignIn(String),
 }

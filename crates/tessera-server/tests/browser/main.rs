@@ -24,6 +24,8 @@ use tessera_proto::ClientSecret;
 use tessera_store::AuthMethod;
 use tessera_testkit::{spawn_app, TestApp};
 
+mod sso;
+
 /// Chromium on a closed machine: no background networking, no first-run work.
 const CHROMIUM_FLAGS: [&str; 8] = [
     "--headless",
@@ -245,6 +247,38 @@ impl Browser {
         self.check(label).await;
     }
 
+    /// Clicks what `locator` finds and waits for the page it leads to, unchecked (another
+    /// site's page, or a refusal).
+    async fn click_away(&self, locator: Locator<'_>) {
+        let target = self
+            .client
+            .find(locator)
+            .await
+            .unwrap_or_else(|e| panic!("{locator:?}: {e}"));
+        self.client
+            .execute("window.__left = false;", vec![])
+            .await
+            .unwrap();
+        target.click().await.unwrap();
+        let arrived = "return window.__left === undefined && document.readyState === 'complete';";
+        tessera_testkit::until(&format!("{locator:?} leads to a new page"), || async {
+            self.client.execute(arrived, vec![]).await.ok() == Some(json!(true))
+        })
+        .await;
+    }
+
+    /// Drops the browser's console log so far (another site's pages, a refusal shown on
+    /// purpose), so that [`Browser::check`] reads only what comes after.
+    async fn forget_log(&self) {
+        self.client
+            .issue_cmd(SessionPost {
+                path: "se/log",
+                body: json!({ "type": "browser" }),
+            })
+            .await
+            .expect("the browser's console log");
+    }
+
     async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_owned()
     }
@@ -277,8 +311,9 @@ async fn token(app: &TestApp, id: &str, secret: &str) -> u16 {
     .as_u16()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operator_onboards_a_client_in_chromium() {
+/// chromium and chromedriver, or `None` (and a notice) where they are missing, except
+/// under CI, where that fails the test.
+fn browser_programs() -> Option<(PathBuf, PathBuf)> {
     let (Some(chromium), Some(chromedriver)) = (find("chromium"), find("chromedriver")) else {
         if std::env::var("CI").as_deref() == Ok("true") {
             panic!("CI=true but chromium or chromedriver is missing: .ci/run installs them");
@@ -287,15 +322,19 @@ async fn an_operator_onboards_a_client_in_chromium() {
             "\n*** SKIPPED the console's browser test: chromium and chromedriver are not on \
              the PATH (apt-get install chromium chromium-driver; .ci/run does) ***\n"
         );
-        return;
+        return None;
     };
-    let app = spawn_app().await;
-    app.registrar()
-        .set_plan("admin", "tessera-admin tessera-admin-read", None)
-        .await
-        .unwrap();
-    let (admin_id, admin_secret) = app.client_on("admin", AuthMethod::ClientSecretBasic).await;
-    let driver = start_driver(&chromedriver).await;
+    Some((chromium, chromedriver))
+}
+
+/// chromedriver, a fresh Chromium profile and a session in it for `app`'s pages, with the
+/// problem listener installed in every document.
+async fn launch(
+    chromium: &Path,
+    chromedriver: &Path,
+    app: &TestApp,
+) -> (Driver, tempfile::TempDir, Browser) {
+    let driver = start_driver(chromedriver).await;
     let profile = tempfile::tempdir().unwrap();
     let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|f| f.to_string()).collect();
     args.push(format!("--user-data-dir={}", profile.path().display()));
@@ -323,12 +362,27 @@ async fn an_operator_onboards_a_client_in_chromium() {
         })
         .await
         .expect("the problem listener");
-    let mut browser = Browser {
+    let browser = Browser {
         client,
         base: app.base.clone(),
         shots: Vec::new(),
         weights: Vec::new(),
     };
+    (driver, profile, browser)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_onboards_a_client_in_chromium() {
+    let Some((chromium, chromedriver)) = browser_programs() else {
+        return;
+    };
+    let app = spawn_app().await;
+    app.registrar()
+        .set_plan("admin", "tessera-admin tessera-admin-read", None)
+        .await
+        .unwrap();
+    let (admin_id, admin_secret) = app.client_on("admin", AuthMethod::ClientSecretBasic).await;
+    let (_driver, _profile, mut browser) = launch(&chromium, &chromedriver, &app).await;
     let started = std::time::Instant::now();
 
     // Signing in.

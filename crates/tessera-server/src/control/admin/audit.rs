@@ -1,5 +1,5 @@
 //! `/admin/v1/audit-events`: the changes made through the admin API and the console, as the
-//! store keeps them (`crate::audit::admin_change` writes them; housekeeping prunes them by
+//! store keeps them (`crate::audit::change` writes them with the changes; housekeeping prunes them by
 //! age and count), the newest first, searchable.
 
 use axum::extract::State;

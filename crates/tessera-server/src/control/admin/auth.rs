@@ -89,7 +89,8 @@ pub(crate) fn admit(
 /// admitted by [`admit`] to what its handler reaches.
 #[derive(Debug, Clone)]
 pub(crate) struct Caller<R> {
-    /// The admin client's id, for the audit trail and idempotency keys.
+    /// Who calls, for the audit trail and idempotency keys: the admin client's id, or for a
+    /// person signed in to the console through single sign-on, [`Person::actor`].
     pub(crate) client_id: String,
     /// Who it is.
     pub(crate) principal: Principal,
@@ -114,6 +115,45 @@ pub(crate) struct OrgCaller<R> {
 /// no HTTP caller can set), so that its audit events say so.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ViaConsole;
+
+/// A person signed in to the console through its OpenID Connect provider (issue 29): the
+/// console's in-process calls carry this as an extension (which no HTTP caller can set)
+/// instead of a token, and the admin API takes it as the caller, with the right the
+/// person's group gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Person {
+    /// The provider's issuer identifier (`iss`).
+    pub(crate) issuer: String,
+    /// The person's identifier there (`sub`, OpenID Connect Core section 2).
+    pub(crate) subject: String,
+    /// `name` (or `preferred_username`), when the ID token gave one.
+    pub(crate) name: Option<String>,
+    /// `email`, when the ID token gave one.
+    pub(crate) email: Option<String>,
+    /// Whether the person is in the admin group (else the read group).
+    pub(crate) write: bool,
+}
+
+impl Person {
+    /// How the audit trail names the person: name and email as given, then the subject at
+    /// its issuer, which together identify the person (OpenID Connect Core section 5.7).
+    pub(crate) fn actor(&self) -> String {
+        let shown = match (&self.name, &self.email) {
+            (Some(name), Some(email)) => format!("{name} <{email}> "),
+            (Some(one), None) | (None, Some(one)) => format!("{one} "),
+            (None, None) => String::new(),
+        };
+        format!("{shown}(sub {} at {})", self.subject, self.issuer)
+    }
+
+    /// How the console's header names the person.
+    pub(crate) fn shown(&self) -> &str {
+        self.name
+            .as_deref()
+            .or(self.email.as_deref())
+            .unwrap_or(&self.subject)
+    }
+}
 
 /// What an admin handler may do; the scope it needs.
 pub(crate) trait Right {
@@ -153,9 +193,19 @@ impl Right for Govern {
 }
 
 impl<R: Right> Caller<R> {
-    /// Authenticates the request's caller, not yet admitted to anything.
+    /// Authenticates the request's caller, not yet admitted to anything: a person the
+    /// console signed in (the provider's admin, with the right the person's group gave), or
+    /// the token's client.
     async fn authenticate(parts: &Parts, state: &AppState) -> Result<Self, Problem> {
-        let (client_id, principal) = principal(state, parts, R::WRITE).await?;
+        let (client_id, principal) = match parts.extensions.get::<Arc<Person>>() {
+            Some(person) => (
+                person.actor(),
+                Principal::Provider {
+                    write: person.write,
+                },
+            ),
+            None => principal(state, parts, R::WRITE).await?,
+        };
         let channel = if parts.extensions.get::<ViaConsole>().is_some() {
             "console"
         } else {

@@ -266,17 +266,7 @@ pub(crate) async fn register<R, T>(
     placement.apply(&mut client);
     let answer = views::with_secret(&client, secret);
     let remembered = request.remember(state, &caller.client_id, &answer);
-    let earlier = state
-        .store()
-        .insert_clients_once(std::slice::from_ref(&client), remembered.as_ref())
-        .await
-        .map_err(RegistrarError::from)?;
-    if let Some(first) = earlier {
-        // A retry that raced the first try here.
-        return Ok(created(at, &request.replay(state, &first)?, None));
-    }
-    in_force(state).await;
-    let (object, change) = match &client.org {
+    let (object, action) = match &client.org {
         Some(org) => (
             format!("org:{org}/client:{}", client.id),
             format!("created in organization {org} on plan {}", client.plan),
@@ -286,7 +276,18 @@ pub(crate) async fn register<R, T>(
             format!("created on plan {}", client.plan),
         ),
     };
-    audit::admin_change(state, caller, &object, &change).await;
+    let change = audit::change(state, caller, &object, &action);
+    let earlier = change
+        .store()
+        .insert_clients_once(std::slice::from_ref(&client), remembered.as_ref())
+        .await
+        .map_err(RegistrarError::from)?;
+    if let Some(first) = earlier {
+        // A retry that raced the first try here: no change, no event.
+        return Ok(created(at, &request.replay(state, &first)?, None));
+    }
+    change.made().await;
+    in_force(state).await;
     Ok(created(at, &answer, Some(&etag(&client))))
 }
 
@@ -334,8 +335,16 @@ pub(crate) async fn patch_client(
         check_name(name)?;
     }
     let (_one_writer, before) = load_for_write(&state, &if_match, &id).await?;
-    let client = state
-        .registrar()
+    // What the patch changes, said before it is made (the event commits with it): each
+    // field given replaces the one read under the write lock.
+    let after = super::patch_changes(
+        patch.name.as_ref().is_some_and(|n| *n != before.label),
+        (&before.plan, patch.plan.as_deref().unwrap_or(&before.plan)),
+        (before.enabled, patch.enabled.unwrap_or(before.enabled)),
+    );
+    let change = audit::change(&state, &caller, &format!("client:{id}"), &after);
+    let client = change
+        .registrar(state.clock())
         .patch_client(
             &id,
             patch.name.as_deref(),
@@ -343,28 +352,13 @@ pub(crate) async fn patch_client(
             patch.enabled,
         )
         .await?;
+    change.made().await;
     in_force(&state).await;
-    audit::admin_change(
-        &state,
-        &caller,
-        &format!("client:{id}"),
-        &changes(&before, &client),
-    )
-    .await;
     Ok(json(
         StatusCode::OK,
         &views::client(&client),
         Some(&etag(&client)),
     ))
-}
-
-/// What a patch changed, for the audit trail.
-fn changes(before: &Client, after: &Client) -> String {
-    super::patch_changes(
-        before.label != after.label,
-        (&before.plan, &after.plan),
-        (before.enabled, after.enabled),
-    )
 }
 
 /// Delete a client. Its tokens stop being accepted at introspection at once.
@@ -383,9 +377,10 @@ pub(crate) async fn delete_client(
     if_match: IfMatch,
 ) -> Result<Response, Problem> {
     let (_one_writer, _) = load_for_write(&state, &if_match, &id).await?;
-    state.registrar().delete_client(&id).await?;
+    let change = audit::change(&state, &caller, &format!("client:{id}"), "deleted");
+    change.registrar(state.clock()).delete_client(&id).await?;
+    change.made().await;
     in_force(&state).await;
-    audit::admin_change(&state, &caller, &format!("client:{id}"), "deleted").await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -414,18 +409,18 @@ pub(crate) async fn rotate_secret(
         ));
     }
     let (_one_writer, _) = load_for_write(&state, &if_match, &id).await?;
-    let (client, secret) = state
-        .registrar()
-        .rotate_secret(state.secrets(), &id, grace)
-        .await?;
-    in_force(&state).await;
-    audit::admin_change(
+    let change = audit::change(
         &state,
         &caller,
         &format!("client:{id}"),
         &format!("secret rotated, previous valid for {grace} s"),
-    )
-    .await;
+    );
+    let (client, secret) = change
+        .registrar(state.clock())
+        .rotate_secret(state.secrets(), &id, grace)
+        .await?;
+    change.made().await;
+    in_force(&state).await;
     Ok(json(
         StatusCode::OK,
         &views::with_secret(&client, Some(secret)),

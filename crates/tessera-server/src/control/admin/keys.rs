@@ -65,18 +65,20 @@ pub(crate) async fn rotate_keys(
         })?,
     };
     let _one_writer = state.admin_guard().writes.lock().await;
-    let key = state
-        .registrar()
-        .rotate_keys(state.secrets(), alg, activate_in)
-        .await?;
-    in_force(&state).await;
-    audit::admin_change(
+    // The key's id is made with it: the store names it in the event (an empty object).
+    let activates_at = state.clock().now() + activate_in.max(0);
+    let change = audit::change(
         &state,
         &caller,
-        &format!("key:{}", key.kid),
-        &format!("created, signs from {}", rfc3339(key.activates_at)),
-    )
-    .await;
+        "",
+        &format!("created, signs from {}", rfc3339(activates_at)),
+    );
+    let key = change
+        .registrar(state.clock())
+        .rotate_keys(state.secrets(), alg, activate_in)
+        .await?;
+    change.made_as(&format!("key:{}", key.kid)).await;
+    in_force(&state).await;
     let all = state.store().keys().await?;
     let view = views::keys(&all, state.clock().now())
         .into_iter()

@@ -53,29 +53,7 @@ pub(crate) fn router() -> Router<AppState> {
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
 }
 
-/// What a patch of a client or an organization changed, for the audit trail: its name, its
-/// plan (before and after) and whether it is enabled (before and after).
-pub(crate) fn patch_changes(
-    name_changed: bool,
-    plan: (&str, &str),
-    enabled: (bool, bool),
-) -> String {
-    let mut said = Vec::new();
-    if name_changed {
-        said.push("name changed".to_owned());
-    }
-    if plan.0 != plan.1 {
-        said.push(format!("plan {} -> {}", plan.0, plan.1));
-    }
-    if enabled.0 != enabled.1 {
-        said.push(if enabled.1 { "enabled" } else { "disabled" }.to_owned());
-    }
-    if said.is_empty() {
-        "unchanged".to_owned()
-    } else {
-        said.join(", ")
-    }
-}
+pub(crate) use crate::registrar::patch_changes;
 
 /// A strong entity tag of an object's stored state (RFC 9110 section 8.8.3): 128 bits of
 /// SHA-256 over what `state` prints, so any change to the object changes it.

@@ -68,9 +68,16 @@ async fn member_for_write<'s>(
     Ok((guard, before))
 }
 
-/// An audit event of a change to a client of `org`: the object names both.
-async fn audited<R>(state: &AppState, caller: &Caller<R>, org: &str, id: &str, change: &str) {
-    audit::admin_change(state, caller, &format!("org:{org}/client:{id}"), change).await;
+/// A change to a client of `org` and its audit event (kept in the change's transaction):
+/// the object names both.
+fn audited<R>(
+    state: &AppState,
+    caller: &Caller<R>,
+    org: &str,
+    id: &str,
+    change: &str,
+) -> audit::Change {
+    audit::change(state, caller, &format!("org:{org}/client:{id}"), change)
 }
 
 /// The path parameters of one client of an organization.
@@ -201,17 +208,19 @@ pub(crate) async fn patch_org_client(
         check_name(name)?;
     }
     let (_one_writer, before) = member_for_write(&state, &if_match, &org, &id).await?;
-    let client = state
-        .registrar()
+    // What the patch changes, said before it is made (the event commits with it).
+    let after = super::patch_changes(
+        patch.name.as_ref().is_some_and(|n| *n != before.label),
+        (&before.plan, &before.plan),
+        (before.enabled, patch.enabled.unwrap_or(before.enabled)),
+    );
+    let change = audited(&state, &caller, &org, &id, &after);
+    let client = change
+        .registrar(state.clock())
         .patch_client(&id, patch.name.as_deref(), None, patch.enabled)
         .await?;
+    change.made().await;
     in_force(&state).await;
-    let change = super::patch_changes(
-        before.label != client.label,
-        (&before.plan, &client.plan),
-        (before.enabled, client.enabled),
-    );
-    audited(&state, &caller, &org, &id, &change).await;
     Ok(json(
         StatusCode::OK,
         &views::client(&client),
@@ -237,9 +246,10 @@ pub(crate) async fn delete_org_client(
     if_match: IfMatch,
 ) -> Result<Response, Problem> {
     let (_one_writer, _) = member_for_write(&state, &if_match, &org, &id).await?;
-    state.registrar().delete_client(&id).await?;
+    let change = audited(&state, &caller, &org, &id, "deleted");
+    change.registrar(state.clock()).delete_client(&id).await?;
+    change.made().await;
     in_force(&state).await;
-    audited(&state, &caller, &org, &id, "deleted").await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -271,19 +281,19 @@ pub(crate) async fn rotate_org_client_secret(
         ));
     }
     let (_one_writer, _) = member_for_write(&state, &if_match, &org, &id).await?;
-    let (client, secret) = state
-        .registrar()
-        .rotate_secret(state.secrets(), &id, grace)
-        .await?;
-    in_force(&state).await;
-    audited(
+    let change = audited(
         &state,
         &caller,
         &org,
         &id,
         &format!("secret rotated, previous valid for {grace} s"),
-    )
-    .await;
+    );
+    let (client, secret) = change
+        .registrar(state.clock())
+        .rotate_secret(state.secrets(), &id, grace)
+        .await?;
+    change.made().await;
+    in_force(&state).await;
     Ok(json(
         StatusCode::OK,
         &views::with_secret(&client, Some(secret)),

@@ -102,17 +102,17 @@ pub(crate) async fn create_org(
     ApiJson(input): ApiJson<api::OrgInput>,
 ) -> Result<Response, Problem> {
     let _one_writer = state.admin_guard().writes.lock().await;
-    let org = state
-        .registrar()
-        .create_org(&input.id, &input.name, &input.plan)
-        .await?;
-    audit::admin_change(
+    let change = audit::change(
         &state,
         &caller,
-        &format!("org:{}", org.id),
-        &format!("created on plan {}", org.plan),
-    )
-    .await;
+        &format!("org:{}", input.id),
+        &format!("created on plan {}", input.plan),
+    );
+    let org = change
+        .registrar(state.clock())
+        .create_org(&input.id, &input.name, &input.plan)
+        .await?;
+    change.made().await;
     let mut response = json(StatusCode::CREATED, &views::org(&org, 0), Some(&etag(&org)));
     if let Ok(location) = HeaderValue::from_str(&format!("/admin/v1/orgs/{}", org.id)) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -164,8 +164,15 @@ pub(crate) async fn patch_org(
     let _one_writer = state.admin_guard().writes.lock().await;
     let before = state.registrar().org(&id).await?;
     if_match.check(Some(&etag(&before)))?;
-    let org = state
-        .registrar()
+    // What the patch changes, said before it is made (the event commits with it).
+    let after = super::patch_changes(
+        patch.name.as_ref().is_some_and(|n| *n != before.name),
+        (&before.plan, patch.plan.as_deref().unwrap_or(&before.plan)),
+        (before.enabled, patch.enabled.unwrap_or(before.enabled)),
+    );
+    let change = audit::change(&state, &caller, &format!("org:{id}"), &after);
+    let org = change
+        .registrar(state.clock())
         .patch_org(
             &id,
             patch.name.as_deref(),
@@ -173,28 +180,13 @@ pub(crate) async fn patch_org(
             patch.enabled,
         )
         .await?;
+    change.made().await;
     in_force(&state).await;
-    audit::admin_change(
-        &state,
-        &caller,
-        &format!("org:{id}"),
-        &changes(&before, &org),
-    )
-    .await;
     Ok(json(
         StatusCode::OK,
         &view(&state, &org).await?,
         Some(&etag(&org)),
     ))
-}
-
-/// What a patch changed, for the audit trail.
-fn changes(before: &Org, after: &Org) -> String {
-    super::patch_changes(
-        before.name != after.name,
-        (&before.plan, &after.plan),
-        (before.enabled, after.enabled),
-    )
 }
 
 /// Delete an organization. One with clients is refused (409) unless `with_clients=true`,
@@ -229,14 +221,23 @@ pub(crate) async fn delete_org(
     let _one_writer = state.admin_guard().writes.lock().await;
     let before = state.registrar().org(&id).await?;
     if_match.check(Some(&etag(&before)))?;
-    let (_, clients) = state.registrar().delete_org(&id, with_clients).await?;
-    in_force(&state).await;
-    audit::admin_change(
+    // Its clients, counted under the write lock: those that go with it.
+    let clients = if with_clients {
+        state.registrar().org_client_count(&id).await?
+    } else {
+        0
+    };
+    let change = audit::change(
         &state,
         &caller,
         &format!("org:{id}"),
         &format!("deleted with {clients} client(s)"),
-    )
-    .await;
+    );
+    change
+        .registrar(state.clock())
+        .delete_org(&id, with_clients)
+        .await?;
+    change.made().await;
+    in_force(&state).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

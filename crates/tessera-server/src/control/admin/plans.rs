@@ -188,12 +188,7 @@ pub(crate) async fn put_plan(
     let _one_writer = state.admin_guard().writes.lock().await;
     let before = find(&state, &name).await?;
     if_match.check(before.as_ref().map(etag).as_deref())?;
-    let plan = state
-        .registrar()
-        .set_plan_with(&name, &input.scopes.join(" "), &settings)
-        .await?;
-    in_force(&state).await;
-    audit::admin_change(
+    let change = audit::change(
         &state,
         &caller,
         &format!("plan:{name}"),
@@ -202,8 +197,13 @@ pub(crate) async fn put_plan(
         } else {
             "created"
         },
-    )
-    .await;
+    );
+    let plan = change
+        .registrar(state.clock())
+        .set_plan_with(&name, &input.scopes.join(" "), &settings)
+        .await?;
+    change.made().await;
+    in_force(&state).await;
     let n = count(&state, &name).await?;
     let status = if before.is_some() {
         StatusCode::OK
@@ -234,7 +234,8 @@ pub(crate) async fn delete_plan(
         .await?
         .ok_or_else(|| Problem::not_found(format!("no plan named {name:?}")))?;
     if_match.check(Some(&etag(&before)))?;
-    match state.store().delete_plan(&name).await? {
+    let change = audit::change(&state, &caller, &format!("plan:{name}"), "deleted");
+    match change.store().delete_plan(&name).await? {
         PlanRemoval::Removed => {}
         PlanRemoval::Unknown => return Err(Problem::not_found(format!("no plan named {name:?}"))),
         PlanRemoval::InUse => {
@@ -243,8 +244,8 @@ pub(crate) async fn delete_plan(
             )))
         }
     }
+    change.made().await;
     in_force(&state).await;
-    audit::admin_change(&state, &caller, &format!("plan:{name}"), "deleted").await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -97,17 +97,17 @@ pub(crate) async fn put_policy(
 ) -> Result<Response, Problem> {
     let _one_writer = state.admin_guard().writes.lock().await;
     let existed = find(&state, &name).await.is_ok();
-    let policy = state
-        .registrar()
-        .put_trust_policy(views::trust_policy_input(&name, input))
-        .await?;
-    audit::admin_change(
+    let change = audit::change(
         &state,
         &caller,
         &format!("trust-policy:{name}"),
         if existed { "replaced" } else { "created" },
-    )
-    .await;
+    );
+    let policy = change
+        .registrar(state.clock())
+        .put_trust_policy(views::trust_policy_input(&name, input))
+        .await?;
+    change.made().await;
     let status = if existed {
         StatusCode::OK
     } else {
@@ -130,11 +130,16 @@ pub(crate) async fn delete_policy(
     ApiPath(name): ApiPath<String>,
 ) -> Result<Response, Problem> {
     let _one_writer = state.admin_guard().writes.lock().await;
-    if !state.registrar().remove_trust_policy(&name).await? {
+    let change = audit::change(&state, &caller, &format!("trust-policy:{name}"), "deleted");
+    if !change
+        .registrar(state.clock())
+        .remove_trust_policy(&name)
+        .await?
+    {
         return Err(Problem::not_found(format!(
             "no trust policy named {name:?}"
         )));
     }
-    audit::admin_change(&state, &caller, &format!("trust-policy:{name}"), "deleted").await;
+    change.made().await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,8 +1,9 @@
 //! The console's only way to the data: the admin API (docs/admin-api.md) and the token
 //! endpoint, called in-process through the same routers that serve them over HTTP, with
-//! the session's bearer token. So the console can do nothing that the admin API would
-//! refuse its token, and every change it makes is checked, audited and answered as any
-//! other admin client's.
+//! the session's bearer token (or, for a person signed in through single sign-on, the
+//! [`Person`](crate::control::admin::auth::Person) as an extension no HTTP caller can set).
+//! So the console can do nothing that the admin API would refuse its caller, and every
+//! change it makes is checked, audited and answered as any other admin client's.
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -18,7 +19,7 @@ use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
 use tessera_proto::{ErrorCode, ErrorResponse, TokenResponse};
 use tower::ServiceExt;
 
-use super::session::Session;
+use super::session::{Credential, Session};
 use crate::control::admin;
 use crate::control::admin::auth::ViaConsole;
 use crate::routes::token;
@@ -194,11 +195,10 @@ impl Api {
     ) -> Result<Answer, ApiError> {
         let mut request = Request::builder()
             .method(method)
-            .uri(format!("/admin/v1{path}"))
-            .header(
-                header::AUTHORIZATION,
-                format!("Bearer {}", session.token.as_str()),
-            );
+            .uri(format!("/admin/v1{path}"));
+        if let Credential::Token(token) = &session.credential {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {}", token.as_str()));
+        }
         for value in &session.origin.forwarded {
             request = request.header("x-forwarded-for", value.clone());
         }
@@ -219,6 +219,9 @@ impl Api {
             request.extensions_mut().insert(peer);
         }
         request.extensions_mut().insert(ViaConsole);
+        if let Credential::Person(person) = &session.credential {
+            request.extensions_mut().insert(person.clone());
+        }
         let (status, headers, body) = self.send(request).await.map_err(ApiError::internal)?;
         if status.is_success() {
             return Ok(Answer {

@@ -66,6 +66,7 @@ impl FromRequest<Console> for Form {
         // The body first, then the session, as when handlers took `Bytes`: a body too
         // large is refused as axum refuses it.
         let headers = request.headers().clone();
+        let signing_out = request.uri().path() == "/console/sign-out";
         let origin = session::Origin::of(request.extensions(), &headers);
         let body = Bytes::from_request(request, console)
             .await
@@ -80,6 +81,13 @@ impl FromRequest<Console> for Form {
             Err(why) => return Err(Fail::BadRequest(Some(Box::new(session)), why)),
         };
         match field(&fields, "csrf") {
+            // A read-only sign-in is shown no form that changes anything; one posted all
+            // the same is refused here, before the admin API is asked.
+            Some(token)
+                if session::same(token, &session.csrf) && !session.write && !signing_out =>
+            {
+                Err(Fail::ReadOnly(Box::new(session)))
+            }
             Some(token) if session::same(token, &session.csrf) => Ok(Self {
                 session,
                 id,

@@ -7,6 +7,8 @@
 //! token (`api.rs`), in-process. What the API refuses the token, the console cannot do.
 //!
 //! - `session.rs`: the in-memory sessions the tokens are kept in, server-side; cookies.
+//! - `sso.rs`: single sign-on through an OpenID Connect provider (issue 29): a person's
+//!   session calls the admin API as that person, with the right the person's group gives.
 //! - `api.rs`: the calls; their answers are the admin contract's objects
 //!   ([`tessera_proto::admin`]).
 //! - `extract.rs`: what a handler takes, the session (else the sign-in page) and a form of
@@ -37,7 +39,10 @@ mod api;
 mod extract;
 mod pages;
 mod session;
+mod sso;
 mod view;
+
+pub(crate) use sso::Sso;
 
 use api::{Api, ApiError, SignIn};
 use extract::{html, Form};
@@ -61,6 +66,10 @@ pub(crate) struct Console {
     sessions: Arc<Sessions>,
     /// Whether cookies get `Secure`: the issuer (the console's public URL) is https.
     secure: bool,
+    /// Single sign-on through an OpenID Connect provider, when configured (`sso.rs`).
+    sso: Option<Arc<Sso>>,
+    /// Whether an admin client's id and secret may sign in (`--console-client-sign-in`).
+    client_sign_in: bool,
 }
 
 /// The console's routes, under `/console/`.
@@ -70,6 +79,8 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
         api: Api::new(state),
         sessions: Arc::default(),
         secure: state.issuer().starts_with("https://"),
+        sso: state.console_sso().cloned(),
+        client_sign_in: state.config().console_client_sign_in == crate::config::Switch::On,
     };
     Router::new()
         .route(
@@ -77,6 +88,8 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
             get(|| async { Redirect::permanent("/console/") }),
         )
         .route("/console/sign-in", get(sign_in_form).post(sign_in))
+        .route("/console/sign-in/sso", get(sso_start))
+        .route(sso::CALLBACK_PATH, get(sso_callback))
         .route("/console/sign-out", post(sign_out))
         .merge(pages::router())
         .route(
@@ -137,6 +150,9 @@ enum Fail {
     Csrf(Option<Box<Session>>),
     /// A refusal of the admin API, shown on a page of its own.
     Api(Option<Box<Session>>, ApiError),
+    /// A change posted by a read-only sign-in (a `tessera-admin-read` client, a person of
+    /// the read group).
+    ReadOnly(Box<Session>),
     /// A request the console cannot read.
     BadRequest(Option<Box<Session>>, String),
     /// A body that could not be read (too large), refused as axum refuses it.
@@ -167,6 +183,21 @@ impl IntoResponse for Fail {
                     ..
                 },
             ) => (status, session, title, detail),
+            Fail::ReadOnly(session) => {
+                let detail = if is_person(&session) {
+                    "You are signed in through the console's read group: you can look at \
+                     everything and change nothing. Changes need its admin group."
+                } else {
+                    "This admin client's plan grants tessera-admin-read only: it can look at \
+                     everything and change nothing. Changes need tessera-admin."
+                };
+                (
+                    StatusCode::FORBIDDEN,
+                    Some(session),
+                    "Read-only".to_owned(),
+                    detail.to_owned(),
+                )
+            }
             Fail::BadRequest(session, detail) => (
                 StatusCode::BAD_REQUEST,
                 session,
@@ -176,6 +207,11 @@ impl IntoResponse for Fail {
         };
         html(status, view::problem(session.as_deref(), &title, &detail))
     }
+}
+
+/// Whether a session is a person's (single sign-on) rather than an admin client's.
+fn is_person(session: &Session) -> bool {
+    matches!(session.credential, session::Credential::Person(_))
 }
 
 impl Console {
@@ -237,21 +273,30 @@ fn sign_in_page(console: &Console, status: StatusCode, error: Option<&str>) -> R
     let body = html! {
         div.narrow {
             h1 { "Sign in to the Tessera console" }
-            p {
-                "Use the id and secret of an admin client: one on a plan with the scope "
-                code { "tessera-admin" } " (or " code { "tessera-admin-read" } " to look only). "
-                code { "tessera serve --demo" } " prints one."
-            }
             @if let Some(error) = error {
                 p.flash.error role="alert" { (error) }
             }
-            form method="post" action="/console/sign-in" {
-                input type="hidden" name="csrf" value=(token);
-                label for="client_id" { "Client id" }
-                input #client_id type="text" name="client_id" required autocomplete="username" spellcheck="false";
-                label for="client_secret" { "Client secret" }
-                input #client_secret type="password" name="client_secret" required autocomplete="current-password";
-                button type="submit" { "Sign in" }
+            @if console.sso.is_some() {
+                p { "Sign in with your company account." }
+                p { a.button #sso href="/console/sign-in/sso" { "Sign in with single sign-on" } }
+            }
+            @if console.client_sign_in {
+                @if console.sso.is_some() {
+                    h2 { "Or with an admin client" }
+                }
+                p {
+                    "Use the id and secret of an admin client: one on a plan with the scope "
+                    code { "tessera-admin" } " (or " code { "tessera-admin-read" } " to look only). "
+                    code { "tessera serve --demo" } " prints one."
+                }
+                form method="post" action="/console/sign-in" {
+                    input type="hidden" name="csrf" value=(token);
+                    label for="client_id" { "Client id" }
+                    input #client_id type="text" name="client_id" required autocomplete="username" spellcheck="false";
+                    label for="client_secret" { "Client secret" }
+                    input #client_secret type="password" name="client_secret" required autocomplete="current-password";
+                    button type="submit" { "Sign in" }
+                }
             }
         }
     };
@@ -268,6 +313,15 @@ fn sign_in_page(console: &Console, status: StatusCode, error: Option<&str>) -> R
 }
 
 async fn sign_in(State(console): State<Console>, request: Request<Body>) -> Response {
+    if !console.client_sign_in {
+        return sign_in_page(
+            &console,
+            StatusCode::FORBIDDEN,
+            Some(
+                "Signing in with an admin client's secret is turned off here: use single sign-on.",
+            ),
+        );
+    }
     let (parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, 16 * 1024).await else {
         return sign_in_page(
@@ -299,6 +353,144 @@ async fn sign_in(State(console): State<Console>, request: Request<Body>) -> Resp
     sign_in_with(&console, &parts, id, &secret).await
 }
 
+/// Starts a single sign-on (`sso.rs`): to the provider, with the `state` in a cookie that
+/// comes back with its redirect (`SameSite=Lax`: a top-level navigation from the provider).
+async fn sso_start(State(console): State<Console>) -> Response {
+    let Some(sso) = &console.sso else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    match sso.start(console.app.clock().now()).await {
+        Ok(started) => {
+            let cookie = session::set_cookie_with(
+                sso::STATE_COOKIE,
+                &started.state,
+                sso::PENDING_LIFETIME as u64,
+                console.secure,
+                "Lax",
+            );
+            let mut response = Redirect::to(&started.location).into_response();
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(e) => sign_in_page(
+            &console,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(&capitalized(&e)),
+        ),
+    }
+}
+
+/// The provider's redirect back: the sign-in ends (`sso.rs`) and a session starts for the
+/// person, or the sign-in page says why not. The session's cookie is `SameSite=Strict`, which
+/// a browser does not send on a navigation that began at the provider: the answer is a page
+/// that goes on to the console itself.
+async fn sso_callback(
+    State(console): State<Console>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let Some(sso) = &console.sso else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let query = match tessera_proto::form::parse(uri.query().unwrap_or_default()) {
+        Ok(query) => query,
+        Err(e) => return sign_in_page(&console, StatusCode::BAD_REQUEST, Some(&e.to_string())),
+    };
+    let now = console.app.clock().now();
+    let cookie = session::cookie(&headers, sso::STATE_COOKIE);
+    let clear = session::set_cookie_with(sso::STATE_COOKIE, "", 0, console.secure, "Lax");
+    let mut response = match sso.finish(&query, cookie, now).await {
+        Ok(person) => {
+            tracing::info!(
+                target: "tessera::audit",
+                event = "console_sign_in",
+                actor = person.actor(),
+                write = person.write,
+                "a person signed in to the console"
+            );
+            let write = person.write;
+            let started = console.sessions.start(
+                Session {
+                    client_id: person.actor(),
+                    credential: session::Credential::Person(Arc::new(person)),
+                    csrf: session::random_token(),
+                    write,
+                    expires_at: now + session::MAX_LIFETIME as i64,
+                    flash: None,
+                    origin: session::Origin::default(),
+                },
+                now,
+            );
+            match started {
+                Some(id) => signed_in(&console, &id),
+                None => sign_in_page(
+                    &console,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some("Too many console sessions are open. Try again later."),
+                ),
+            }
+        }
+        Err(e) => {
+            let status = match e {
+                sso::SsoError::Provider(_) => StatusCode::SERVICE_UNAVAILABLE,
+                sso::SsoError::NoRole => StatusCode::FORBIDDEN,
+                sso::SsoError::State | sso::SsoError::NoCode => StatusCode::BAD_REQUEST,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            tracing::info!(
+                target: "tessera::audit",
+                event = "console_sign_in_refused",
+                reason = %e,
+                "a console sign-in through the provider was refused"
+            );
+            sign_in_page(&console, status, Some(&capitalized(&e)))
+        }
+    };
+    if let Ok(value) = HeaderValue::from_str(&clear) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// The answer to a single sign-on: the session's cookie, and a page that goes on to the
+/// console (a navigation of this origin's, which carries the `SameSite=Strict` cookie).
+fn signed_in(console: &Console, id: &str) -> Response {
+    let body = html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content="0; url=/console/";
+                title { "Signed in · Tessera console" }
+                link rel="stylesheet" href="/console/assets/console.css";
+            }
+            body {
+                main id="main" {
+                    p { "Signed in. " a href="/console/" { "Go to the console" } }
+                }
+            }
+        }
+    };
+    let mut response = html(StatusCode::OK, body);
+    let cookie = session::set_cookie(session::COOKIE, id, session::MAX_LIFETIME, console.secure);
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// An error's message as a sentence.
+fn capitalized(e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => format!("{}{}.", first.to_uppercase(), chars.as_str()),
+        None => text,
+    }
+}
+
 async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) -> Response {
     let refused = |status, message: &str| sign_in_page(console, status, Some(message));
     match console.api.sign_in(parts, id, secret).await {
@@ -311,7 +503,7 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
             let now = console.app.clock().now();
             let Some(id) = console.sessions.start(
                 Session {
-                    token: Zeroizing::new(token),
+                    credential: session::Credential::Token(Zeroizing::new(token)),
                     csrf: session::random_token(),
                     client_id: id.to_owned(),
                     write,

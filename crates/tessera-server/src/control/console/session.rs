@@ -7,7 +7,7 @@
 //! sessions (sticky sessions needed there).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aws_lc_rs::digest::{digest, SHA256};
 use std::net::SocketAddr;
@@ -17,6 +17,8 @@ use axum::http::{header, Extensions, HeaderMap, HeaderValue};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use tessera_store::Timestamp;
+
+use crate::control::admin::auth::Person;
 use zeroize::Zeroizing;
 
 /// The most sessions kept at once. When they are all live and none is the signing-in
@@ -33,14 +35,24 @@ pub(super) const COOKIE: &str = "tessera_console";
 /// The sign-in form's own CSRF cookie (double submit: there is no session yet).
 pub(super) const SIGN_IN_COOKIE: &str = "tessera_console_signin";
 
+/// What a session calls the admin API as.
+#[derive(Clone)]
+pub(super) enum Credential {
+    /// The admin access token an admin client's id and secret got.
+    Token(Zeroizing<String>),
+    /// A person signed in through the console's OpenID Connect provider.
+    Person(Arc<Person>),
+}
+
 /// One signed-in browser.
 #[derive(Clone)]
 pub(super) struct Session {
-    /// The admin access token the console calls the admin API with.
-    pub(super) token: Zeroizing<String>,
+    /// What the console calls the admin API with.
+    pub(super) credential: Credential,
     /// The synchronizer token every form of this session carries.
     pub(super) csrf: String,
-    /// The admin client signed in.
+    /// Who signed in: the admin client's id, or the person's [`Person::actor`]; a share of
+    /// the store ([`MAX_PER_CLIENT`]) is per value.
     pub(super) client_id: String,
     /// Whether the token holds `tessera-admin` (else `tessera-admin-read`).
     pub(super) write: bool,
@@ -67,6 +79,16 @@ impl Origin {
         Self {
             peer: extensions.get::<ConnectInfo<SocketAddr>>().copied(),
             forwarded: headers.get_all("x-forwarded-for").iter().cloned().collect(),
+        }
+    }
+}
+
+impl Session {
+    /// How the page header names who is signed in.
+    pub(super) fn shown(&self) -> &str {
+        match &self.credential {
+            Credential::Token(_) => &self.client_id,
+            Credential::Person(person) => person.shown(),
         }
     }
 }
@@ -125,8 +147,20 @@ pub(super) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> 
 /// A `Set-Cookie` value: host-only, for the console's paths, not readable by scripts,
 /// never sent on cross-site requests, `Secure` when the console is served over https.
 pub(super) fn set_cookie(name: &str, value: &str, max_age: u64, secure: bool) -> String {
+    set_cookie_with(name, value, max_age, secure, "Strict")
+}
+
+/// [`set_cookie`] with another `SameSite` value: `Lax` for the single sign-on's `state`,
+/// which must come back with the provider's redirect.
+pub(super) fn set_cookie_with(
+    name: &str,
+    value: &str,
+    max_age: u64,
+    secure: bool,
+    same_site: &str,
+) -> String {
     format!(
-        "{name}={value}; Path=/console/; Max-Age={max_age}; HttpOnly; SameSite=Strict{}",
+        "{name}={value}; Path=/console/; Max-Age={max_age}; HttpOnly; SameSite={same_site}{}",
         if secure { "; Secure" } else { "" }
     )
 }
@@ -206,7 +240,7 @@ mod tests {
 
     fn session_of(client_id: &str, expires_at: Timestamp) -> Session {
         Session {
-            token: Zeroizing::new("t".into()),
+            credential: Credential::Token(Zeroizing::new("t".into())),
             csrf: "c".into(),
             client_id: client_id.into(),
             write: true,

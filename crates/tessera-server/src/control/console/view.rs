@@ -64,7 +64,7 @@ pub(super) fn page(
                             }
                         }
                         div.who {
-                            span { "Signed in as " code { (session.client_id) } }
+                            span { "Signed in as " code { (session.shown()) } }
                             @if !session.write {
                                 " " span.badge { "read-only" }
                             }

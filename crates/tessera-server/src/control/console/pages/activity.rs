@@ -49,7 +49,8 @@ async fn activity(
     let retention_days = console.app.config().audit_retention.as_secs() / 86_400;
     let body = html! {
         h1 { "Activity" }
-        p { "Every change made here or through the admin API: who made it (the admin client signed in), "
+        p { "Every change made here, through the admin API or with the CLI on the database: who made it "
+            "(the person signed in, the admin client, or cli: and the user), "
             "what, when and from which address. Kept " (retention_days) " days." }
         form.search method="get" action="/console/activity" role="search" {
             div { label for="activity-q" { "Who, what or from where contains" }
