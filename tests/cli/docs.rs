@@ -264,3 +264,78 @@ fn the_command_line_summary_names_only_flags_the_commands_take() {
         }
     }
 }
+
+const README: &str = include_str!("../../README.md");
+
+/// README, "Customers: organizations": its commands run as written on a new database, and
+/// do what the text after them says: the organization holds the admin client on the plan
+/// that grants `tessera-org-admin`, counted per organization, and the month's CSV comes out.
+#[test]
+fn the_readmes_organization_commands_run_as_written() {
+    let section = README
+        .split("## Customers: organizations")
+        .nth(1)
+        .expect("the README has the section");
+    let block = blocks(section)
+        .into_iter()
+        .next()
+        .expect("the section has a block");
+    assert_eq!(block.lang, "sh");
+    let dir = tempfile::tempdir().unwrap();
+    let path = format!(
+        "{}:{}",
+        Path::new(BIN).parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = Command::new("bash")
+        .args(["-c", &format!("set -euo pipefail\n{}", block.text)])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert!(
+        run.status.success(),
+        "the README's commands failed:\n{}\nstdout:\n{stdout}\nstderr:\n{}",
+        block.text,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("tcs_"),
+        "no secret for acme-admin: {stdout}"
+    );
+    assert!(
+        stdout.ends_with(
+            "day,client_id,client_name,tokens_issued,tokens_refused,api_requests,api_refused\r\n"
+        ),
+        "the CSV (RFC 4180 line ends), its header alone: {stdout}"
+    );
+
+    let show = |args: &[&str]| -> serde_json::Value {
+        let out = TESSERA.command(dir.path()).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let org = show(&["org", "show", "acme", "--json"]);
+    assert_eq!(
+        (&org["plan"], &org["clients"], &org["name"]),
+        (&"pro".into(), &1.into(), &"Acme Trading".into())
+    );
+    let plans = show(&["plan", "list", "--json"]);
+    let plan = &plans[0];
+    assert_eq!(plan["name"], "pro", "{plans}");
+    assert!(
+        plan["scopes"]
+            .as_array()
+            .unwrap()
+            .contains(&"tessera-org-admin".into()),
+        "the plan grants the org admin's scope: {plan}"
+    );
+    assert_eq!(
+        (&plan["limit_per"], &plan["token_rate"]["count"]),
+        (&"org".into(), &600.into()),
+        "{plan}"
+    );
+}
