@@ -711,6 +711,11 @@ mod tests {
             admin_listen: Some(SocketAddr::from(([127, 0, 0, 1], 3))),
             redis_url: Some("redis://x".into()),
             expected_instances: Some(NonZeroU32::MIN),
+            console_oidc_issuer: Some("https://idp".into()),
+            console_oidc_client_id: Some("tessera".into()),
+            console_oidc_client_secret_file: Some("s".into()),
+            console_admin_group: Some("admins".into()),
+            console_read_group: Some("readers".into()),
             ..Config::default()
         };
         let mut keys: Vec<String> = toml::Table::try_from(every)
