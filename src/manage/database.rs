@@ -403,25 +403,27 @@ impl Operations for Database<'_> {
             .create_org(&new.id, &new.name, &new.plan)
             .await?;
         change.made().await;
-        Ok(views::org(&org, 0))
+        Ok(views::org(&org, 0, &self.store.plans().await?))
     }
 
     async fn list_orgs(&self) -> Result<Vec<api::Org>> {
         let counts: HashMap<String, u64> =
             self.store.clients_per_org().await?.into_iter().collect();
+        let plans = self.store.plans().await?;
         Ok(self
             .store
             .orgs()
             .await?
             .iter()
-            .map(|o| views::org(o, counts.get(&o.id).copied().unwrap_or(0)))
+            .map(|o| views::org(o, counts.get(&o.id).copied().unwrap_or(0), &plans))
             .collect())
     }
 
     async fn show_org(&self, id: &str) -> Result<api::Org> {
         let admin = self.registrar();
         let org = admin.org(id).await?;
-        Ok(views::org(&org, admin.org_client_count(id).await?))
+        let plans = self.store.plans().await?;
+        Ok(views::org(&org, admin.org_client_count(id).await?, &plans))
     }
 
     async fn update_org(&self, id: &str, patch: &api::OrgPatch) -> Result<api::Org> {
@@ -445,7 +447,8 @@ impl Operations for Database<'_> {
             )
             .await?;
         change.made().await;
-        Ok(views::org(&org, admin.org_client_count(id).await?))
+        let plans = self.store.plans().await?;
+        Ok(views::org(&org, admin.org_client_count(id).await?, &plans))
     }
 
     async fn org_usage(
@@ -477,7 +480,7 @@ impl Operations for Database<'_> {
             .delete_org(id, with_clients)
             .await?;
         change.made().await;
-        Ok(views::org(&org, clients))
+        Ok(views::org(&org, clients, &self.store.plans().await?))
     }
 
     async fn list_keys(&self) -> Result<Vec<Key>> {

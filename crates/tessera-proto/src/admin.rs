@@ -450,6 +450,10 @@ pub struct Org {
     pub name: String,
     /// The plan of all its clients.
     pub plan: String,
+    /// The scopes that plan grants: what its clients may request (empty when the plan is
+    /// gone). An organization's own admin, who cannot read plans, learns them here.
+    #[serde(default)]
+    pub scopes: Vec<String>,
     /// Whether its clients may get tokens.
     pub enabled: bool,
     /// How many clients it has.

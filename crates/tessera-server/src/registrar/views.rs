@@ -34,12 +34,22 @@ pub fn plan(plan: &Plan, clients: u64) -> api::Plan {
     }
 }
 
-/// An organization with `clients` clients.
-pub fn org(org: &tessera_store::Org, clients: u64) -> api::Org {
+/// An organization with `clients` clients, its scopes those of its plan among `plans`.
+pub fn org<'p>(
+    org: &tessera_store::Org,
+    clients: u64,
+    plans: impl IntoIterator<Item = &'p Plan>,
+) -> api::Org {
+    let scopes = plans
+        .into_iter()
+        .find(|p| p.name == org.plan)
+        .map(|p| p.scopes.iter().map(|s| s.to_string()).collect())
+        .unwrap_or_default();
     api::Org {
         id: org.id.clone(),
         name: org.name.clone(),
         plan: org.plan.clone(),
+        scopes,
         enabled: org.enabled,
         clients,
         created_at: org.created_at,

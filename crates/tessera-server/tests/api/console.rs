@@ -86,7 +86,7 @@ impl Visitor {
         response
     }
 
-    async fn sign_in(&mut self, id: &str, secret: &str) -> Response {
+    pub(crate) async fn sign_in(&mut self, id: &str, secret: &str) -> Response {
         let form = self.get("/console/sign-in").await.text().await.unwrap();
         let csrf = hidden(&form, "csrf");
         self.post(
@@ -662,7 +662,7 @@ async fn the_plan_form_sets_api_limits_and_the_client_page_charts_api_requests()
 }
 
 /// The HTML of `response`, with its status.
-async fn page_of(response: Response) -> (StatusCode, String) {
+pub(crate) async fn page_of(response: Response) -> (StatusCode, String) {
     let status = response.status();
     (status, response.text().await.unwrap())
 }

@@ -7,6 +7,7 @@ mod assertion;
 mod audit;
 mod cluster;
 mod console;
+mod console_portal;
 mod console_sso;
 mod control_plane;
 mod discovery;

@@ -24,6 +24,7 @@ use tessera_proto::ClientSecret;
 use tessera_store::AuthMethod;
 use tessera_testkit::{spawn_app, TestApp};
 
+mod portal;
 mod sso;
 
 /// Chromium on a closed machine: no background networking, no first-run work.

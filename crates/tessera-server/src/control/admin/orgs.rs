@@ -63,7 +63,11 @@ pub(crate) async fn org_usage(
 /// The organization as the API shows it, with its count of clients.
 async fn view(state: &AppState, org: &Org) -> Result<api::Org, Problem> {
     let clients = state.registrar().org_client_count(&org.id).await?;
-    Ok(views::org(org, clients))
+    Ok(views::org(
+        org,
+        clients,
+        state.registry().plans().map(|p| &**p),
+    ))
 }
 
 /// List the organizations.
@@ -75,6 +79,7 @@ pub(crate) async fn list_orgs(
     _caller: Caller<Read>,
 ) -> Result<Response, Problem> {
     let counts = state.store().clients_per_org().await?;
+    let registry = state.registry();
     let orgs = state
         .store()
         .orgs()
@@ -82,7 +87,7 @@ pub(crate) async fn list_orgs(
         .iter()
         .map(|o| {
             let n = counts.iter().find(|(id, _)| *id == o.id).map_or(0, |c| c.1);
-            views::org(o, n)
+            views::org(o, n, registry.plans().map(|p| &**p))
         })
         .collect();
     Ok(json(StatusCode::OK, &api::OrgList { orgs }, None))
@@ -113,7 +118,11 @@ pub(crate) async fn create_org(
         .create_org(&input.id, &input.name, &input.plan)
         .await?;
     change.made().await;
-    let mut response = json(StatusCode::CREATED, &views::org(&org, 0), Some(&etag(&org)));
+    let mut response = json(
+        StatusCode::CREATED,
+        &views::org(&org, 0, state.registry().plans().map(|p| &**p)),
+        Some(&etag(&org)),
+    );
     if let Ok(location) = HeaderValue::from_str(&format!("/admin/v1/orgs/{}", org.id)) {
         response.headers_mut().insert(header::LOCATION, location);
     }

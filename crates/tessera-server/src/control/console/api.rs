@@ -10,12 +10,12 @@ use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
 use axum::Router;
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use tessera_proto::admin::Problem;
-use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE};
+use tessera_proto::scope::{ADMIN_READ_SCOPE, ADMIN_SCOPE, ORG_ADMIN_SCOPE};
 use tessera_proto::{ErrorCode, ErrorResponse, TokenResponse};
 use tower::ServiceExt;
 
@@ -79,20 +79,40 @@ impl Answer {
 /// What a sign-in gave.
 #[derive(Debug)]
 pub(super) enum SignIn {
-    /// A token, whether it may write, and its lifetime in seconds.
+    /// A token, whether it may write, the organization of an organization's admin, and
+    /// its lifetime in seconds.
     Token {
         token: String,
         write: bool,
+        org: Option<String>,
         expires_in: u64,
     },
     /// Wrong id or secret, or a client disabled.
     Refused,
-    /// The client is fine but its plan grants neither admin scope.
+    /// The client is fine but its plan grants no admin scope (or `tessera-org-admin` to a
+    /// client of no organization).
     NotAdmin,
     /// Too many failures from this address: retry after this many seconds.
     Throttled(Option<u64>),
     /// Anything else, said as it was.
     Failed(String),
+}
+
+/// Which scope a sign-in tries: the provider's admin, an organization's, the reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Write,
+    Org,
+    Read,
+}
+
+/// The `org_id` claim of an access token the token endpoint has just issued in-process
+/// (so not verified again here: the admin API verifies it on every call).
+fn org_of(token: &str) -> Option<String> {
+    let payload = token.split('.').nth(1)?;
+    let claims: tessera_proto::AccessTokenClaims =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    claims.org_id
 }
 
 impl Api {
@@ -105,12 +125,20 @@ impl Api {
         }
     }
 
-    /// Asks the token endpoint for a `tessera-admin` token, then for a `tessera-admin-read`
-    /// one, as the browser's own request would: with its peer address and forwarding
-    /// headers, so that failures count against the browser's address in the same throttle
-    /// as any token request's.
+    /// Asks the token endpoint for a `tessera-admin` token, then a `tessera-org-admin` one
+    /// (for a client of an organization: its developer portal), then a `tessera-admin-read`
+    /// one, as the admin API ranks them ([`principal`](crate::control::admin::auth)), and as
+    /// the browser's own request would: with its peer address and forwarding headers, so
+    /// that failures count against the browser's address in the same throttle as any token
+    /// request's.
     pub(super) async fn sign_in(&self, from: &Parts, id: &str, secret: &str) -> SignIn {
-        for (scope, write) in [(ADMIN_SCOPE, true), (ADMIN_READ_SCOPE, false)] {
+        let tries = [
+            (ADMIN_SCOPE, Role::Write),
+            (ORG_ADMIN_SCOPE, Role::Org),
+            (ADMIN_READ_SCOPE, Role::Read),
+        ];
+        for (n, (scope, role)) in tries.into_iter().enumerate() {
+            let last = n + 1 == tries.len();
             let credentials = format!(
                 "{}:{}",
                 tessera_proto::form::encode_component(id),
@@ -141,18 +169,29 @@ impl Api {
                 Err(e) => return SignIn::Failed(e.to_string()),
             };
             if status == StatusCode::OK {
-                return match serde_json::from_slice::<TokenResponse>(&body) {
-                    Ok(answer) => SignIn::Token {
-                        token: answer.access_token,
-                        write,
-                        expires_in: answer.expires_in,
+                let answer = match serde_json::from_slice::<TokenResponse>(&body) {
+                    Ok(answer) => answer,
+                    Err(e) => return SignIn::Failed(e.to_string()),
+                };
+                let org = match role {
+                    // The admin API takes `tessera-org-admin` only from a client of an
+                    // organization: one of none goes on to the reader's scope.
+                    Role::Org => match org_of(&answer.access_token) {
+                        Some(org) => Some(org),
+                        None => continue,
                     },
-                    Err(e) => SignIn::Failed(e.to_string()),
+                    Role::Write | Role::Read => None,
+                };
+                return SignIn::Token {
+                    token: answer.access_token,
+                    write: role != Role::Read,
+                    org,
+                    expires_in: answer.expires_in,
                 };
             }
             let refusal = serde_json::from_slice::<ErrorResponse>(&body).ok();
             match (status, refusal.as_ref().map(|r| r.error)) {
-                (StatusCode::BAD_REQUEST, Some(ErrorCode::InvalidScope)) if write => continue,
+                (StatusCode::BAD_REQUEST, Some(ErrorCode::InvalidScope)) if !last => continue,
                 (StatusCode::BAD_REQUEST, Some(ErrorCode::InvalidScope)) => {
                     return SignIn::NotAdmin
                 }

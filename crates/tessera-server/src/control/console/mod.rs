@@ -31,6 +31,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use maud::html;
 use std::sync::Arc;
+use tessera_proto::form::encode_component as seg;
 use zeroize::Zeroizing;
 
 use crate::AppState;
@@ -91,7 +92,7 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
         .route("/console/sign-in/sso", get(sso_start))
         .route(sso::CALLBACK_PATH, get(sso_callback))
         .route("/console/sign-out", post(sign_out))
-        .merge(pages::router())
+        .merge(pages::router(&console))
         .route(
             "/console/assets/console.css",
             get(|| async { asset("text/css; charset=utf-8", CSS) }),
@@ -289,6 +290,10 @@ fn sign_in_page(console: &Console, status: StatusCode, error: Option<&str>) -> R
                     code { "tessera-admin" } " (or " code { "tessera-admin-read" } " to look only). "
                     code { "tessera serve --demo" } " prints one."
                 }
+                p {
+                    "An organization's administrator signs in with a client of the organization "
+                    "whose plan grants " code { "tessera-org-admin" } ", and sees that organization only."
+                }
                 form method="post" action="/console/sign-in" {
                     input type="hidden" name="csrf" value=(token);
                     label for="client_id" { "Client id" }
@@ -417,6 +422,7 @@ async fn sso_callback(
                     credential: session::Credential::Person(Arc::new(person)),
                     csrf: session::random_token(),
                     write,
+                    org: None,
                     expires_at: now + session::MAX_LIFETIME as i64,
                     flash: None,
                     origin: session::Origin::default(),
@@ -497,6 +503,7 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
         SignIn::Token {
             token,
             write,
+            org,
             expires_in,
         } => {
             let lifetime = expires_in.min(session::MAX_LIFETIME);
@@ -507,6 +514,7 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
                     csrf: session::random_token(),
                     client_id: id.to_owned(),
                     write,
+                    org: org.clone(),
                     expires_at: now + lifetime as i64,
                     flash: None,
                     origin: session::Origin::default(),
@@ -518,7 +526,11 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
                     "Too many console sessions are open. Try again later.",
                 );
             };
-            let mut response = Redirect::to("/console/").into_response();
+            let home = match &org {
+                Some(org) => format!("/console/orgs/{}", seg(org)),
+                None => "/console/".to_owned(),
+            };
+            let mut response = Redirect::to(&home).into_response();
             let headers = response.headers_mut();
             for cookie in [
                 session::set_cookie(session::COOKIE, &id, lifetime, console.secure),
@@ -536,7 +548,8 @@ async fn sign_in_with(console: &Console, parts: &Parts, id: &str, secret: &str) 
         ),
         SignIn::NotAdmin => refused(
             StatusCode::FORBIDDEN,
-            "This client's plan grants neither tessera-admin nor tessera-admin-read.",
+            "This client's plan grants none of tessera-admin, tessera-admin-read and \
+             tessera-org-admin (the last for a client of an organization).",
         ),
         SignIn::Throttled(retry) => refused(
             StatusCode::TOO_MANY_REQUESTS,

@@ -54,8 +54,12 @@ pub(super) struct Session {
     /// Who signed in: the admin client's id, or the person's [`Person::actor`]; a share of
     /// the store ([`MAX_PER_CLIENT`]) is per value.
     pub(super) client_id: String,
-    /// Whether the token holds `tessera-admin` (else `tessera-admin-read`).
+    /// Whether the token holds `tessera-admin` or `tessera-org-admin` (else
+    /// `tessera-admin-read`).
     pub(super) write: bool,
+    /// For an organization's own admin (`tessera-org-admin`, issue 28), its organization:
+    /// the console is then that organization's developer portal, and shows nothing else.
+    pub(super) org: Option<String>,
     /// When the session ends (the clock's seconds).
     pub(super) expires_at: Timestamp,
     /// A message for the next page shown (after a redirect), and whether it is an error.
@@ -99,6 +103,7 @@ impl std::fmt::Debug for Session {
             .field("token", &"[redacted]")
             .field("client_id", &self.client_id)
             .field("write", &self.write)
+            .field("org", &self.org)
             .field("expires_at", &self.expires_at)
             .finish_non_exhaustive()
     }
@@ -210,6 +215,16 @@ impl Sessions {
         }
     }
 
+    /// The organization of the live session the request's cookie names, for an
+    /// organization's admin; its flash message stays for the page.
+    pub(super) fn org(&self, headers: &HeaderMap, now: Timestamp) -> Option<String> {
+        let id = cookie(headers, COOKIE)?;
+        let map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&key(id))
+            .filter(|(_, s)| s.expires_at > now)
+            .and_then(|(_, s)| s.org.clone())
+    }
+
     /// Leaves a message for the next page of session `id`.
     pub(super) fn flash(&self, id: &str, message: String, error: bool) {
         let mut map = self.by_id.lock().unwrap_or_else(|p| p.into_inner());
@@ -244,6 +259,7 @@ mod tests {
             csrf: "c".into(),
             client_id: client_id.into(),
             write: true,
+            org: None,
             expires_at,
             flash: None,
             origin: Origin::default(),

@@ -29,14 +29,28 @@ pub(super) fn page(
     session: Option<&Session>,
     body: Markup,
 ) -> Markup {
-    let nav = [
-        (Section::Overview, "/console/", "Overview"),
-        (Section::Plans, "/console/plans", "Plans"),
-        (Section::Clients, "/console/clients", "Clients"),
-        (Section::Orgs, "/console/orgs", "Organizations"),
-        (Section::Keys, "/console/keys", "Keys"),
-        (Section::Activity, "/console/activity", "Activity"),
-    ];
+    // An organization's admin sees its organization only (the developer portal).
+    let nav: Vec<(Section, String, &str)> = match session.and_then(|s| s.org.as_deref()) {
+        Some(org) => vec![(
+            Section::Orgs,
+            format!(
+                "/console/orgs/{}",
+                tessera_proto::form::encode_component(org)
+            ),
+            "Your organization",
+        )],
+        None => [
+            (Section::Overview, "/console/", "Overview"),
+            (Section::Plans, "/console/plans", "Plans"),
+            (Section::Clients, "/console/clients", "Clients"),
+            (Section::Orgs, "/console/orgs", "Organizations"),
+            (Section::Keys, "/console/keys", "Keys"),
+            (Section::Activity, "/console/activity", "Activity"),
+        ]
+        .into_iter()
+        .map(|(s, href, label)| (s, href.to_owned(), label))
+        .collect(),
+    };
     let body = maud::PreEscaped(body.into_string());
     html! {
         (DOCTYPE)
@@ -65,6 +79,9 @@ pub(super) fn page(
                         }
                         div.who {
                             span { "Signed in as " code { (session.shown()) } }
+                            @if let Some(org) = &session.org {
+                                " " span.badge { "admin of " (org) }
+                            }
                             @if !session.write {
                                 " " span.badge { "read-only" }
                             }

@@ -1,7 +1,14 @@
 //! Clients: the list with its search, one client with its usage and refusals, creating,
 //! changing, rotating a secret (the one page that shows it) and deleting.
+//!
+//! The pages of one client serve two paths: `/console/clients/{id}`, any client, through the
+//! admin API's `/clients`; and `/console/orgs/{id}/clients/{client}`, a client of one
+//! organization, through its `/orgs/{id}/clients`: the organization's developer portal, for
+//! its own admin (issue 28), where a client cannot move to another plan and the registry's
+//! refusals are not shown. An [`Owner`] says which.
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawPathParams, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -42,6 +49,102 @@ pub(super) fn router() -> Router<Console> {
             "/console/clients/{id}/delete",
             get(confirm_delete).post(delete_client),
         )
+        .route("/console/orgs/{id}/clients", post(create_org_client))
+        .route("/console/orgs/{id}/clients/{client}", get(client))
+        .route(
+            "/console/orgs/{id}/clients/{client}/rotate",
+            post(rotate_secret),
+        )
+        .route(
+            "/console/orgs/{id}/clients/{client}/change",
+            post(change_client),
+        )
+        .route(
+            "/console/orgs/{id}/clients/{client}/delete",
+            get(confirm_delete).post(delete_client),
+        )
+}
+
+/// Whose clients a page reaches, and so where the admin API has them and where their pages
+/// are.
+#[derive(Debug, Clone)]
+pub(super) enum Owner {
+    /// Every client: the provider's console, through `/clients`.
+    Registry,
+    /// The clients of one organization, through `/orgs/{id}/clients`: its portal.
+    Org(String),
+}
+
+impl Owner {
+    /// Client `id` at the admin API.
+    fn api(&self, id: &str) -> String {
+        match self {
+            Self::Registry => format!("/clients/{}", seg(id)),
+            Self::Org(org) => format!("/orgs/{}/clients/{}", seg(org), seg(id)),
+        }
+    }
+
+    /// Client `id`'s page.
+    pub(super) fn page(&self, id: &str) -> String {
+        match self {
+            Self::Registry => format!("/console/clients/{}", seg(id)),
+            Self::Org(org) => format!("/console/orgs/{}/clients/{}", seg(org), seg(id)),
+        }
+    }
+
+    /// The page that lists the clients, and its link's text.
+    fn list(&self) -> (String, String) {
+        match self {
+            Self::Registry => ("/console/clients".into(), "Clients".into()),
+            Self::Org(org) => (
+                format!("/console/orgs/{}", seg(org)),
+                format!("Organization {org}"),
+            ),
+        }
+    }
+
+    /// The navigation's section of its pages.
+    fn section(&self) -> Section {
+        match self {
+            Self::Registry => Section::Clients,
+            Self::Org(_) => Section::Orgs,
+        }
+    }
+}
+
+/// The client a path names, with its [`Owner`]: `{id}` of `/console/clients/{id}`, or
+/// `{client}` of organization `{id}` in `/console/orgs/{id}/clients/{client}`.
+#[derive(Debug)]
+struct Named {
+    owner: Owner,
+    id: String,
+}
+
+impl FromRequestParts<Console> for Named {
+    type Rejection = Fail;
+
+    async fn from_request_parts(parts: &mut Parts, console: &Console) -> Result<Self, Fail> {
+        let params = RawPathParams::from_request_parts(parts, console)
+            .await
+            .map_err(|e| Fail::BadRequest(None, e.body_text()))?;
+        let param = |name: &str| {
+            params
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_owned())
+        };
+        match (param("id"), param("client")) {
+            (Some(org), Some(id)) => Ok(Self {
+                owner: Owner::Org(org),
+                id,
+            }),
+            (Some(id), None) => Ok(Self {
+                owner: Owner::Registry,
+                id,
+            }),
+            _ => Err(Fail::BadRequest(None, "no client in the path".into())),
+        }
+    }
 }
 
 /// The list's filters, from its query string.
@@ -326,11 +429,15 @@ async fn create_client(State(console): State<Console>, form: Form) -> Result<Res
         .await
         .and_then(|a| a.json::<ClientWithSecret>())
     {
-        Ok(client) => Ok(
-            secret_page(&console, &form.session, &client, "Client created")
-                .await
-                .into_response(),
-        ),
+        Ok(client) => Ok(secret_page(
+            &console,
+            &form.session,
+            &client,
+            "Client created",
+            &Owner::Registry,
+        )
+        .await
+        .into_response()),
         Err(e) => {
             match FieldError::from_api(&e, |f| matches!(f, "plan" | "name").then(|| f.to_owned())) {
                 Some(error) => refused(error).await,
@@ -352,6 +459,7 @@ async fn secret_page(
     session: &Session,
     created: &ClientWithSecret,
     title: &str,
+    owner: &Owner,
 ) -> Page {
     let client = &created.client;
     let secret = created
@@ -360,11 +468,26 @@ async fn secret_page(
         .map(tessera_proto::ClientSecret::expose)
         .unwrap_or_default();
     // The secret is on this page only: a plan that cannot be read (deleted meanwhile)
-    // leaves the scopes out rather than the page.
-    let scopes = get_json::<api::Plan>(console, session, &format!("/plans/{}", seg(&client.plan)))
-        .await
-        .map(|plan| plan.scopes.join(" "))
-        .unwrap_or_default();
+    // leaves the scopes out rather than the page. An organization's admin reads them from
+    // its organization, less Tessera's own (an API client's quick start asks for APIs).
+    let scopes = match owner {
+        Owner::Registry => {
+            get_json::<api::Plan>(console, session, &format!("/plans/{}", seg(&client.plan)))
+                .await
+                .map(|plan| plan.scopes.join(" "))
+        }
+        Owner::Org(org) => get_json::<api::Org>(console, session, &format!("/orgs/{}", seg(org)))
+            .await
+            .map(|org| {
+                let apis: Vec<_> = org
+                    .scopes
+                    .into_iter()
+                    .filter(|s| !tessera_proto::scope::names_issuer(s))
+                    .collect();
+                apis.join(" ")
+            }),
+    }
+    .unwrap_or_default();
     let start = QuickStart {
         base: console.app.issuer().trim_end_matches('/'),
         id: client.client_id.as_str(),
@@ -419,9 +542,9 @@ async fn secret_page(
         (snippet("snippet-rust", RUST_QUICKSTART.to_owned(), "Rust"))
         h3 { "Python, with Authlib" }
         (snippet("snippet-python", start.python(), "Python"))
-        p { a href={"/console/clients/" (seg(client.client_id.as_str()))} { "Go to the client" } }
+        p { a href=(owner.page(client.client_id.as_str())) { "Go to the client" } }
     };
-    Page::new(title, Section::Clients, session, body)
+    Page::new(title, owner.section(), session, body)
 }
 
 /// What the quick start snippets name: the server, the client and its plan's scopes.
@@ -494,33 +617,61 @@ impl QuickStart<'_> {
 async fn client(
     State(console): State<Console>,
     session: Session,
-    Path(id): Path<String>,
+    Named { owner, id }: Named,
 ) -> Result<Page, Fail> {
-    let (client, etag): (Client, _) =
-        get_tagged(&console, &session, &format!("/clients/{}", seg(&id))).await?;
+    let (client, etag): (Client, _) = get_tagged(&console, &session, &owner.api(&id)).await?;
     let now = console.app.clock().now();
     let flush = console.app.config().housekeeping_interval.as_secs();
     let days = view::last_days(now, 30);
-    let usage: Usage = get_json(
-        &console,
-        &session,
-        &format!("/clients/{}/usage?{}", seg(&id), days_query(&days)),
-    )
-    .await?;
-    let refusals: api::RefusalList = get_json(
-        &console,
-        &session,
-        &format!("/clients/{}/refusals", seg(&id)),
-    )
-    .await?;
-    let plans: PlanList = get_json(&console, &session, "/plans").await?;
-    let base = format!("/console/clients/{}", seg(client.client_id.as_str()));
+    // An organization's portal reads its clients' usage from the organization's, and
+    // neither the registry's refusals nor its plans, which are the provider's.
+    let (usage, refusals, plans) = match &owner {
+        Owner::Registry => {
+            let usage: Usage = get_json(
+                &console,
+                &session,
+                &format!("/clients/{}/usage?{}", seg(&id), days_query(&days)),
+            )
+            .await?;
+            let refusals: api::RefusalList = get_json(
+                &console,
+                &session,
+                &format!("/clients/{}/refusals", seg(&id)),
+            )
+            .await?;
+            let plans: PlanList = get_json(&console, &session, "/plans").await?;
+            (usage.days, Some(refusals), Some(plans))
+        }
+        Owner::Org(org) => {
+            let usage: api::OrgUsage = get_json(
+                &console,
+                &session,
+                &format!("/orgs/{}/usage?{}", seg(org), days_query(&days)),
+            )
+            .await?;
+            let days = usage
+                .clients
+                .into_iter()
+                .find(|c| c.client_id == client.client_id.as_str())
+                .map(|c| c.days)
+                .unwrap_or_default();
+            (days, None, None)
+        }
+    };
+    let base = owner.page(client.client_id.as_str());
+    let (list, list_label) = owner.list();
     let body = html! {
-        p { a href="/console/clients" { "← Clients" } }
+        p { a href=(list) { "← " (list_label) } }
         h1 { "Client " code { (client.client_id) } }
         dl {
             dt { "Name" } dd { @if client.name.is_empty() { "(none)" } @else { (client.name) } }
-            dt { "Plan" } dd { a href={"/console/plans/" (seg(&client.plan))} { (client.plan) } }
+            dt { "Plan" } dd {
+                @if matches!(owner, Owner::Registry) {
+                    a href={"/console/plans/" (seg(&client.plan))} { (client.plan) }
+                } @else {
+                    (client.plan)
+                }
+            }
             dt { "State" } dd #client-state { @if client.enabled { "enabled" } @else { "disabled: its token requests are refused" } }
             dt { "Authentication" } dd { (client.token_endpoint_auth_method) }
             dt { "Created" } dd { (time(client.created_at)) }
@@ -534,9 +685,10 @@ async fn client(
             (flush) " s, so the last " (flush) " s may be missing here; "
             "the last refusals below are live, from this instance."
         }
-        (usage_chart(&days, &usage.days, "This client"))
+        (usage_chart(&days, &usage, "This client"))
         h2 { "API requests, last 30 days" }
-        (view::api_usage_charts(&days, &usage.days))
+        (view::api_usage_charts(&days, &usage))
+        @if let Some(refusals) = &refusals {
         h2 { "Last refusals" }
         @if refusals.refusals.is_empty() {
             p.empty { "No refused token request seen by this instance." }
@@ -548,6 +700,7 @@ async fn client(
                 } }
             } }
             p.note { "The last ten refusals this instance answered, a disabled client's too." }
+        }
         }
         @if session.write {
             h2 { "Manage" }
@@ -563,14 +716,16 @@ async fn client(
                         button type="submit" { "Enable client" }
                     }
                 }
-                form method="post" action={(base) "/change"} {
-                    (csrf(&session))
-                    input type="hidden" name="etag" value=(etag);
-                    label for="move-plan" { "Move to plan" }
-                    select #move-plan name="plan" {
-                        @for p in &plans.plans { option value=(p.name) selected[p.name == client.plan] { (p.name) } }
+                @if let Some(plans) = &plans {
+                    form method="post" action={(base) "/change"} {
+                        (csrf(&session))
+                        input type="hidden" name="etag" value=(etag);
+                        label for="move-plan" { "Move to plan" }
+                        select #move-plan name="plan" {
+                            @for p in &plans.plans { option value=(p.name) selected[p.name == client.plan] { (p.name) } }
+                        }
+                        button type="submit" { "Move" }
                     }
-                    button type="submit" { "Move" }
                 }
                 form method="post" action={(base) "/rotate"} {
                     (csrf(&session))
@@ -588,7 +743,7 @@ async fn client(
     };
     Ok(Page::new(
         format!("Client {}", client.client_id),
-        Section::Clients,
+        owner.section(),
         &session,
         body,
     ))
@@ -596,10 +751,10 @@ async fn client(
 
 async fn change_client(
     State(console): State<Console>,
-    Path(id): Path<String>,
+    Named { owner, id }: Named,
     form: Form,
 ) -> Result<Response, Fail> {
-    let back = format!("/console/clients/{}", seg(&id));
+    let back = owner.page(&id);
     let etag = form.field("etag").unwrap_or("*");
     if form.field("enabled") == Some("false") && form.field("confirmed") != Some("yes") {
         let body = view::confirm(
@@ -613,7 +768,7 @@ async fn change_client(
             &back,
         );
         return Ok(
-            Page::new("Disable client", Section::Clients, &form.session, body).into_response(),
+            Page::new("Disable client", owner.section(), &form.session, body).into_response(),
         );
     }
     let mut patch = api::ClientPatch::default();
@@ -627,17 +782,38 @@ async fn change_client(
         patch.plan = Some(plan.to_owned());
         said.push(format!("moved to plan {plan}"));
     }
-    match console
-        .api
-        .call(
-            &form.session,
-            Method::PATCH,
-            &format!("/clients/{}", seg(&id)),
-            Some(&patch),
-            &[("if-match", etag)],
-        )
-        .await
-    {
+    let sent = match &owner {
+        Owner::Registry => {
+            console
+                .api
+                .call(
+                    &form.session,
+                    Method::PATCH,
+                    &owner.api(&id),
+                    Some(&patch),
+                    &[("if-match", etag)],
+                )
+                .await
+        }
+        // An organization's client is on its organization's plan: no move.
+        Owner::Org(_) => {
+            let patch = api::OrgClientPatch {
+                name: None,
+                enabled: patch.enabled,
+            };
+            console
+                .api
+                .call(
+                    &form.session,
+                    Method::PATCH,
+                    &owner.api(&id),
+                    Some(&patch),
+                    &[("if-match", etag)],
+                )
+                .await
+        }
+    };
+    match sent {
         Ok(_) => Ok(console.redirect(&form, &back, format!("Client {}.", said.join(", ")))),
         Err(e) => Ok(console.refused(&form, &back, e)),
     }
@@ -645,15 +821,15 @@ async fn change_client(
 
 async fn rotate_secret(
     State(console): State<Console>,
-    Path(id): Path<String>,
+    Named { owner, id }: Named,
     form: Form,
 ) -> Result<Response, Fail> {
     let grace: i64 = form
         .field("grace_secs")
         .and_then(|g| g.parse().ok())
         .unwrap_or(86_400);
+    let back = owner.page(&id);
     if form.field("confirmed") != Some("yes") {
-        let back = format!("/console/clients/{}", seg(&id));
         let kept = GRACES
             .iter()
             .find(|(secs, _)| *secs == grace)
@@ -678,7 +854,7 @@ async fn rotate_secret(
             &back,
         );
         return Ok(
-            Page::new("Rotate secret", Section::Clients, &form.session, body).into_response(),
+            Page::new("Rotate secret", owner.section(), &form.session, body).into_response(),
         );
     }
     match console
@@ -686,7 +862,7 @@ async fn rotate_secret(
         .call(
             &form.session,
             Method::POST,
-            &format!("/clients/{}/rotate-secret", seg(&id)),
+            &format!("{}/rotate-secret", owner.api(&id)),
             Some(&api::Rotation {
                 grace_secs: Some(grace),
             }),
@@ -696,24 +872,23 @@ async fn rotate_secret(
         .and_then(|a| a.json::<ClientWithSecret>())
     {
         Ok(client) => Ok(
-            secret_page(&console, &form.session, &client, "Secret rotated")
+            secret_page(&console, &form.session, &client, "Secret rotated", &owner)
                 .await
                 .into_response(),
         ),
-        Err(e) => Ok(console.refused(&form, &format!("/console/clients/{}", seg(&id)), e)),
+        Err(e) => Ok(console.refused(&form, &back, e)),
     }
 }
 
 async fn confirm_delete(
     State(console): State<Console>,
     session: Session,
-    Path(id): Path<String>,
+    Named { owner, id }: Named,
 ) -> Result<Page, Fail> {
-    let (client, etag): (Client, _) =
-        get_tagged(&console, &session, &format!("/clients/{}", seg(&id))).await?;
-    let base = format!("/console/clients/{}", seg(client.client_id.as_str()));
+    let (client, etag): (Client, _) = get_tagged(&console, &session, &owner.api(&id)).await?;
+    let base = owner.page(client.client_id.as_str());
     let body = delete_confirmation(&session, client.client_id.as_str(), &etag, &base);
-    Ok(Page::new("Delete client", Section::Clients, &session, body))
+    Ok(Page::new("Delete client", owner.section(), &session, body))
 }
 
 /// The second step of deleting a client.
@@ -732,15 +907,15 @@ fn delete_confirmation(session: &Session, id: &str, etag: &str, base: &str) -> m
 
 async fn delete_client(
     State(console): State<Console>,
-    Path(id): Path<String>,
+    Named { owner, id }: Named,
     form: Form,
 ) -> Result<Response, Fail> {
     let etag = form.field("etag").unwrap_or("*");
+    let base = owner.page(&id);
     if form.field("confirmed") != Some("yes") {
-        let base = format!("/console/clients/{}", seg(&id));
         let body = delete_confirmation(&form.session, &id, etag, &base);
         return Ok(
-            Page::new("Delete client", Section::Clients, &form.session, body).into_response(),
+            Page::new("Delete client", owner.section(), &form.session, body).into_response(),
         );
     }
     match console
@@ -748,13 +923,57 @@ async fn delete_client(
         .call(
             &form.session,
             Method::DELETE,
-            &format!("/clients/{}", seg(&id)),
+            &owner.api(&id),
             None::<&()>,
             &[("if-match", etag)],
         )
         .await
     {
-        Ok(_) => Ok(console.redirect(&form, "/console/clients", format!("Client {id} deleted."))),
-        Err(e) => Ok(console.refused(&form, &format!("/console/clients/{}", seg(&id)), e)),
+        Ok(_) => Ok(console.redirect(&form, &owner.list().0, format!("Client {id} deleted."))),
+        Err(e) => Ok(console.refused(&form, &base, e)),
+    }
+}
+
+/// Creates a client in organization `{id}` (the form on its page), then shows its secret.
+/// A refusal goes back to the organization's page, which says why.
+async fn create_org_client(
+    State(console): State<Console>,
+    Path(org): Path<String>,
+    form: Form,
+) -> Result<Response, Fail> {
+    let owner = Owner::Org(org.clone());
+    let input = api::OrgClientInput {
+        name: form.field("name").unwrap_or_default().trim().to_owned(),
+        token_endpoint_auth_method: Some(
+            form.field("auth_method")
+                .unwrap_or("client_secret_basic")
+                .to_owned(),
+        ),
+        ..Default::default()
+    };
+    let key = form.field("idempotency_key").unwrap_or_default();
+    let extra: &[(&'static str, &str)] = if key.is_empty() {
+        &[]
+    } else {
+        &[("idempotency-key", key)]
+    };
+    match console
+        .api
+        .call(
+            &form.session,
+            Method::POST,
+            &format!("/orgs/{}/clients", seg(&org)),
+            Some(&input),
+            extra,
+        )
+        .await
+        .and_then(|a| a.json::<ClientWithSecret>())
+    {
+        Ok(client) => Ok(
+            secret_page(&console, &form.session, &client, "Client created", &owner)
+                .await
+                .into_response(),
+        ),
+        Err(e) => Ok(console.refused(&form, &owner.list().0, e)),
     }
 }

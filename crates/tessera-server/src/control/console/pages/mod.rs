@@ -4,11 +4,17 @@
 //! redirect to the page that shows its result (or, for a new secret, with the one page that
 //! shows it).
 
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::Router;
+use tessera_proto::form::encode_component as seg;
 
 use super::api::ApiError;
+use super::extract::html;
 use super::session::Session;
-use super::{Console, Fail};
+use super::{view, Console, Fail};
 
 mod activity;
 mod clients;
@@ -17,8 +23,9 @@ mod orgs;
 mod overview;
 mod plans;
 
-/// The pages' routes.
-pub(super) fn router() -> Router<Console> {
+/// The pages' routes; an organization's admin reaches only its organization's
+/// ([`portal_only`]).
+pub(super) fn router(console: &Console) -> Router<Console> {
     Router::new()
         .merge(overview::router())
         .merge(plans::router())
@@ -26,6 +33,39 @@ pub(super) fn router() -> Router<Console> {
         .merge(keys::router())
         .merge(orgs::router())
         .merge(activity::router())
+        .route_layer(middleware::from_fn_with_state(console.clone(), portal_only))
+}
+
+/// An organization's own admin (issue 28) sees its organization's pages only, its
+/// developer portal: the overview sends it to its organization's page, and any other page
+/// is answered 404, as the admin API answers anything outside its organization (which it
+/// would refuse here all the same). Other sessions, and none, pass.
+async fn portal_only(State(console): State<Console>, request: Request, next: Next) -> Response {
+    let now = console.app.clock().now();
+    let Some(org) = console.sessions.org(request.headers(), now) else {
+        return next.run(request).await;
+    };
+    let home = format!("/console/orgs/{}", seg(&org));
+    let path = request.uri().path();
+    if path == "/console/" {
+        return Redirect::to(&home).into_response();
+    }
+    if path == home
+        || path
+            .strip_prefix(home.as_str())
+            .is_some_and(|rest| rest.starts_with('/'))
+    {
+        return next.run(request).await;
+    }
+    let session = console.session(request.headers()).ok();
+    html(
+        StatusCode::NOT_FOUND,
+        view::problem(
+            session.as_ref(),
+            "Not found",
+            "There is no such page in your organization's console.",
+        ),
+    )
 }
 
 /// Turns an API error into the page that says it.

@@ -1,20 +1,26 @@
 //! Organizations (issue 28): the list, and one organization with its clients and its
-//! usage over the last 30 days; on it, a write admin disables or enables it (a disable
-//! asks for a confirmation first, as a client's does) and moves it to another plan; on the
-//! list, creates one. It is deleted with `tessera org` or the admin API.
+//! usage over the last 30 days; on it, a write admin creates a client in it, disables or
+//! enables it (a disable asks for a confirmation first, as a client's does), moves it to
+//! another plan and deletes it (with its clients, when asked); on the list, creates one.
+//!
+//! The organization's page is also its developer portal: an organization's own admin
+//! (`tessera-org-admin`) signs in to it and sees that organization only, its clients (whose
+//! pages are in `clients.rs`, under `/console/orgs/{id}/clients/`) and its usage, and
+//! manages its clients, but not the organization itself.
 
 use axum::extract::{Path, State};
 use axum::http::Method;
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use maud::html;
+use maud::{html, Markup};
 use tessera_proto::admin::{self as api, ClientPage, OrgList, OrgUsage, PlanList};
 use tessera_proto::form::encode_component as seg;
 
+use super::clients::Owner;
 use super::{days_query, get_json, get_tagged};
 use crate::control::console::extract::{Form, Page};
-use crate::control::console::session::Session;
+use crate::control::console::session::{random_token, Session};
 use crate::control::console::view::{self, csrf, time, usage_chart, Section};
 use crate::control::console::{Console, Fail};
 
@@ -23,6 +29,10 @@ pub(super) fn router() -> Router<Console> {
         .route("/console/orgs", get(orgs).post(create_org))
         .route("/console/orgs/{id}", get(org))
         .route("/console/orgs/{id}/change", post(change_org))
+        .route(
+            "/console/orgs/{id}/delete",
+            get(confirm_delete_org).post(delete_org),
+        )
 }
 
 async fn orgs(State(console): State<Console>, session: Session) -> Result<Page, Fail> {
@@ -81,7 +91,10 @@ async fn org(
     let (org, etag): (api::Org, String) = get_tagged(&console, &session, &path).await?;
     let clients: ClientPage =
         get_json(&console, &session, &format!("{path}/clients?limit=1000")).await?;
-    let plans: PlanList = if session.write {
+    // The provider's admin governs the organization; its own admin manages its clients.
+    let governs = session.write && session.org.is_none();
+    let portal = session.org.is_some();
+    let plans: PlanList = if governs {
         get_json(&console, &session, "/plans").await?
     } else {
         PlanList { plans: Vec::new() }
@@ -94,33 +107,74 @@ async fn org(
         &format!("{path}/usage?{}", days_query(&days)),
     )
     .await?;
+    let requests = |client: &str| -> u64 {
+        usage
+            .clients
+            .iter()
+            .find(|c| c.client_id == client)
+            .map_or(0, |c| {
+                c.days
+                    .iter()
+                    .map(|d| d.issued + d.apis.values().map(|a| a.requests).sum::<u64>())
+                    .sum()
+            })
+    };
+    let client_page = |id: &str| {
+        if portal {
+            Owner::Org(org.id.clone()).page(id)
+        } else {
+            format!("/console/clients/{}", seg(id))
+        }
+    };
     let body = html! {
         h1 { "Organization " code { (org.id) } }
         dl {
             dt { "Name" } dd { @if org.name.is_empty() { "(none)" } @else { (org.name) } }
-            dt { "Plan" } dd { a href={"/console/plans/" (seg(&org.plan))} { (org.plan) } }
+            dt { "Plan" } dd {
+                @if portal { (org.plan) } @else { a href={"/console/plans/" (seg(&org.plan))} { (org.plan) } }
+            }
+            dt { "Scopes its clients may request" } dd #org-scopes {
+                @if org.scopes.is_empty() { "(none)" } @else { code { (org.scopes.join(" ")) } }
+            }
             dt { "State" } dd #org-state { @if org.enabled { "enabled" } @else { "disabled: its clients' token requests are refused" } }
             dt { "Created" } dd { (time(org.created_at)) }
         }
-        h2 { "Clients" }
+        h2 #clients { "Clients" }
         @if clients.clients.is_empty() {
             p.empty { "No clients." }
         } @else {
             div.table-wrap { table.cards #org-clients {
-                thead { tr { th scope="col" { "Client" } th scope="col" { "Name" } th scope="col" { "State" } th scope="col" { "Authentication" } } }
+                thead { tr { th scope="col" { "Client" } th scope="col" { "Name" } th scope="col" { "State" } th scope="col" { "Authentication" } th scope="col" { "Requests, 30 days" } } }
                 tbody { @for client in &clients.clients {
                     tr {
-                        td data-label="Client" { a href={"/console/clients/" (seg(client.client_id.as_str()))} { code { (client.client_id) } } }
+                        td data-label="Client" { a href=(client_page(client.client_id.as_str())) { code { (client.client_id) } } }
                         td data-label="Name" { (client.name) }
                         td data-label="State" { @if client.enabled { "enabled" } @else { "disabled" } }
                         td data-label="Authentication" { (client.token_endpoint_auth_method) }
+                        td data-label="Requests, 30 days" { (requests(client.client_id.as_str())) }
                     }
                 } }
             } }
         }
+        @if session.write {
+            h3 { "Create a client in this organization" }
+            form.stack #create-org-client method="post" action={"/console/orgs/" (seg(&org.id)) "/clients"} {
+                (csrf(&session))
+                input type="hidden" name="idempotency_key" value=(random_token());
+                p.note { "It is on the organization's plan. Its secret is shown once, on the next page." }
+                label for="org-client-name" { "Name (for people)" }
+                input #org-client-name type="text" name="name" maxlength="256";
+                label for="org-client-method" { "Client authentication" }
+                select #org-client-method name="auth_method" {
+                    option value="client_secret_basic" selected { "HTTP Basic (client_secret_basic)" }
+                    option value="client_secret_post" { "In the form body (client_secret_post)" }
+                }
+                button type="submit" { "Create client" }
+            }
+        }
         h2 { "Usage, last 30 days" }
         (usage_chart(&days, &usage.total, "All its clients"))
-        @if session.write {
+        @if governs {
             h2 { "Change" }
             div.actions {
                 form method="post" action={"/console/orgs/" (seg(&org.id)) "/change"} {
@@ -143,10 +197,94 @@ async fn org(
                     }
                     button type="submit" { "Move" }
                 }
+                p { a.danger href={"/console/orgs/" (seg(&org.id)) "/delete"} { "Delete organization…" } }
             }
         }
     };
     Ok(Page::new("Organization", Section::Orgs, &session, body))
+}
+
+/// The first step of deleting an organization: what goes with it, and whether its clients
+/// do.
+async fn confirm_delete_org(
+    State(console): State<Console>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Result<Page, Fail> {
+    let (org, etag): (api::Org, String) =
+        get_tagged(&console, &session, &format!("/orgs/{}", seg(&id))).await?;
+    let body = delete_org_confirmation(&session, &org.id, org.clients, &etag);
+    Ok(Page::new(
+        "Delete organization",
+        Section::Orgs,
+        &session,
+        body,
+    ))
+}
+
+/// The confirmation of deleting organization `id`, which has `clients` clients.
+fn delete_org_confirmation(session: &Session, id: &str, clients: u64, etag: &str) -> Markup {
+    let back = format!("/console/orgs/{}", seg(id));
+    html! {
+        h1 { "Delete organization " code { (id) } "?" }
+        @if clients == 0 {
+            p.warning { "It has no clients. It cannot be restored." }
+        } @else {
+            p.warning { "It has " (clients) " client(s). Deleting it deletes them too: their token \
+                requests are refused from now on, and none of it can be restored. To stop it for \
+                a while instead, disable it." }
+        }
+        form.confirm method="post" action={(back) "/delete"} {
+            (csrf(session))
+            input type="hidden" name="etag" value=(etag);
+            input type="hidden" name="confirmed" value="yes";
+            @if clients > 0 {
+                div.check {
+                    input #with-clients type="checkbox" name="with_clients" value="true" required;
+                    label for="with-clients" { "Yes, delete its " (clients) " client(s) with it" }
+                }
+            }
+            button.danger type="submit" { "Delete " (id) }
+            a.cancel href=(back) { "Cancel" }
+        }
+    }
+}
+
+/// Deletes an organization once confirmed, its clients too when the form says so (else
+/// the admin API refuses one that has clients, and the page says so).
+async fn delete_org(
+    State(console): State<Console>,
+    Path(id): Path<String>,
+    form: Form,
+) -> Result<Response, Fail> {
+    let back = format!("/console/orgs/{}", seg(&id));
+    let etag = form.field("etag").unwrap_or("*");
+    if form.field("confirmed") != Some("yes") {
+        return Ok(Redirect::to(&format!("{back}/delete")).into_response());
+    }
+    let with_clients = form.field("with_clients") == Some("true");
+    match console
+        .api
+        .call(
+            &form.session,
+            Method::DELETE,
+            &format!("/orgs/{}?with_clients={with_clients}", seg(&id)),
+            None::<&()>,
+            &[("if-match", etag)],
+        )
+        .await
+    {
+        Ok(_) => Ok(console.redirect(
+            &form,
+            "/console/orgs",
+            if with_clients {
+                format!("Organization {id} deleted with its clients.")
+            } else {
+                format!("Organization {id} deleted.")
+            },
+        )),
+        Err(e) => Ok(console.refused(&form, &back, e)),
+    }
 }
 
 /// Disables (after a confirmation), enables or moves an organization, and so all its
