@@ -6,7 +6,9 @@
 # wrote. scripts/interop_authlib.py holds the checks: aud = issuer
 # with EdDSA, ES256, RS256 and PS256; Authlib's default aud (the token endpoint URL);
 # refusals of Authlib's default one-hour assertion, of a reused jti, of an unknown key and
-# of another audience.
+# of another audience. The client_secret_basic snippets of docs/client-kit.md run as
+# written: Authlib's (scripts/interop_authlib.py secret-basic) and openid-client's (Node.js,
+# with the checks of scripts/interop_openid_client.mjs after it).
 #
 #   scripts/interop.sh     2 to 3 s once the virtualenv exists (10 to 40 s to make it);
 #                          .ci/run runs it
@@ -44,6 +46,21 @@ if [[ "$(cat "$VENV/tessera-pins" 2>/dev/null)" != "$PINS" ]]; then
 fi
 py="$VENV/bin/python"
 
+# openid-client, pinned as the docs say "tested with 6.9" (scripts/interop-node's
+# package-lock.json), installed when missing or not the locked version. No Node.js is an
+# error too.
+NODE_DIR=scripts/interop-node
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    say "no node and npm on the PATH: the interop step needs Node.js 20 or later"
+    exit 1
+fi
+if ! node -e "process.exit(require('./$NODE_DIR/node_modules/openid-client/package.json').version === \
+      require('./$NODE_DIR/package-lock.json').packages['node_modules/openid-client'].version ? 0 : 1)" \
+    2>/dev/null; then
+    say "installing openid-client into $NODE_DIR"
+    npm ci --prefix "$NODE_DIR" --no-audit --no-fund --silent
+fi
+
 cargo build --bin tessera
 bin=${CARGO_TARGET_DIR:-target}/debug/tessera
 
@@ -78,6 +95,10 @@ client_id=$("$py" -c 'import json, sys; print(json.load(sys.stdin)["client_id"])
 client=$("$bin" --database "$db" client create --plan pro --auth-method private_key_jwt \
     --jwks-file "$work/tessera-jwks.json" --json)
 tessera_keyed=$("$py" -c 'import json, sys; print(json.load(sys.stdin)["client_id"])' <<<"$client")
+# A client with a secret, for the client_secret_basic snippets.
+client=$("$bin" --database "$db" client create --plan pro --json)
+secret_id=$("$py" -c 'import json, sys; print(json.load(sys.stdin)["client_id"])' <<<"$client")
+secret=$("$py" -c 'import json, sys; print(json.load(sys.stdin)["client_secret"])' <<<"$client")
 
 "$bin" serve --database "$db" --listen 127.0.0.1:0 >"$work/serve.log" 2>&1 &
 server=$!
@@ -93,6 +114,22 @@ done
 "$py" scripts/interop_authlib.py fetch "$url" "$client_id" "$work" || fail "Authlib failed"
 "$py" scripts/interop_authlib.py with-key "$url" "$tessera_keyed" "$work/tessera.pem" ||
     fail "Authlib failed with the key of tessera keys generate-client-key"
+
+"$py" scripts/interop_authlib.py secret-basic "$url" "$secret_id" "$secret" ||
+    fail "Authlib's client_secret_basic snippet failed"
+# openid-client's snippet as the docs write it, then its checks, run beside node_modules.
+ln -s "$PWD/$NODE_DIR/node_modules" "$work/node_modules"
+"$py" - "$work/snippet.mjs" <<'PY'
+import sys
+text = open("docs/client-kit.md").read()
+start = text.index("JavaScript, with openid-client 6")
+block = text[text.index("```js\n", start) + len("```js\n"):]
+block = block[: block.index("```")]
+checks = open("scripts/interop_openid_client.mjs").read()
+open(sys.argv[1], "w").write(block + "\n" + checks)
+PY
+TESSERA_AUTH_URL=$url TESSERA_CLIENT_ID=$secret_id TESSERA_CLIENT_SECRET=$secret \
+    node "$work/snippet.mjs" || fail "openid-client's snippet failed"
 
 # The other way round: Tessera's CLI signs with the PKCS #8 PEM keys cryptography wrote.
 for kid in ed ec rsa; do

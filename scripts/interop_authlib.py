@@ -9,12 +9,18 @@ the commands:
     interop_authlib.py with-key BASE ID PEM
                                        gets a token with the Ed25519 key PEM that
                                        `tessera keys generate-client-key` wrote
+    interop_authlib.py secret-basic BASE ID SECRET
+                                       runs the client_secret_basic snippet of
+                                       docs/client-kit.md as client ID, as written but for
+                                       its last line (a request to an API that is not here)
 
 Each check prints one line; any failure ends the run with a non-zero status.
 """
 
 import json
+import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -158,6 +164,30 @@ def with_key(base: str, client_id: str, pem: Path) -> None:
     print("interop: ok: Authlib signs with the key tessera keys generate-client-key wrote")
 
 
+def secret_basic(base: str, client_id: str, secret: str) -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs/client-kit.md").read_text()
+    start = text.index("Python, with Authlib (`pip install authlib requests`")
+    block = text[text.index("```python\n", start) + len("```python\n") :]
+    lines = block[: block.index("```")].splitlines()
+    kept = [line for line in lines if "api.example.com" not in line]
+    assert len(kept) == len(lines) - 1, "the snippet's last line moved"
+    os.environ.update(
+        TESSERA_AUTH_URL=base, TESSERA_CLIENT_ID=client_id, TESSERA_CLIENT_SECRET=secret
+    )
+    scope = {}
+    exec("\n".join(kept), scope)  # noqa: S102 - the documentation's own code
+    s = scope["session"]
+    first = s.token["access_token"]
+    assert s.token["token_type"] == "Bearer" and first.count(".") == 2, s.token
+    # A request re-fetches the token only once it is within `leeway` (30 s) of its end.
+    s.get(f"{base}/.well-known/jwks.json").raise_for_status()
+    assert s.token["access_token"] == first, "re-fetched a token that was still good"
+    s.token["expires_at"] = int(time.time()) + 29
+    s.get(f"{base}/.well-known/jwks.json").raise_for_status()
+    assert s.token["access_token"] != first, "kept a token 29 s from its end"
+    print("interop: ok: Authlib's client_secret_basic snippet (docs/client-kit.md)")
+
+
 def main() -> None:
     command = sys.argv[1]
     if command == "keys":
@@ -166,6 +196,8 @@ def main() -> None:
         fetch(sys.argv[2].rstrip("/"), sys.argv[3], Path(sys.argv[4]))
     elif command == "with-key":
         with_key(sys.argv[2].rstrip("/"), sys.argv[3], Path(sys.argv[4]))
+    elif command == "secret-basic":
+        secret_basic(sys.argv[2].rstrip("/"), sys.argv[3], sys.argv[4])
     else:
         raise SystemExit(f"unknown command {command}")
 

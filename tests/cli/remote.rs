@@ -565,6 +565,129 @@ async fn a_create_answered_502_503_or_504_is_retried_with_its_idempotency_key() 
     }
 }
 
+/// A stand-in for a balancer that loses the answer: it forwards every request to `upstream`
+/// and passes the answer back, one request per connection, except the first
+/// `POST /admin/v1/clients`, whose connection it closes without a byte once the server has
+/// made the client. Returns its base URL and the `Idempotency-Key` of each create it forwarded.
+async fn silent_proxy(upstream: String) -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let seen = keys.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let http = reqwest::Client::new();
+    tokio::spawn(async move {
+        loop {
+            let (socket, _) = listener.accept().await.unwrap();
+            let (http, upstream, seen) = (http.clone(), upstream.clone(), seen.clone());
+            tokio::spawn(async move {
+                let mut socket = BufReader::new(socket);
+                let mut line = String::new();
+                if socket.read_line(&mut line).await.unwrap() == 0 {
+                    return;
+                }
+                let mut words = line.split_whitespace();
+                let (method, path) = (
+                    words.next().unwrap().to_owned(),
+                    words.next().unwrap().to_owned(),
+                );
+                let mut headers = reqwest::header::HeaderMap::new();
+                loop {
+                    line.clear();
+                    socket.read_line(&mut line).await.unwrap();
+                    let Some((name, value)) = line.trim_end().split_once(':') else {
+                        break;
+                    };
+                    let name = name.to_ascii_lowercase();
+                    if !["host", "connection", "content-length"].contains(&name.as_str()) {
+                        headers.append(
+                            reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                            value.trim().parse().unwrap(),
+                        );
+                    }
+                    if name == "content-length" {
+                        headers.insert("x-length", value.trim().parse().unwrap());
+                    }
+                }
+                let length: usize = headers
+                    .remove("x-length")
+                    .map_or(0, |v| v.to_str().unwrap().parse().unwrap());
+                let mut body = vec![0; length];
+                socket.read_exact(&mut body).await.unwrap();
+                let create = method == "POST" && path == "/admin/v1/clients";
+                if create {
+                    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+                    seen.lock().unwrap().push(key);
+                }
+                let answer = http
+                    .request(method.parse().unwrap(), format!("{upstream}{path}"))
+                    .headers(headers)
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = answer.status();
+                if create && seen.lock().unwrap().len() == 1 {
+                    assert_eq!(status, 201, "the server made the client");
+                    // Every byte of the request was read, so this is a clean close: the
+                    // command sees the connection end with no answer at all.
+                    return;
+                }
+                let mut head = format!("HTTP/1.1 {status}\r\nconnection: close\r\n");
+                for (name, value) in answer.headers() {
+                    if !["connection", "content-length", "transfer-encoding"]
+                        .contains(&name.as_str())
+                    {
+                        head.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+                    }
+                }
+                let body = answer.bytes().await.unwrap();
+                head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+                let socket = socket.get_mut();
+                socket.write_all(head.as_bytes()).await.unwrap();
+                socket.write_all(&body).await.unwrap();
+                socket.shutdown().await.unwrap();
+            });
+        }
+    });
+    (base, keys)
+}
+
+/// A create that got no answer at all (the connection closed after the server made the
+/// client, as a balancer that drops it would) is sent again with the same `Idempotency-Key`:
+/// the client is made once, and the secret printed is the one that works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_got_no_answer_is_retried_with_its_idempotency_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (admin_id, admin_secret) = bootstrap_admin(d);
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let server = serve(d, &[]);
+    let (proxy, keys) = silent_proxy(server.base.clone()).await;
+    let env = [
+        ("TESSERA_ADMIN_URL", proxy.as_str()),
+        ("TESSERA_CLIENT_ID", admin_id.as_str()),
+        ("TESSERA_CLIENT_SECRET", admin_secret.as_str()),
+    ];
+    let created = json_of(d, &env, &["client", "create", "--plan", "pro", "--json"]);
+
+    let keys = keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 2, "the create and its retry");
+    assert_eq!(keys[0], keys[1], "one Idempotency-Key");
+    let listed = json_of(d, &[], &["client", "list", "--json"]);
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        2,
+        "the admin and one client"
+    );
+    let (id, secret) = (
+        created["client_id"].as_str().unwrap(),
+        created["client_secret"].as_str().unwrap(),
+    );
+    let (status, body) = answer(token(&server.base, id, secret, "news-api").await).await;
+    assert_eq!(status, 200, "{body}");
+}
+
 /// A proxy to `upstream` that makes a change of its own to plan `pro` (with `If-Match: *`)
 /// just before it forwards the first `PUT /admin/v1/plans/pro`, as another operator's
 /// change landing between the command's read and its write. Returns its base URL and the

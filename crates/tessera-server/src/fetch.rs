@@ -275,6 +275,35 @@ mod tests {
         ));
     }
 
+    /// "Fetched with a 5 s timeout" (docs/private-key-jwt.md): a host that takes the
+    /// connection and never answers is given up after 5 s, not one more. The runtime's clock
+    /// is paused, so the 5 s pass at once, and any longer bound would show as a longer wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_host_that_never_answers_is_given_up_after_5_s() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let holding = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let started = tokio::time::Instant::now();
+        let fetched = Fetcher::new(true)
+            .get(&format!("http://{address}/jwks"))
+            .await;
+        let waited = started.elapsed();
+        assert!(
+            matches!(&fetched, Err(FetchError::Http(e)) if e.is_timeout()),
+            "{fetched:?}"
+        );
+        assert!(
+            (Duration::from_secs(5)..Duration::from_millis(5_100)).contains(&waited),
+            "{waited:?}"
+        );
+        holding.abort();
+    }
+
     /// A server on loopback answering every connection with `200` and `body`, counting them.
     async fn serve(body: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

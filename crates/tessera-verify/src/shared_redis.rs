@@ -473,3 +473,54 @@ async fn probe(redis: Weak<SharedRedis>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "Asks Redis once a second while it is away" (docs/rate-limits.md, docs/failures.md):
+    /// on a paused clock, the probe's attempts on a port that refuses come one a second,
+    /// none in between.
+    #[tokio::test(start_paused = true)]
+    async fn the_probe_asks_once_a_second_while_redis_is_away() {
+        // Bound and never listening: the kernel refuses a connection to it.
+        let refused = tokio::net::TcpSocket::new_v4().unwrap();
+        refused.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let url = format!("redis://{}", refused.local_addr().unwrap());
+        let redis = SharedRedis::new(Settings {
+            client: redis::Client::open(url.as_str()).unwrap(),
+            url,
+            fleet_key: "fleet".into(),
+            instance: "this".into(),
+            expected: 0,
+            timeout: Duration::from_millis(50),
+            clock: Clock::default(),
+            messages: Messages {
+                failed: "failed",
+                back: "back",
+                fleet: "fleet",
+                fleet_differs: "fleet differs",
+            },
+        });
+        redis.spawn_probe();
+        let attempts = || {
+            let health = redis.health();
+            health.errors + health.timeouts
+        };
+        for second in 1..=3 {
+            tokio::time::sleep(Duration::from_millis(999)).await;
+            assert_eq!(attempts(), second - 1, "an attempt before second {second}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            // The attempt is due now: let it run without moving the clock (a task that
+            // yields keeps the paused clock where it is).
+            for _ in 0..1_000_000 {
+                if attempts() == second {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(attempts(), second, "no attempt at second {second}");
+            assert!(!redis.health().up);
+        }
+    }
+}

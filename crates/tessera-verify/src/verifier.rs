@@ -616,6 +616,42 @@ impl Verifier {
 mod tests {
     use super::*;
 
+    /// `.dpop_replay_capacity(n)`: "1,000,000 per two minutes by default". Filled
+    /// directly (signing a million proofs would take minutes): sixteen keys take their
+    /// shares, 62,500 proofs each, and then nothing more is remembered, nor forgotten,
+    /// until two minutes have passed.
+    #[test]
+    fn the_replay_memory_holds_1_000_000_proofs_per_two_minutes_by_default() {
+        use crate::replay::ReplayError;
+        let v = Verifier::builder("https://auth.example", "api")
+            .build()
+            .unwrap();
+        let replay = &v.inner.replay;
+        let start = 1_800_000_000;
+        for key in 0..16 {
+            let key = format!("key-{key}");
+            for jti in 0..62_500 {
+                replay.first_use(&key, &jti.to_string(), start).unwrap();
+            }
+            assert_eq!(
+                replay.first_use(&key, "one more", start),
+                Err(ReplayError::Busy),
+                "{key}'s share is 62,500"
+            );
+        }
+        assert_eq!(
+            replay.first_use("key-16", "0", start + 119),
+            Err(ReplayError::Busy),
+            "1,000,000 proofs fill the memory until the two minutes are over"
+        );
+        assert_eq!(replay.first_use("key-16", "0", start + 120), Ok(()));
+        assert_eq!(
+            replay.first_use("key-0", "0", start + 120),
+            Err(ReplayError::Replayed),
+            "still remembered"
+        );
+    }
+
     #[test]
     fn the_builder_refuses_unsafe_settings() {
         let b = || Verifier::builder("https://auth.example", "api");

@@ -239,3 +239,42 @@ fn redis_span(what: &'static str, command: &'static str) -> tracing::Span {
         otel.status_code = tracing::field::Empty,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// "If Redis cannot be reached at start (2 s), the server does not start and names the
+    /// URL" (docs/rate-limits.md): a Redis that takes the connection and never answers,
+    /// and one whose port refuses it. The runtime's clock is paused, so the 2 s pass at
+    /// once, and a longer bound would show as a longer wait.
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_redis_fails_the_start_within_2_s() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = silent.local_addr().unwrap();
+        let holding = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = silent.accept().await {
+                held.push(stream);
+            }
+        });
+        // Bound and never listening: the kernel refuses a connection to it.
+        let refused = tokio::net::TcpSocket::new_v4().unwrap();
+        refused.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        for url in [
+            format!("redis://:hunter2@{address}"),
+            format!("redis://:hunter2@{}", refused.local_addr().unwrap()),
+        ] {
+            let started = tokio::time::Instant::now();
+            let connected = RedisLimiter::connect(&url, &Config::default(), Clock::default()).await;
+            let waited = started.elapsed();
+            let error = connected.expect_err("no Redis to use").to_string();
+            assert!(waited <= Duration::from_secs(2), "{url}: {waited:?}");
+            assert!(error.starts_with("cannot use Redis at redis://"), "{error}");
+            assert!(!error.contains("hunter2"), "{error}");
+        }
+        holding.abort();
+    }
+}
