@@ -1,6 +1,7 @@
 //! Requests held in flight for real: a test takes SQLite's write lock, so that a revocation
 //! (which writes before it answers) waits inside its handler, holding its slot, until the
-//! test lets go. No sleeps: each step waits for the event it needs, with a generous bound.
+//! test lets go (on PostgreSQL, a lock the test holds does the same). No sleeps: each step
+//! waits for the event it needs, with a generous bound.
 
 use std::time::Duration;
 
@@ -216,4 +217,97 @@ async fn the_request_in_flight_at_shutdown_is_answered_with_connection_close() {
     assert!(head.contains("connection: close\r\n"), "{head}");
     assert!(closed(&mut kept).await, "and the connection then closed");
     app.stopped().await.unwrap();
+}
+
+/// A PostgreSQL session holding a lock until it rolls back.
+struct PgLock(sqlx::PgConnection);
+
+impl PgLock {
+    async fn take(url: &str, sql: &str) -> Self {
+        let mut session = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::raw_sql(&format!("BEGIN; {sql}"))
+            .execute(&mut session)
+            .await
+            .unwrap();
+        Self(session)
+    }
+
+    async fn release(mut self) {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
+    }
+}
+
+/// An unknown id of the generated shape waits for a store read without its slot, and one
+/// the read did not find is refused without taking a slot again: 401 `invalid_client` even
+/// while every slot is taken meanwhile, never 503. On PostgreSQL: the read is held by a
+/// lock on `revoked_tokens` (which a sync reads last), and the slot by a revocation held by
+/// the revocation lock; the read must end within its 1 s wait (`UNKNOWN_READ_WAIT`), so a
+/// round that a loaded machine made too slow is run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_id_the_store_read_did_not_find_takes_no_slot_to_be_refused() {
+    let db = tessera_store::testing::scratch_database().await;
+    let app = spawn_with(|s| {
+        s.database_url = Some(db.url.clone());
+        s.config.max_in_flight = 1;
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    let syncs = "tessera_registry_syncs_total{trigger=\"unknown_client\"}";
+    let in_flight = "tessera_requests_in_flight ";
+    for round in 1..=5 {
+        // A later round comes after the unknown-read interval, with the store answering.
+        app.clock.advance(Duration::from_secs(1));
+        until("the store answers", || async {
+            crate::limits::metric(&app, "tessera_store_up ").await == Some(1)
+        })
+        .await;
+        let before = crate::limits::metric(&app, syncs).await.unwrap_or(0);
+        let read_held = PgLock::take(
+            &db.url,
+            "LOCK TABLE revoked_tokens IN ACCESS EXCLUSIVE MODE",
+        )
+        .await;
+        let revoke_held = PgLock::take(&db.url, "SELECT pg_advisory_xact_lock(7289504519)").await;
+        let unknown = tessera_server::secrets::new_client_id();
+        let refused = {
+            let request = app
+                .http
+                .post(app.url("/connect/token"))
+                .header(
+                    "authorization",
+                    basic(&unknown, &ClientSecret::new("wrong")),
+                )
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(NEWS);
+            tokio::spawn(async move { error_of(request.send().await.unwrap()).await })
+        };
+        until("the unknown id's store read began", || async {
+            crate::limits::metric(&app, syncs).await.unwrap_or(0) > before
+        })
+        .await;
+        // Its slot is free while it waits: a revocation takes it, and holds it.
+        let holder = revocation(&app, &id, &secret).await;
+        until("the revocation holds the slot", || async {
+            crate::limits::metric(&app, in_flight).await == Some(1)
+        })
+        .await;
+        let in_time = !refused.is_finished();
+        read_held.release().await;
+        let answer = refused.await.unwrap();
+        revoke_held.release().await;
+        holder.await.unwrap();
+        if !in_time {
+            continue;
+        }
+        assert_eq!(
+            (answer.0, answer.1.as_str()),
+            (401, "invalid_client"),
+            "round {round}: {answer:?}"
+        );
+        return;
+    }
+    panic!("in none of 5 rounds did the store read end within its 1 s wait");
 }
