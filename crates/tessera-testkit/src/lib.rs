@@ -188,6 +188,29 @@ impl TestApp {
         (client.id, secret)
     }
 
+    /// Registers a client of organization `org` (on its plan), named `name`, with HTTP
+    /// Basic, and makes the server see it at once.
+    pub async fn client_of_org(&self, org: &str, name: &str) -> (ClientId, ClientSecret) {
+        let placement = self
+            .registrar()
+            .placement("", Some(org))
+            .await
+            .expect("an organization");
+        let (mut client, secret) = self.registrar().new_client(
+            &self.secrets,
+            &placement.plan,
+            name,
+            AuthMethod::ClientSecretBasic,
+        );
+        placement.apply(&mut client);
+        self.store
+            .insert_client(&client)
+            .await
+            .expect("a new client");
+        self.sync().await;
+        (client.id, secret)
+    }
+
     /// Registers a client on plan `pro` with HTTP Basic.
     pub async fn client(&self) -> (ClientId, ClientSecret) {
         self.client_on("pro", AuthMethod::ClientSecretBasic).await

@@ -6,24 +6,10 @@
 
 use reqwest::StatusCode;
 use tessera_proto::{ClientId, ClientSecret};
-use tessera_store::{AuditQuery, AuthMethod};
+use tessera_store::AuditQuery;
 use tessera_testkit::{spawn_app, TestApp};
 
 use crate::console::{admin, hidden, location, page_of, Visitor};
-
-/// A client of organization `org`, on its plan.
-async fn member(app: &TestApp, org: &str, name: &str) -> (ClientId, ClientSecret) {
-    let placement = app.registrar().placement("", Some(org)).await.unwrap();
-    let (mut client, secret) = app.registrar().new_client(
-        &app.secrets,
-        &placement.plan,
-        name,
-        AuthMethod::ClientSecretBasic,
-    );
-    placement.apply(&mut client);
-    app.store.insert_client(&client).await.unwrap();
-    (client.id, secret)
-}
 
 /// Two customers on plan `portal` (`news-api tessera-org-admin`): acme with its admin and
 /// an application, beta with an application.
@@ -46,10 +32,9 @@ async fn customers() -> Customers {
             .await
             .unwrap();
     }
-    let acme_admin = member(&app, "acme", "acme-admin").await;
-    let (acme_app, _) = member(&app, "acme", "acme-billing").await;
-    let beta_app = member(&app, "beta", "beta-billing").await;
-    app.sync().await;
+    let acme_admin = app.client_of_org("acme", "acme-admin").await;
+    let (acme_app, _) = app.client_of_org("acme", "acme-billing").await;
+    let beta_app = app.client_of_org("beta", "beta-billing").await;
     Customers {
         app,
         acme_admin,

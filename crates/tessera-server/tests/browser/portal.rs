@@ -4,25 +4,9 @@
 
 use fantoccini::Locator;
 use serde_json::{json, Value};
-use tessera_proto::ClientId;
-use tessera_store::AuthMethod;
-use tessera_testkit::{spawn_app, TestApp};
+use tessera_testkit::spawn_app;
 
 use super::{browser_programs, launch, token};
-
-/// A client of organization `org`, on its plan: its id and secret.
-async fn member(app: &TestApp, org: &str, name: &str) -> (ClientId, String) {
-    let placement = app.registrar().placement("", Some(org)).await.unwrap();
-    let (mut client, secret) = app.registrar().new_client(
-        &app.secrets,
-        &placement.plan,
-        name,
-        AuthMethod::ClientSecretBasic,
-    );
-    placement.apply(&mut client);
-    app.store.insert_client(&client).await.unwrap();
-    (client.id, secret.expose().to_owned())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_organization_admin_uses_its_portal_in_chromium() {
@@ -40,14 +24,13 @@ async fn an_organization_admin_uses_its_portal_in_chromium() {
             .await
             .unwrap();
     }
-    let (admin_id, admin_secret) = member(&app, "acme", "acme-admin").await;
-    let (beta_app, _) = member(&app, "beta", "beta-billing").await;
-    app.sync().await;
+    let (admin_id, admin_secret) = app.client_of_org("acme", "acme-admin").await;
+    let (beta_app, _) = app.client_of_org("beta", "beta-billing").await;
     let (_driver, _profile, mut browser) = launch(&chromium, &chromedriver, &app).await;
 
     browser.open("/console/sign-in").await;
     browser.fill("#client_id", admin_id.as_str()).await;
-    browser.fill("#client_secret", &admin_secret).await;
+    browser.fill("#client_secret", admin_secret.expose()).await;
     browser.press("Sign in").await;
     assert_eq!(browser.path().await, "/console/orgs/acme");
     assert!(browser.text("header").await.contains("admin of acme"));

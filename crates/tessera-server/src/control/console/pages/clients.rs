@@ -416,16 +416,16 @@ async fn create_client(State(console): State<Console>, form: Form) -> Result<Res
         ),
         ..Default::default()
     };
-    // The form's key makes a double submit (or a reload of the answer) the same client.
-    let key = form.field("idempotency_key").unwrap_or_default();
-    let extra: &[(&'static str, &str)] = if key.is_empty() {
-        &[]
-    } else {
-        &[("idempotency-key", key)]
-    };
+    let extra = idempotency(&form);
     match console
         .api
-        .call(&form.session, Method::POST, "/clients", Some(&input), extra)
+        .call(
+            &form.session,
+            Method::POST,
+            "/clients",
+            Some(&input),
+            &extra,
+        )
         .await
         .and_then(|a| a.json::<ClientWithSecret>())
     {
@@ -934,6 +934,16 @@ async fn delete_client(
     }
 }
 
+/// The `Idempotency-Key` header of a form that creates a client, from its hidden field:
+/// a double submit (or a reload of the answer) is then the same client.
+fn idempotency(form: &Form) -> Vec<(&'static str, &str)> {
+    form.field("idempotency_key")
+        .filter(|key| !key.is_empty())
+        .map(|key| ("idempotency-key", key))
+        .into_iter()
+        .collect()
+}
+
 /// Creates a client in organization `{id}` (the form on its page), then shows its secret.
 /// A refusal goes back to the organization's page, which says why.
 async fn create_org_client(
@@ -951,12 +961,7 @@ async fn create_org_client(
         ),
         ..Default::default()
     };
-    let key = form.field("idempotency_key").unwrap_or_default();
-    let extra: &[(&'static str, &str)] = if key.is_empty() {
-        &[]
-    } else {
-        &[("idempotency-key", key)]
-    };
+    let extra = idempotency(&form);
     match console
         .api
         .call(
@@ -964,7 +969,7 @@ async fn create_org_client(
             Method::POST,
             &format!("/orgs/{}/clients", seg(&org)),
             Some(&input),
-            extra,
+            &extra,
         )
         .await
         .and_then(|a| a.json::<ClientWithSecret>())
