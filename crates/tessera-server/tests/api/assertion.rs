@@ -620,7 +620,13 @@ async fn junk_assertions_toward_a_hanging_host_share_one_fetch_and_hold_no_slot(
             tokio::spawn(async move { with_assertion(&app, &assertion, &[]).await.status() })
         })
         .collect();
-    host.first_hit.notified().await;
+    // Bounded, as `until` is: a server that never asks the host fails here, not by hanging.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        host.first_hit.notified(),
+    )
+    .await
+    .expect("the host is asked for the keys");
     // While the host hangs, the requests waiting on it hold no in-flight slot: another
     // client is served (on the old code, only once a hung fetch was given up after 5 s).
     tessera_testkit::until("another client is served", || async {
