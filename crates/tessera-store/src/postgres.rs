@@ -240,42 +240,60 @@ mod tests {
     use super::*;
 
     /// What opening says when PostgreSQL cannot be used: the cause and the server, never the
-    /// URL's password. Against the shared test server, which
+    /// URL's password. Against the shared test server (`TESSERA_TEST_POSTGRES_URL`), which
     /// trusts every login it has a role for and speaks no TLS with this build.
     #[tokio::test]
     async fn a_connection_that_fails_names_its_cause_and_the_server() {
+        // The test server as `TESSERA_TEST_POSTGRES_URL` names it: its user, its
+        // `host:port` and the rest (database and options), so that each case changes one.
         let base = crate::testing::postgres_base_url();
-        let at = |user_host: &str, query: &str| {
-            base.replacen("postgres@127.0.0.1:5432", user_host, 1) + query
+        let after_scheme = base
+            .split_once("://")
+            .map_or(base.as_str(), |(_, rest)| rest);
+        let (authority, rest) = after_scheme
+            .find(['/', '?'])
+            .map_or((after_scheme, ""), |i| after_scheme.split_at(i));
+        let (userinfo, server) = authority
+            .rsplit_once('@')
+            .unwrap_or(("postgres", authority));
+        let user = userinfo.split(':').next().unwrap_or("postgres");
+        let server = if server.contains(':') {
+            server.to_owned()
+        } else {
+            format!("{server}:5432")
         };
-        assert_ne!(
-            at("x", ""),
-            base,
-            "the test server is postgres@127.0.0.1:5432"
-        );
+        let at = |user_host: &str, query: &str| {
+            let joined = if rest.contains('?') {
+                query.replacen('?', "&", 1)
+            } else {
+                query.to_owned()
+            };
+            format!("postgres://{user_host}{rest}{joined}")
+        };
         let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let closed = refused.local_addr().unwrap();
         drop(refused);
         let cases = [
             (
-                at(&format!("postgres:Sesame-42@{closed}"), ""),
+                at(&format!("{user}:Sesame-42@{closed}"), ""),
                 format!("PostgreSQL at {closed} refused the connection: nothing listens there"),
             ),
             (
-                at("postgres:Sesame-42@no-such-host.invalid:5432", ""),
+                at(&format!("{user}:Sesame-42@no-such-host.invalid:5432"), ""),
                 "PostgreSQL at no-such-host.invalid:5432 cannot be found: the host name does \
                  not resolve ("
                     .to_owned(),
             ),
             (
-                at("postgres:Sesame-42@127.0.0.1:5432", "?sslmode=require"),
-                "PostgreSQL at 127.0.0.1:5432 failed the TLS handshake (".to_owned(),
+                at(&format!("{user}:Sesame-42@{server}"), "?sslmode=require"),
+                format!("PostgreSQL at {server} failed the TLS handshake ("),
             ),
             (
-                at("no_such_role:Sesame-42@127.0.0.1:5432", ""),
-                "PostgreSQL at 127.0.0.1:5432 refused the login (role \"no_such_role\" does \
-                 not exist)"
-                    .to_owned(),
+                at(&format!("no_such_role:Sesame-42@{server}"), ""),
+                format!(
+                    "PostgreSQL at {server} refused the login (role \"no_such_role\" does not \
+                     exist)"
+                ),
             ),
         ];
         for (url, expected) in cases {

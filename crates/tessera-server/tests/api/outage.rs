@@ -245,16 +245,15 @@ async fn unknown_ids_cannot_take_the_slots_during_a_database_outage() {
 async fn behind_a_proxy(
     schema: &tessera_store::testing::ScratchSchema,
 ) -> (TestApp, CuttableProxy) {
-    let real: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-    let proxy = CuttableProxy::to(real).await;
-    let url = schema.url.replace(
-        "postgres@127.0.0.1:5432",
-        &format!("postgres:{PASSWORD}@{}", proxy.addr),
-    );
-    assert_ne!(
-        url, schema.url,
-        "the test database is postgres@127.0.0.1:5432"
-    );
+    let proxy = CuttableProxy::to(postgres_server(&schema.url)).await;
+    // The same database through the proxy, with the password added to its user.
+    let through = postgres_through(&schema.url, proxy.addr);
+    let (scheme, rest) = through.split_once("://").unwrap();
+    let (user, at_server) = rest
+        .split_once('@')
+        .expect("the test database URL names its user");
+    let url = format!("{scheme}://{user}:{PASSWORD}@{at_server}");
+    assert!(!user.contains(':'), "the test database URL has no password");
     let app = spawn_with(|s| {
         s.database_url = Some(url);
         s.config.sync_interval = Duration::from_secs(3600);
