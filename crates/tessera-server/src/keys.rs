@@ -124,7 +124,13 @@ impl LoadedKey {
     /// Signs `claims` as a compact JWS (RFC 7515 section 7.1) with the `at+jwt` header.
     pub fn sign_jwt<C: Serialize>(&self, claims: &C) -> String {
         let payload = serde_json::to_vec(claims).expect("claims serialize");
-        self.pair.sign_compact(&self.header_prefix, &payload)
+        self.sign_payload(&payload)
+    }
+
+    /// Signs `payload`, claims already written as JSON, as a compact JWS with the `at+jwt`
+    /// header.
+    pub fn sign_payload(&self, payload: &[u8]) -> String {
+        self.pair.sign_compact(&self.header_prefix, payload)
     }
 }
 

@@ -228,6 +228,86 @@ struct SignedClaims<'a> {
     federated_sub: Option<&'a str>,
 }
 
+impl SignedClaims<'_> {
+    /// The claims as JSON (RFC 9068 section 2.2, RFC 7519 section 7.1 step 1), written
+    /// directly: the very bytes the `Serialize` derive writes (a test holds the two
+    /// together), without serde's generic path, which cost a token about 4,800 instructions
+    /// (BENCHMARKS.md, issue 31).
+    fn to_json(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(320);
+        let mut number = itoa::Buffer::new();
+        out.extend_from_slice(b"{\"iss\":");
+        json_string(&mut out, self.iss);
+        out.extend_from_slice(b",\"sub\":");
+        json_string(&mut out, self.sub);
+        out.extend_from_slice(b",\"client_id\":");
+        json_string(&mut out, self.client_id);
+        out.extend_from_slice(b",\"aud\":[");
+        for (i, name) in self.aud.names().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            json_string(&mut out, name);
+        }
+        out.extend_from_slice(b"],\"scope\":");
+        json_string(&mut out, self.scope);
+        out.extend_from_slice(b",\"iat\":");
+        out.extend_from_slice(number.format(self.iat).as_bytes());
+        out.extend_from_slice(b",\"exp\":");
+        out.extend_from_slice(number.format(self.exp).as_bytes());
+        out.extend_from_slice(b",\"jti\":");
+        json_string(&mut out, self.jti);
+        out.extend_from_slice(if self.app_only {
+            b",\"app_only\":true"
+        } else {
+            b",\"app_only\":false"
+        });
+        if let Some(cnf) = &self.cnf {
+            out.extend_from_slice(b",\"cnf\":{");
+            let mut first = true;
+            for (name, value) in [("x5t#S256", cnf.certificate), ("jkt", cnf.jkt)] {
+                if let Some(value) = value {
+                    if !std::mem::take(&mut first) {
+                        out.push(b',');
+                    }
+                    json_string(&mut out, name);
+                    out.push(b':');
+                    json_string(&mut out, value);
+                }
+            }
+            out.push(b'}');
+        }
+        out.extend_from_slice(b",\"plan\":");
+        json_string(&mut out, self.plan);
+        for (name, value) in [
+            ("org_id", self.org_id),
+            ("federated_sub", self.federated_sub),
+        ] {
+            if let Some(value) = value {
+                out.push(b',');
+                json_string(&mut out, name);
+                out.push(b':');
+                json_string(&mut out, value);
+            }
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// `value` as a JSON string (RFC 8259 section 7), as serde_json writes it: copied between
+/// quotes when nothing in it needs escaping (no `"`, `\` or control character), as ids,
+/// scopes, plan names and URLs do; otherwise escaped by serde_json itself.
+fn json_string(out: &mut Vec<u8>, value: &str) {
+    if value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(out, value).expect("a string writes to a Vec");
+    }
+}
+
 /// The scopes granted (RFC 6749 section 3.3): the set, and the `scope` string of the
 /// token and of the reuse cache's key.
 struct Granted {
@@ -259,18 +339,26 @@ struct Audiences<'a> {
     issuer: &'a str,
 }
 
-impl serde::Serialize for Audiences<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl<'a> Audiences<'a> {
+    /// The names, in the order of the scopes, the issuer once however many admin scopes.
+    fn names(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let (scopes, issuer) = (self.scopes, self.issuer);
         let mut issuer_named = false;
-        serializer.collect_seq(self.scopes.iter().filter_map(|s| {
+        scopes.iter().filter_map(move |s| {
             if !names_issuer(s.as_str()) {
                 Some(s.as_str())
             } else if !std::mem::replace(&mut issuer_named, true) {
-                Some(self.issuer)
+                Some(issuer)
             } else {
                 None
             }
-        }))
+        })
+    }
+}
+
+impl serde::Serialize for Audiences<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.names())
     }
 }
 
@@ -442,7 +530,7 @@ impl Grantor<'_> {
             federated_sub: client.federated.as_ref().map(|f| f.subject.as_str()),
         };
         Signed {
-            access_token: key.sign_jwt(&claims),
+            access_token: key.sign_payload(&claims.to_json()),
             exp: claims.exp as Timestamp,
             jti: jti.into(),
         }
@@ -627,6 +715,60 @@ mod tests {
                 org_id: Some("acme".into()),
             }
         );
+    }
+
+    /// The claims written by hand are byte for byte what serde_json writes for them, with
+    /// and without the optional members, and with strings that need escaping.
+    #[test]
+    fn claims_written_directly_are_serde_json_s_bytes() {
+        let scopes = ScopeSet::parse("tessera-admin news-api tessera-usage").unwrap();
+        let cnfs = [
+            None,
+            Some(Cnf {
+                certificate: Some("x5t"),
+                jkt: None,
+            }),
+            Some(Cnf {
+                certificate: None,
+                jkt: Some("k"),
+            }),
+            Some(Cnf {
+                certificate: Some("x5t"),
+                jkt: Some("k"),
+            }),
+        ];
+        let odd = "a\"b\\c\u{1}\n\t\u{7f}é \u{2028}😀/";
+        for cnf in cnfs {
+            for (org_id, federated_sub) in [(None, None), (Some("acme"), Some(odd))] {
+                for issuer in ["https://issuer", odd] {
+                    let claims = SignedClaims {
+                        iss: issuer,
+                        sub: "tc_1",
+                        client_id: "tc_1",
+                        aud: Audiences {
+                            scopes: &scopes,
+                            issuer,
+                        },
+                        scope: "tessera-admin news-api tessera-usage",
+                        iat: 0,
+                        exp: u64::MAX,
+                        jti: odd,
+                        app_only: true,
+                        cnf: cnf.as_ref().map(|c| Cnf {
+                            certificate: c.certificate,
+                            jkt: c.jkt,
+                        }),
+                        plan: "pro",
+                        org_id,
+                        federated_sub,
+                    };
+                    assert_eq!(
+                        String::from_utf8(claims.to_json()).unwrap(),
+                        serde_json::to_string(&claims).unwrap()
+                    );
+                }
+            }
+        }
     }
 
     #[test]
