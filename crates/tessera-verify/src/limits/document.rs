@@ -148,7 +148,8 @@ impl DocumentCache {
     /// The document now, if one was ever learned; schedules a background refresh when it is
     /// [`REFRESH`] old.
     pub(crate) fn current(self: &Arc<Self>) -> Option<Arc<Compiled>> {
-        if !self.ticking.swap(true, Ordering::AcqRel) {
+        // A load first: the swap, a write to a line every request reads, happens once.
+        if !self.ticking.load(Ordering::Acquire) && !self.ticking.swap(true, Ordering::AcqRel) {
             tokio::spawn(tick(Arc::downgrade(self)));
         }
         let (compiled, stale) = {

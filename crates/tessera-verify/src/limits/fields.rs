@@ -79,6 +79,9 @@ pub(crate) struct Policy {
     /// `"plan-rate"` as an sf-string, quotes included.
     rate_name: String,
     quota_name: String,
+    /// `RateLimit-Policy` written once, for the policies that do not change with the time:
+    /// a rate, a quota per day (a month's window is the length of the month counted in).
+    fixed_policy: Option<HeaderValue>,
 }
 
 impl Policy {
@@ -92,14 +95,20 @@ impl Policy {
             limit: q.limit,
             period: q.period,
         });
-        Self {
+        let mut policy = Self {
             plan: plan.into(),
             rate,
             quota,
             per_org: limits.per_org,
             rate_name: sf_string(&format!("{plan}-rate")),
             quota_name: sf_string(&format!("{plan}-quota")),
+            fixed_policy: None,
+        };
+        if quota.is_none_or(|q| q.period == Period::Day) {
+            // The same field at any time: the epoch's.
+            policy.fixed_policy = Some(policy.policy_field(rate.is_some(), quota.is_some(), 0));
         }
+        policy
     }
 
     /// Whether anything is limited.
@@ -107,44 +116,44 @@ impl Policy {
         self.rate.is_some() || self.quota.is_some()
     }
 
-    /// The fields for `count`, counted at `now` (seconds since the epoch).
-    pub(crate) fn fields(&self, count: &Count, now: i64) -> (HeaderValue, HeaderValue) {
-        let mut policy = String::with_capacity(64);
-        let mut left = String::with_capacity(64);
-        if let (Some(rate), Some(reading)) = (self.rate, count.rate) {
-            let _ = write!(
-                policy,
-                "{};q={};w={}",
-                self.rate_name, rate.limit, rate.window_secs
-            );
-            let _ = write!(
-                left,
-                "{};r={};t={}",
-                self.rate_name, reading.remaining, reading.reset_secs
-            );
-        }
-        if let (Some(quota), Some(reading)) = (self.quota, count.quota) {
-            let (start, end) = quota.period.bounds(now);
-            for s in [&mut policy, &mut left] {
-                if !s.is_empty() {
-                    s.push_str(", ");
-                }
+    /// The fields for `count`, counted at `now` (seconds since the epoch): each policy
+    /// `count` has a reading of, in `RateLimit-Policy` with its quota `q` and window `w`, in
+    /// `RateLimit` with what is left `r` and when more is `t`.
+    pub(crate) fn fields<'a>(&'a self, count: &Count, now: i64) -> (HeaderValue, HeaderValue) {
+        let rate = self.rate.is_some() && count.rate.is_some();
+        let quota = self.quota.is_some() && count.quota.is_some();
+        let policy = match &self.fixed_policy {
+            Some(fixed) if rate == self.rate.is_some() && quota == self.quota.is_some() => {
+                fixed.clone()
             }
-            let _ = write!(
-                policy,
-                "{};q={};w={}",
-                self.quota_name,
-                quota.limit,
-                end - start
-            );
-            let _ = write!(
-                left,
-                "{};r={};t={}",
-                self.quota_name, reading.remaining, reading.reset_secs
-            );
-        }
-        // Every part is printable ASCII (sf_string keeps names so).
-        (header(policy), header(left))
+            _ => self.policy_field(rate, quota, now),
+        };
+        let left = |name: &'a str, r: Reading| (name, ";r=", r.remaining, ";t=", r.reset_secs);
+        let remaining = list([
+            count
+                .rate
+                .filter(|_| rate)
+                .map(|r| left(&self.rate_name, r)),
+            count
+                .quota
+                .filter(|_| quota)
+                .map(|r| left(&self.quota_name, r)),
+        ]);
+        (policy, remaining)
+    }
+
+    /// `RateLimit-Policy` at `now`, naming the rate and the quota as asked.
+    fn policy_field(&self, rate: bool, quota: bool, now: i64) -> HeaderValue {
+        let rate = self.rate.filter(|_| rate).map(|r| {
+            let (q, w) = (u64::from(r.limit), u64::from(r.window_secs));
+            (self.rate_name.as_str(), ";q=", q, ";w=", w)
+        });
+        let quota = self.quota.filter(|_| quota).map(|q| {
+            let (start, end) = q.period.bounds(now);
+            let window = u64::try_from(end - start).unwrap_or(0);
+            (self.quota_name.as_str(), ";q=", q.limit, ";w=", window)
+        });
+        list([rate, quota])
     }
 
     /// The names of the policies `count` refused, as the problem body lists them.
@@ -160,8 +169,67 @@ impl Policy {
     }
 }
 
-fn header(value: String) -> HeaderValue {
-    HeaderValue::try_from(value).unwrap_or_else(|_| HeaderValue::from_static(""))
+/// A member of [`list`]: its name, then two parameters, each a key (`;q=`) and a value.
+type Member<'a> = (&'a str, &'static str, u64, &'static str, u64);
+
+/// An RFC 8941 List (section 3.1) of the members given, each an sf-string with two integer
+/// parameters, `"name";a=1;b=2`, joined by `, `. Written piece by piece on the stack (no
+/// `fmt`; the `HeaderValue`'s own allocation the only one), since every counted request
+/// pays for it (issue 31 item 4).
+fn list(members: [Option<Member<'_>>; 2]) -> HeaderValue {
+    let mut out = StackText::default();
+    for (name, a, x, b, y) in members.into_iter().flatten() {
+        if !out.bytes().is_empty() {
+            out.push(", ");
+        }
+        for piece in [name, a, itoa::Buffer::new().format(x), b] {
+            out.push(piece);
+        }
+        out.push(itoa::Buffer::new().format(y));
+    }
+    // Every part is printable ASCII (sf_string keeps names so).
+    HeaderValue::from_bytes(out.bytes()).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Text gathered on the stack, on the heap once past 256 bytes (a plan with a long name).
+struct StackText {
+    stack: [u8; 256],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Default for StackText {
+    fn default() -> Self {
+        Self {
+            stack: [0; 256],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl StackText {
+    fn push(&mut self, piece: &str) {
+        let piece = piece.as_bytes();
+        let end = self.len + piece.len();
+        if self.heap.is_empty() && end <= self.stack.len() {
+            self.stack[self.len..end].copy_from_slice(piece);
+            self.len = end;
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack[..self.len]);
+            }
+            self.heap.extend_from_slice(piece);
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        }
+    }
 }
 
 /// `text` as an RFC 8941 sf-string (section 4.1.6): in quotes, `"` and `\` escaped, and any
@@ -394,6 +462,94 @@ impl IntoResponse for LimitRejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fields as they were written before issue 31 item 4, with `format!`: what the
+    /// fields written piece by piece must equal.
+    fn fields_by_format(policy: &Policy, count: &Count, now: i64) -> (String, String) {
+        let (mut p, mut left) = (String::new(), String::new());
+        if let (Some(rate), Some(reading)) = (policy.rate, count.rate) {
+            let name = &policy.rate_name;
+            let _ = write!(p, "{name};q={};w={}", rate.limit, rate.window_secs);
+            let _ = write!(
+                left,
+                "{name};r={};t={}",
+                reading.remaining, reading.reset_secs
+            );
+        }
+        if let (Some(quota), Some(reading)) = (policy.quota, count.quota) {
+            let (start, end) = quota.period.bounds(now);
+            for s in [&mut p, &mut left] {
+                if !s.is_empty() {
+                    s.push_str(", ");
+                }
+            }
+            let name = &policy.quota_name;
+            let _ = write!(p, "{name};q={};w={}", quota.limit, end - start);
+            let _ = write!(
+                left,
+                "{name};r={};t={}",
+                reading.remaining, reading.reset_secs
+            );
+        }
+        (p, left)
+    }
+
+    #[test]
+    fn fields_are_those_format_wrote() {
+        use tessera_proto::api_limits::{Quota, Rate};
+        let long = "p".repeat(300);
+        let reading = |remaining, reset_secs| Reading {
+            remaining,
+            reset_secs,
+        };
+        let readings = [None, Some(reading(0, 0)), Some(reading(u64::MAX, 86_400))];
+        // 2026-02-10 and 2028-02-10 (a leap year), in seconds since the epoch.
+        let times = [0, 1_770_681_600, 1_833_753_600];
+        for plan in ["free", "a\"b", long.as_str()] {
+            for rate in [
+                None,
+                Some(Rate {
+                    limit: 5,
+                    window_seconds: 60,
+                }),
+            ] {
+                for quota in [
+                    None,
+                    Some(Quota {
+                        limit: u64::MAX,
+                        period: Period::Day,
+                    }),
+                    Some(Quota {
+                        limit: 1000,
+                        period: Period::Month,
+                    }),
+                ] {
+                    let limits = PlanLimits {
+                        rate,
+                        burst: Some(3),
+                        quota,
+                        ..PlanLimits::default()
+                    };
+                    let policy = Policy::new(plan, &limits);
+                    for (r, q, now) in readings
+                        .iter()
+                        .flat_map(|r| readings.iter().map(move |q| (r, q)))
+                        .flat_map(|(r, q)| times.iter().map(move |t| (*r, *q, *t)))
+                    {
+                        let count = Count {
+                            rate: r,
+                            quota: q,
+                            ..Count::default()
+                        };
+                        let (p, left) = policy.fields(&count, now);
+                        let (want_p, want_left) = fields_by_format(&policy, &count, now);
+                        assert_eq!(p.to_str().unwrap(), want_p);
+                        assert_eq!(left.to_str().unwrap(), want_left);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn names_are_sf_strings() {

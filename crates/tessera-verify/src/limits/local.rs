@@ -74,16 +74,17 @@ impl LocalCounter {
         let mut shard = self.shards[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if !shard.slots.contains_key(client) && shard.slots.len() >= shard.prune_at.max(PRUNE_AT) {
+        // A client seen before: one lookup (issue 31 item 4).
+        if let Some(slot) = shard.slots.get_mut(client) {
+            return decide(slot, now, wall, rate, quota);
+        }
+        if shard.slots.len() >= shard.prune_at.max(PRUNE_AT) {
             shard
                 .slots
                 .retain(|_, s| s.tat > now || s.period_end > wall);
             shard.prune_at = shard.slots.len() * 2;
         }
-        let slot = match shard.slots.get_mut(client) {
-            Some(slot) => slot,
-            None => shard.slots.entry(client.into()).or_default(),
-        };
+        let slot = shard.slots.entry(client.into()).or_default();
         decide(slot, now, wall, rate, quota)
     }
 
