@@ -21,6 +21,11 @@ pub enum FormError {
 /// Decodes one form-encoded component: `+` is a space and `%XX` a byte.
 pub fn decode_component(input: &str) -> Result<String, FormError> {
     let bytes = input.as_bytes();
+    // Nothing to decode, as in most ids, secrets and grant types: a copy, without the
+    // byte-by-byte pass and the UTF-8 check (issue 31).
+    if !bytes.iter().any(|&b| b == b'+' || b == b'%') {
+        return Ok(input.to_owned());
+    }
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
@@ -114,6 +119,9 @@ mod tests {
     #[test]
     fn decodes_plus_and_escapes() {
         assert_eq!(decode_component("a+b%20c%2Bd").unwrap(), "a b c+d");
+        // Nothing to decode: as it is.
+        assert_eq!(decode_component("tc_app.é-~*").unwrap(), "tc_app.é-~*");
+        assert_eq!(decode_component("").unwrap(), "");
         assert_eq!(decode_component("%C3%A9").unwrap(), "é");
         // Hexadecimal digits in either case (RFC 3986 section 2.1).
         assert_eq!(decode_component("%c3%a9%2b%3a%3A%0f").unwrap(), "é+::\u{f}");

@@ -406,14 +406,40 @@ fn timestamp(at: SystemTime, out: &mut String) {
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let in_day = secs % 86_400;
     let (year, month, day) = tessera_proto::clock::civil(days);
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        in_day / 3600,
-        in_day / 60 % 60,
-        in_day % 60,
-        since.subsec_micros()
+    // Digit by digit rather than through `format!`, whose padding machinery cost each
+    // audit line about 1,500 instructions (BENCHMARKS.md, issue 31).
+    let (year, month, day) = (
+        year.unsigned_abs(),
+        month.unsigned_abs(),
+        day.unsigned_abs(),
     );
+    for (separator, value, width) in [
+        ("", year, 4),
+        ("-", month, 2),
+        ("-", day, 2),
+        ("T", in_day / 3600, 2),
+        (":", in_day / 60 % 60, 2),
+        (":", in_day % 60, 2),
+        (".", u64::from(since.subsec_micros()), 6),
+    ] {
+        out.push_str(separator);
+        padded(value, width, out);
+    }
+    out.push('Z');
+}
+
+/// `value` in decimal, padded with zeros to `width` digits (`{value:0width$}`).
+fn padded(value: u64, width: usize, out: &mut String) {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    let mut rest = value;
+    while rest > 0 {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    let start = start.min(digits.len() - width);
+    out.extend(digits[start..].iter().map(|&b| char::from(b)));
 }
 
 /// The queue between the logging threads and the writer.
@@ -791,6 +817,14 @@ mod tests {
         assert_eq!(at(1_795_692_410, 123_456), "2026-11-26T11:26:50.123456Z");
         assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
         assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000000Z");
+        assert_eq!(at(253_402_300_800, 0), "10000-01-01T00:00:00.000000Z");
+        for value in [0, 1, 9, 10, 99, 100, 999_999, 1_000_000, u64::MAX] {
+            for width in [2, 4, 6] {
+                let mut out = String::new();
+                padded(value, width, &mut out);
+                assert_eq!(out, format!("{value:0width$}"));
+            }
+        }
     }
 
     /// Many threads logging at once into a queue far smaller than what they log: every
