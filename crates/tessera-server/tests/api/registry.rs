@@ -230,6 +230,37 @@ async fn the_full_reload_removes_a_client_the_change_log_missed() {
     assert_eq!(app.state.live().counts().reloads, reloads + 1);
 }
 
+/// The safety net runs by itself (the book: "A full reload runs only every 10 minutes, as a
+/// safety net"): with no call from the test, the serving loop's reload removes a client
+/// the change log missed. The reload ticks on tokio's timer, so the interval is made short.
+#[tokio::test]
+async fn the_safety_net_reload_runs_by_itself_every_interval() {
+    use sqlx::Connection;
+    let app = spawn_with(|s| {
+        s.config.sync_interval = SLOW_POLL;
+        s.config.full_reload_interval = Duration::from_millis(200);
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+    let mut db = sqlx::SqliteConnection::connect(&app.db_url).await.unwrap();
+    sqlx::query("DROP TRIGGER clients_change_del")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    let reloads = app.state.live().counts().reloads;
+    sqlx::query("DELETE FROM clients WHERE id = $1")
+        .bind(id.as_str())
+        .execute(&mut db)
+        .await
+        .unwrap();
+    until("a periodic full reload removes the client", || async {
+        app.token(&id, &secret, NEWS).await.status() == 401
+    })
+    .await;
+    assert!(app.state.live().counts().reloads > reloads);
+}
+
 #[tokio::test]
 async fn an_instance_behind_a_pruned_change_reads_everything_again() {
     let app = spawn_without_poll().await;
