@@ -625,9 +625,10 @@ async fn network_errors_give_up_after_the_last_attempt() {
     assert_backoff(&server.take_waits(), &[5..=10, 10..=20]);
 
     // Nothing listening at all: connections refused, as many attempts.
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let nobody = Url::parse(&format!("http://{}", closed.local_addr().unwrap())).unwrap();
-    drop(closed);
+    // A port held and never listened on: a dropped listener's port could be taken by a
+    // server of another test meanwhile.
+    let refused = tessera_testkit::RefusedPort::bind();
+    let nobody = Url::parse(&format!("http://127.0.0.1:{}", refused.port)).unwrap();
     let err = for_url(nobody).token().await.unwrap_err();
     assert!(
         matches!(err, Error::Transport { attempts: 3, .. }),
