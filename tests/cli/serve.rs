@@ -397,22 +397,41 @@ async fn serve_flags_and_the_master_key_file_take_effect() {
     );
 }
 
-/// Whether `key` exists in the Redis at `url` (`redis://host:port`), asked in RESP.
+/// Whether `key` exists in the Redis at `url` (`redis://[[user]:password@]host:port[/db]`,
+/// as `TESSERA_TEST_REDIS_URL` may name one), asked in RESP.
 fn redis_has(url: &str, key: &str) -> bool {
-    use std::io::{Read, Write};
-    let address = url.trim_start_matches("redis://");
-    let address = address.split('/').next().unwrap();
+    use std::io::{BufRead, BufReader, Write};
+    fn ask(stream: &mut std::net::TcpStream, args: &[&str]) -> String {
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut reply = String::new();
+        BufReader::new(stream).read_line(&mut reply).unwrap();
+        reply
+    }
+    let rest = url.trim_start_matches("redis://");
+    let (userinfo, rest) = rest
+        .rsplit_once('@')
+        .map_or((None, rest), |(u, r)| (Some(u), r));
+    let (address, db) = rest.split_once('/').unwrap_or((rest, ""));
     let mut stream = std::net::TcpStream::connect(address).unwrap();
-    write!(stream, "*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len()).unwrap();
-    let mut reply = [0u8; 4];
-    stream.read_exact(&mut reply).unwrap();
-    match &reply {
-        b":1\r\n" => true,
-        b":0\r\n" => false,
-        other => panic!(
-            "unexpected Redis reply {:?}",
-            String::from_utf8_lossy(other)
-        ),
+    if let Some(userinfo) = userinfo {
+        let reply = match userinfo.split_once(':') {
+            Some(("", password)) => ask(&mut stream, &["AUTH", password]),
+            Some((user, password)) => ask(&mut stream, &["AUTH", user, password]),
+            None => ask(&mut stream, &["AUTH", userinfo]),
+        };
+        assert_eq!(reply, "+OK\r\n", "AUTH at {address}");
+    }
+    if !db.is_empty() {
+        assert_eq!(ask(&mut stream, &["SELECT", db]), "+OK\r\n", "SELECT {db}");
+    }
+    match ask(&mut stream, &["EXISTS", key]).as_str() {
+        ":1\r\n" => true,
+        ":0\r\n" => false,
+        other => panic!("unexpected Redis reply {other:?}"),
     }
 }
 
@@ -772,6 +791,32 @@ async fn the_demo_prints_its_address_issuer_data_and_console() {
         d.join("tessera.db").is_file(),
         "the data lives where it says"
     );
+    // Its plans (README: "demo plans `market-data`, `news` and `full` for the scopes
+    // `market-data-api`, `news-api` and `oms-api`"), and the demo admin client's.
+    let scopes: std::collections::BTreeMap<String, Vec<String>> = plans(d)
+        .into_iter()
+        .map(|(name, plan)| {
+            let mut scopes: Vec<String> = plan["scopes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_owned())
+                .collect();
+            scopes.sort();
+            (name, scopes)
+        })
+        .collect();
+    let expected = [
+        ("admin", "tessera-admin tessera-admin-read"),
+        ("full", "market-data-api news-api oms-api"),
+        ("market-data", "market-data-api"),
+        ("news", "news-api"),
+    ]
+    .map(|(name, scopes)| {
+        let scopes = scopes.split(' ').map(str::to_owned).collect();
+        (name.to_owned(), scopes)
+    });
+    assert_eq!(scopes, expected.into());
 
     let console = printed(&server, "console").await;
     assert_eq!(console, format!("{base}/console/"));
