@@ -191,8 +191,47 @@ impl Cli {
     }
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let runtime = workers(std::env::var_os("TOKIO_WORKER_THREADS"), cores)
+        .and_then(|workers| runtime(workers).map_err(|e| e.to_string()));
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => {
+            eprintln!("error: could not start the async runtime: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The async runtime's worker threads: `TOKIO_WORKER_THREADS` when set (the variable tokio
+/// itself reads), else one per core this process may use (`taskset`, a container's CPU set).
+fn workers(variable: Option<std::ffi::OsString>, cores: usize) -> Result<usize, String> {
+    let Some(value) = variable else {
+        return Ok(cores.max(1));
+    };
+    value
+        .to_str()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("TOKIO_WORKER_THREADS must be a number above 0, not {value:?}"))
+}
+
+/// Tokio's work-stealing scheduler with `workers` threads, or, with one, the current-thread
+/// scheduler: the same work on one thread without the cross-thread queues and wake-ups
+/// (about 2,800 fewer instructions per token: BENCHMARKS.md, issue 31).
+fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers);
+        builder
+    };
+    builder.enable_all().build()
+}
+
+async fn run() -> std::process::ExitCode {
     let matches = Cli::command_with_defaults().get_matches();
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
@@ -363,5 +402,23 @@ impl DataArgs {
     ) -> Result<(std::sync::Arc<Secrets>, MasterKeyOrigin)> {
         let (secrets, origin) = load_master_key(self.master_key_choice(), store).await?;
         Ok((std::sync::Arc::new(secrets), origin))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::workers;
+
+    #[test]
+    fn workers_follow_the_variable_else_the_cores() {
+        assert_eq!(workers(None, 4), Ok(4));
+        assert_eq!(workers(None, 1), Ok(1));
+        assert_eq!(workers(None, 0), Ok(1));
+        assert_eq!(workers(Some("1".into()), 8), Ok(1));
+        assert_eq!(workers(Some("3".into()), 1), Ok(3));
+        for junk in ["0", "", "two", "-1"] {
+            let error = workers(Some(junk.into()), 4).unwrap_err();
+            assert!(error.contains("TOKIO_WORKER_THREADS"), "{error}");
+        }
     }
 }

@@ -972,3 +972,46 @@ async fn a_master_key_file_of_another_user_is_refused() {
         &[&["client", "create", "--plan", "pro"], &data[..]].concat(),
     );
 }
+
+/// With one worker thread (`TOKIO_WORKER_THREADS=1`, as on one core) `serve` runs on tokio's
+/// current-thread scheduler: it issues tokens to requests that arrive together, sees a client
+/// created meanwhile (the registry's sync runs beside the requests on the same thread), and
+/// stops cleanly on SIGTERM. A value that is not a count above 0 is refused by name.
+#[tokio::test]
+async fn one_worker_thread_serves_and_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["plan", "set", "pro", "--scopes", "news-api"]);
+    let (id, secret) = create_client(d, "pro");
+    let args = ["serve", "--listen", "127.0.0.1:0"];
+    let server = spawn(d, &[("TOKIO_WORKER_THREADS", "1")], &args);
+
+    let mut together = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (base, id, secret) = (server.base.clone(), id.clone(), secret.clone());
+        together
+            .spawn(async move { access_token(token(&base, &id, &secret, "news-api").await).await });
+    }
+    while let Some(issued) = together.join_next().await {
+        assert_eq!(claims_of(&issued.unwrap())["client_id"], id.as_str());
+    }
+    let (later, later_secret) = create_client(d, "pro");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = token(&server.base, &later, &later_secret, "news-api").await;
+        if response.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new client was never seen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(server.terminate().await.success());
+
+    for junk in ["0", "two"] {
+        let refused = refused_start(d, &[("TOKIO_WORKER_THREADS", junk)], &args).await;
+        assert!(
+            refused.contains("TOKIO_WORKER_THREADS must be a number above 0"),
+            "{refused}"
+        );
+    }
+}
