@@ -92,6 +92,7 @@ impl AppState {
         let console_sso = crate::control::console::Sso::from_config(&config, &runtime.issuer)
             .map_err(LoadError::ConsoleSignIn)?
             .map(Arc::new);
+        let store = WatchedStore::new(store, &config.database, clock);
         Ok(Self {
             inner: Arc::new(Inner {
                 assertions,
@@ -101,7 +102,7 @@ impl AppState {
                 config,
                 runtime,
                 secrets,
-                store: Arc::new(WatchedStore::new(store, clock)),
+                store: Arc::new(store),
                 live: Arc::new(live),
                 metrics: Metrics::default(),
                 usage: UsageCounter::default(),

@@ -26,6 +26,10 @@ use crate::clock::Clock;
 #[derive(Debug)]
 pub(crate) struct WatchedStore {
     inner: Arc<dyn Store>,
+    /// The store's URL with its password hidden ([`crate::config::redact_url`]): named in
+    /// each episode's log lines, so that an operator of several stores (and a test of several
+    /// servers in one process) can tell whose disk filled.
+    name: Arc<str>,
     /// Shared with the handles [`Store::audited`] makes.
     health: Arc<StoreHealth>,
     /// When an episode starts, for `/readyz`.
@@ -129,9 +133,11 @@ fn is_fault(error: &StoreError) -> bool {
 }
 
 impl WatchedStore {
-    pub(crate) fn new(inner: Arc<dyn Store>, clock: Clock) -> Self {
+    /// `url` is the store's URL as configured; only its redacted form is kept.
+    pub(crate) fn new(inner: Arc<dyn Store>, url: &str, clock: Clock) -> Self {
         Self {
             inner,
+            name: crate::config::redact_url(url).into(),
             health: Arc::default(),
             clock,
         }
@@ -178,6 +184,7 @@ impl WatchedStore {
                     tracing::info!(
                         failures = episode.failures,
                         seconds = self.clock.now() - episode.since,
+                        store = %self.name,
                         "the store takes writes again"
                     );
                 }
@@ -188,6 +195,7 @@ impl WatchedStore {
                     tracing::error!(
                         %error,
                         write = what,
+                        store = %self.name,
                         "the store refuses writes: admin changes and revocations are answered \
                          with 503, usage counts are kept in memory, until a write succeeds"
                     );
@@ -223,13 +231,14 @@ impl WatchedStore {
                     tracing::info!(
                         failures = episode.failures,
                         seconds = self.clock.now() - episode.since,
+                        store = %self.name,
                         "the store answers reads again"
                     );
                 }
             }
             Err(error) if is_fault(error) => {
                 if self.health.reads.failed(self.clock.now()) {
-                    tracing::warn!(%error, read = what, "a store read failed");
+                    tracing::warn!(%error, read = what, store = %self.name, "a store read failed");
                 } else {
                     tracing::debug!(%error, read = what, "a store read failed");
                 }
@@ -554,6 +563,7 @@ impl Store for WatchedStore {
     fn audited(&self, event: AuditEvent) -> Arc<dyn Store> {
         Arc::new(Self {
             inner: self.inner.audited(event),
+            name: self.name.clone(),
             health: self.health.clone(),
             clock: self.clock.clone(),
         })

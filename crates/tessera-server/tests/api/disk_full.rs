@@ -210,12 +210,16 @@ async fn a_full_disk_refuses_every_write_visibly_keeps_usage_and_recovers_by_its
         200
     );
 
-    // One episode, logged once: the first failure and the recovery.
+    // One episode, logged once: the first failure and the recovery, each naming this
+    // server's store (the log is the process's: other tests' stores have other paths).
     let log = app.log();
-    let failures = log
-        .lines()
-        .filter(|l| l.contains("the store refuses writes") && l.contains("disk is full"))
-        .count();
-    assert_eq!(failures, 1, "{log}");
-    assert!(log.contains("the store takes writes again"), "{log}");
+    let ours = |message: &str| -> Vec<&str> {
+        log.lines()
+            .filter(|l| l.contains(message) && l.contains(&url))
+            .collect()
+    };
+    let refused = ours("the store refuses writes");
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(refused[0].contains("disk is full"), "{log}");
+    assert_eq!(ours("the store takes writes again").len(), 1, "{log}");
 }
