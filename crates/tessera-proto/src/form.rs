@@ -122,6 +122,8 @@ mod tests {
         // Nothing to decode: as it is.
         assert_eq!(decode_component("tc_app.é-~*").unwrap(), "tc_app.é-~*");
         assert_eq!(decode_component("").unwrap(), "");
+        // Plus signs alone: no other byte to send the value down the decoding path.
+        assert_eq!(decode_component("++").unwrap(), "  ");
         assert_eq!(decode_component("%C3%A9").unwrap(), "é");
         // Hexadecimal digits in either case (RFC 3986 section 2.1).
         assert_eq!(decode_component("%c3%a9%2b%3a%3A%0f").unwrap(), "é+::\u{f}");
