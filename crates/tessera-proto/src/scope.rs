@@ -276,6 +276,8 @@ mod tests {
         assert!(set.is_subset(&set));
         let collected: ScopeSet = set.iter().cloned().collect();
         assert_eq!(collected, set);
+        let other = ScopeSet::parse("b c").unwrap();
+        assert_eq!(set.intersection(&other), ScopeSet::parse("b").unwrap());
         assert!("".parse::<ScopeSet>().is_err());
     }
 
@@ -292,6 +294,30 @@ mod tests {
             r#""news-api oms-api""#
         );
         assert!(serde_json::from_str::<ScopeSet>(r#""a  b""#).is_err());
+    }
+
+    #[test]
+    fn the_issuers_own_scopes_are_told_from_api_scopes() {
+        for scope in [ADMIN_SCOPE, ADMIN_READ_SCOPE] {
+            assert!(is_admin_scope(scope) && names_issuer(scope), "{scope}");
+        }
+        for scope in [ORG_ADMIN_SCOPE, crate::api_limits::USAGE_SCOPE] {
+            assert!(!is_admin_scope(scope) && names_issuer(scope), "{scope}");
+        }
+        for scope in ["news-api", "tessera-admin-write", ""] {
+            assert!(!is_admin_scope(scope) && !names_issuer(scope), "{scope}");
+        }
+    }
+
+    #[test]
+    fn a_refused_name_is_quoted_with_its_control_characters_escaped() {
+        assert_eq!(Quoted("news api").to_string(), "“news api”");
+        assert_eq!(Quoted("a\nb\u{1b}é").to_string(), "“a\\nb\\u{1b}é”");
+        assert_eq!(
+            ScopeError::BadName("bad!\n".to_owned()).to_string(),
+            "scope name “bad!\\n” must be 1 to 128 characters of a-z, A-Z, 0-9, '.', '_', ':', \
+             '/' or '-'"
+        );
     }
 
     #[test]
