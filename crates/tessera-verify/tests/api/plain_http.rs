@@ -43,6 +43,15 @@ fn plain_http_to_another_host_is_refused_at_build() {
         builder("http://127.0.0.1:8080").jwks_uri(keys).build(),
         keys,
     );
+    // Static keys fetch nothing, but the plan limits still come from the issuer.
+    let key = TestKey::ed25519();
+    refused(
+        builder(REMOTE)
+            .static_keys(jwks(&[&key]))
+            .plan_limits()
+            .build(),
+        REMOTE,
+    );
 }
 
 #[test]
