@@ -371,6 +371,17 @@ async fn two_clients_of_one_org_share_one_allowance() {
 }
 
 #[tokio::test]
+async fn refresh_limits_fetches_the_document_now_and_reports_a_failure() {
+    let issuer = issuer(document(&five_a_minute())).await;
+    let clock = ManualClock::at(1_795_780_800);
+    let verifier = issuer.builder(&clock).build().unwrap();
+    assert!(verifier.refresh_limits().await.unwrap());
+    assert_eq!(issuer.seen.limit_fetches.load(Ordering::SeqCst), 1);
+    issuer.seen.down.store(true, Ordering::SeqCst);
+    assert!(verifier.refresh_limits().await.is_err());
+}
+
+#[tokio::test]
 async fn a_plan_change_is_enforced_within_a_refresh() {
     let issuer = issuer(document(&five_a_minute())).await;
     let clock = ManualClock::at(1_795_780_800);
