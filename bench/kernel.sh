@@ -6,11 +6,15 @@
 #
 #   bench/kernel.sh [--seconds S] [--connections C] [--bin PATH]
 #
+# The server's environment passes through: `RUST_LOG=warn bench/kernel.sh` measures Tessera
+# without its audit lines.
+#
 # Each server runs on core 0 (taskset), wrk on core 1 with C connections (default 32) for S
 # seconds (default 10), as bench/run.sh measures it, twice:
 #
 # 1. under `perf stat -e task-clock,context-switches,cpu-migrations,page-faults` attached to
-#    the server for the run: CPU time (user and kernel) and context switches per token;
+#    the server for the run: CPU time and context switches per token, and the CPU time split
+#    into user and kernel from /proc/PID/stat;
 # 2. under `strace -c -f` attached to the server: system calls per token by name. strace
 #    slows each call down a lot, so this run's tokens/s says nothing; its counts per token do.
 #
@@ -96,6 +100,14 @@ start() {
 	taskset -c 1 wrk -t1 -c"$connections" -d2s -s "$work/token.lua" "$url/connect/token" >/dev/null
 }
 
+# ticks PID: the user and system clock ticks of a process, all its threads.
+ticks() {
+	local stat
+	stat=$(cat "/proc/$1/stat")
+	stat=${stat##*) }
+	awk '{ print $12, $13 }' <<<"$stat"
+}
+
 stop() {
 	kill -TERM "$server_pid"
 	wait "$server_pid" 2>/dev/null || true
@@ -120,8 +132,15 @@ for name in tessera floor; do
 		-o "$work/$name.perf" -- sleep "$((seconds + 1))" &
 	perf_pid=$!
 	sleep 0.5
+	before=$(ticks "$server_pid")
 	tokens=$(load)
+	after=$(ticks "$server_pid")
 	wait "$perf_pid"
+	awk -v b="$before" -v a="$after" -v n="$tokens" -v hz="$(getconf CLK_TCK)" -v name="$name" 'BEGIN {
+		split(b, x, " "); split(a, y, " ")
+		printf "%-8s %6.2f us user, %6.2f us system per token (/proc)\n", name,
+			(y[1] - x[1]) / hz * 1e6 / n, (y[2] - x[2]) / hz * 1e6 / n
+	}'
 	awk -F, -v n="$tokens" -v name="$name" -v s="$seconds" '
 		$3 == "task-clock" { cpu = $1 }
 		$3 == "context-switches" { cs = $1 }
