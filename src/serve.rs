@@ -431,6 +431,8 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
         config.tls_key = Some(files.key);
     }
     let listeners = Listeners::bind(&config).await?;
+    // Before the first line that says it listens: a SIGTERM from then on stops it cleanly.
+    let shutdown = tessera_server::shutdown_signal();
     let (demo, console, redis, expected) = (
         config.demo,
         config.console(),
@@ -506,7 +508,7 @@ pub(crate) async fn run(data: &DataArgs, args: &ServeArgs, matches: &ArgMatches)
         .await?;
         server.state().sync().await?;
     }
-    server.run(tessera_server::shutdown_signal()).await?;
+    server.run(shutdown).await?;
     Ok(())
 }
 

@@ -83,3 +83,17 @@ async fn sigterm_finishes_the_request_in_flight() {
 async fn sigint_finishes_the_request_in_flight() {
     stops_after_the_request_in_flight("-INT").await;
 }
+
+/// A SIGTERM sent as soon as the server says it listens stops it cleanly: the handlers are
+/// in place before that line. With `--demo` the signal lands during the demo's set-up, which
+/// runs after the line; before the handlers were installed early, the default action killed
+/// the process there (exit by signal, not 0).
+#[tokio::test]
+async fn sigterm_right_after_the_first_line_stops_cleanly() {
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let server = serve(dir.path(), &["--demo"]);
+        let status = server.terminate().await;
+        assert!(status.success(), "{status:?}");
+    }
+}

@@ -14,8 +14,10 @@
 //! let listeners = Listeners::bind(&config).await?;
 //! let clock = tessera_server::clock::Clock::system();
 //! let server = Server::start(config, listeners, clock, store, secrets).await?;
+//! // Before saying it listens: a SIGTERM from then on stops it cleanly.
+//! let shutdown = tessera_server::shutdown_signal();
 //! println!("listening on {}", server.addr());
-//! server.run(tessera_server::shutdown_signal()).await?;
+//! server.run(shutdown).await?;
 //! # Ok(())
 //! # }
 //! ```
