@@ -259,6 +259,20 @@ mod tests {
         Arc::new(load(&s, &generate(&s, alg, activates_at - 10, activates_at)).unwrap())
     }
 
+    /// `Debug` names the key and leaves its pair out: what a log line may show.
+    #[test]
+    fn debug_names_the_key_and_leaves_the_pair_out() {
+        let key = loaded(Algorithm::EdDSA, 100);
+        let shown = format!("{key:?}");
+        assert!(
+            shown.contains(key.kid.as_str())
+                && shown.contains("EdDSA")
+                && shown.contains("activates_at: 100"),
+            "{shown}"
+        );
+        assert!(!shown.contains("pair"), "{shown}");
+    }
+
     #[test]
     fn keys_round_trip_through_the_store_format() {
         for alg in [Algorithm::EdDSA, Algorithm::ES256] {
