@@ -126,3 +126,68 @@ async fn health_and_readiness() {
     app.sync().await;
     assert_eq!(get(&app, "/readyz").await.0, 200);
 }
+
+/// A server started on a store whose only key activates later waits for that key: it
+/// generates none of its own (the key was published ahead so that verifiers learn it first,
+/// RFC 7517; a new one would sign at once with a key no verifier has seen announced). Until
+/// the activation it publishes the waiting key, is not ready and refuses tokens with 503;
+/// from then on it signs with that key.
+#[tokio::test]
+async fn a_store_whose_only_key_activates_later_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tessera.db").display());
+    let clock = tessera_server::clock::ManualClock::starting_now();
+    let now = clock.now();
+    let store = tessera_store::open(&url).await.unwrap();
+    // The test kit's master key.
+    let secrets = tessera_server::secrets::Secrets::from_bytes(&[7; 32]);
+    let waiting =
+        tessera_server::keys::generate(&secrets, tessera_proto::Algorithm::EdDSA, now, now + 3600);
+    store.insert_key(&waiting).await.unwrap();
+    let app = spawn_with(|s| {
+        s.database_url = Some(url.clone());
+        s.clock = clock.clone();
+    })
+    .await;
+
+    let kids = |store_keys: Vec<tessera_store::SigningKey>| {
+        store_keys.into_iter().map(|k| k.kid).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        kids(app.store.keys().await.unwrap()),
+        [waiting.kid.as_str()]
+    );
+    let jwks: serde_json::Value = app
+        .http
+        .get(app.url("/.well-known/jwks.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let published: Vec<&str> = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(published, [waiting.kid.as_str()]);
+    assert_eq!(
+        get(&app, "/readyz").await,
+        (503, "no active signing key\n".into())
+    );
+    let (id, secret) = app.client().await;
+    let news = "grant_type=client_credentials&scope=news-api";
+    let (status, error, _) = error_of(app.token(&id, &secret, news).await).await;
+    assert_eq!((status, error.as_str()), (503, "temporarily_unavailable"));
+
+    // The activation comes: ready, and the waiting key signs.
+    clock.set(now + 3600);
+    app.sync().await;
+    assert_eq!(get(&app, "/readyz").await, (200, "ready\n".into()));
+    let answer: serde_json::Value = app.token(&id, &secret, news).await.json().await.unwrap();
+    let token = answer["access_token"].as_str().unwrap();
+    assert_eq!(header_of(token)["kid"], waiting.kid.as_str());
+    assert_eq!(kids(app.store.keys().await.unwrap()), [waiting.kid]);
+}

@@ -288,3 +288,62 @@ async fn tokens_of_a_disabled_or_deleted_client_are_inactive() {
         false
     );
 }
+
+/// A token of this server well over a kilobyte (a plan granting 40 APIs: 40 scopes and 40
+/// audiences) is read back whole: introspection (RFC 7662 section 2.2) describes it and
+/// revocation (RFC 7009 section 2.1) revokes it. The reader takes tokens up to 8 KiB.
+#[tokio::test]
+async fn a_long_token_is_introspected_and_revoked() {
+    let app = spawn_app().await;
+    let scopes: Vec<String> = (0..40)
+        .map(|i| format!("wide-api-{i:02}-for-a-long-token"))
+        .collect();
+    let scopes = scopes.join(" ");
+    app.registrar()
+        .set_plan("wide", &scopes, None)
+        .await
+        .unwrap();
+    let (id, secret) = app
+        .client_on("wide", tessera_store::AuthMethod::ClientSecretBasic)
+        .await;
+    let answer = app
+        .token(
+            &id,
+            &secret,
+            &format!(
+                "grant_type=client_credentials&scope={}",
+                scopes.replace(' ', "+")
+            ),
+        )
+        .await;
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    let token = body["access_token"].as_str().unwrap().to_owned();
+    assert!(
+        (2048..8192).contains(&token.len()),
+        "a long token, within the limit: {} bytes",
+        token.len()
+    );
+
+    let active = introspect(&app, &id, &secret, &token).await;
+    assert_eq!(active["active"], true);
+    assert_eq!(active["scope"], scopes.as_str());
+    assert_eq!(active["jti"], claims_of(&token)["jti"]);
+
+    let r = post(
+        &app,
+        "/connect/revocation",
+        &id,
+        &secret,
+        format!("token={token}"),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        introspect(&app, &id, &secret, &token).await["active"],
+        false
+    );
+    let revoked = app.store.revoked_since(0, app.clock.now()).await.unwrap();
+    assert_eq!(revoked.len(), 1);
+    assert_eq!(revoked[0].1.jti, claims_of(&token)["jti"].as_str().unwrap());
+}
