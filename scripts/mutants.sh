@@ -76,6 +76,23 @@ part() {
             run server-assertion tessera-server "$S/grant/assertion.rs $S/grant/key_sets.rs $S/fetch.rs" \
                 --lib --test api -- assertion federation fetch trust key_sets
             ;;
+        # Signing keys: the ring, the bootstrap, reading tokens back (tests/api's key,
+        # JWKS, rotation and long-token tests).
+        server-keys)
+            run server-keys tessera-server "$S/keys.rs" --lib --test api -- key jwks rotat long_token
+            ;;
+        # The bootstrap's algorithm warning, said at start: the binary's keys tests.
+        server-keys-cli)
+            local saved=("${EXTRA[@]}")
+            EXTRA+=(--test-package tessera --re "in bootstrap")
+            run server-keys-cli tessera-server "$S/keys.rs" --test cli -- keys
+            EXTRA=("${saved[@]}")
+            ;;
+        # The registry: the clients, plans and keys kept fresh from the store's changes.
+        server-registry)
+            run server-registry tessera-server "$S/registry/mod.rs $S/registry/clients.rs $S/registry/snapshot.rs $S/registry/sync.rs" \
+                --lib --test api -- registry outage sync
+            ;;
         # Subject DNs (RFC 4514 parsing, RFC 4517 matching): their unit tests.
         server-dn) run server-dn tessera-server "$S/dn.rs" --lib ;;
         # Certificate client authentication: the binary's end-to-end tests over TLS and
@@ -94,5 +111,5 @@ part() {
 }
 
 [ $# -gt 0 ] || set -- proto verify server-auth server-limits server-secrets server-admin-auth \
-    server-dpop server-assertion server-dn server-mtls
+    server-dpop server-assertion server-keys server-keys-cli server-registry server-dn server-mtls
 for p in "$@"; do part "$p"; done
