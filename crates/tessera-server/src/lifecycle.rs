@@ -260,7 +260,7 @@ impl Server {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        self.run_with(|router| router, shutdown).await
+        self.serve_plane(crate::serve::Plane::app, shutdown).await
     }
 
     /// Serves the router of [`crate::app`], wrapped by `wrap` (a deployment's or a test's
@@ -271,6 +271,20 @@ impl Server {
     pub async fn run_with(
         self,
         wrap: impl FnOnce(axum::Router) -> axum::Router,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        self.serve_plane(
+            |router| crate::serve::Plane::wrapped(wrap(router)),
+            shutdown,
+        )
+        .await
+    }
+
+    /// [`Self::run_with`], with the router of [`crate::app`] made into the main listener's
+    /// plane by `plane`.
+    async fn serve_plane(
+        self,
+        plane: impl FnOnce(axum::Router) -> crate::serve::Plane,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let Self {
@@ -305,7 +319,7 @@ impl Server {
                 }
             }));
         }
-        let router = wrap(crate::app(state.clone()));
+        let router = plane(crate::app(state.clone()));
         let admin = listeners
             .admin
             .map(|listener| (listener, crate::admin_app(state.clone())));

@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::mtls::PeerCertificate;
+use crate::routes;
 use crate::state::AppState;
 
 /// The router of the main listener, with its layers: the data plane, and the control plane
@@ -63,7 +64,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = app(state.clone());
-    run_router(listener, state, router, shutdown).await
+    run_planes(listener, Plane::app(router), None, state, shutdown).await
 }
 
 /// [`run`] with a router built from [`app`] and wrapped in layers of the caller's (a
@@ -74,7 +75,27 @@ pub async fn run_router(
     router: axum::Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    run_planes(listener, router, None, state, shutdown).await
+    run_planes(listener, Plane::wrapped(router), None, state, shutdown).await
+}
+
+/// The router a listener serves, and whether it is [`app`]'s own, with no layer of a
+/// caller's around it: then its token requests may be answered without it
+/// ([`crate::routes::token::direct`]).
+pub(crate) struct Plane {
+    router: axum::Router,
+    own: bool,
+}
+
+impl Plane {
+    /// [`app`]'s router, as it made it.
+    pub(crate) fn app(router: axum::Router) -> Self {
+        Self { router, own: true }
+    }
+
+    /// A router wrapped in a caller's layers, or any other: every request goes through it.
+    pub(crate) fn wrapped(router: axum::Router) -> Self {
+        Self { router, own: false }
+    }
 }
 
 /// [`run_router`], and with `admin` the management surface on a listener of its own
@@ -82,7 +103,7 @@ pub async fn run_router(
 /// same `shutdown`.
 pub(crate) async fn run_planes(
     listener: TcpListener,
-    router: axum::Router,
+    router: Plane,
     admin: Option<(TcpListener, axum::Router)>,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -114,7 +135,12 @@ pub(crate) async fn run_planes(
             };
             let (served, admin_served) = tokio::join!(
                 serve(listener, router, &state, until_stopped(stopping.clone())),
-                serve(admin, admin_router, &state, until_stopped(stopping)),
+                serve(
+                    admin,
+                    Plane::wrapped(admin_router),
+                    &state,
+                    until_stopped(stopping)
+                ),
             );
             signal.abort();
             served.and(admin_served)
@@ -137,7 +163,7 @@ pub(crate) async fn run_planes(
 /// whatever its protocol, ends when idle or spent ([`Lifetime`]).
 async fn serve(
     listener: TcpListener,
-    router: axum::Router,
+    plane: Plane,
     state: &AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -157,6 +183,9 @@ async fn serve(
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(16 * 1024)
         .keep_alive_interval(Some(Duration::from_secs(30)));
+    // Token requests skip the router where nothing of a caller's, nor a request span, would
+    // be skipped with it.
+    let direct = (plane.own && !crate::telemetry::on()).then(|| state.clone());
     let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
     let per_address = Arc::new(PerAddress::new(config.max_connections_per_address));
     // Every connection's task holds a receiver; once all are dropped, all have ended.
@@ -191,7 +220,7 @@ async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (h1, h2, router) = (h1.clone(), h2.clone(), router.clone());
+        let (h1, h2) = (h1.clone(), h2.clone());
         let (tls, handshake_timeout) = (state.tls().cloned(), config.header_timeout);
         let lifetime = Lifetime::new(config, state.clock(), draining.clone());
         let mut ending = Ending {
@@ -200,10 +229,22 @@ async fn serve(
             drain: config.shutdown_drain,
             stopping: stopping.clone(),
         };
+        let answering = {
+            let (router, direct, lifetime) =
+                (plane.router.clone(), direct.clone(), lifetime.clone());
+            move |certificate, protocol| Answering {
+                router,
+                direct,
+                peer,
+                lifetime,
+                certificate,
+                protocol,
+            }
+        };
         tokio::spawn(async move {
             let _slots = (slot, address_slot);
             let Some(tls) = tls else {
-                let service = service(router, peer, lifetime.clone(), None, Protocol::Http);
+                let service = answering(None, Protocol::Http);
                 let connection = h1.serve_connection(TokioIo::new(stream), service);
                 drive(
                     connection,
@@ -237,7 +278,7 @@ async fn serve(
             if session.alpn_protocol() == Some(b"h2") {
                 // GOAWAY tells the client which streams were taken: no drain needed.
                 ending.drain = Duration::ZERO;
-                let service = service(router, peer, lifetime.clone(), certificate, Protocol::H2);
+                let service = answering(certificate, Protocol::H2);
                 let connection = h2.serve_connection(TokioIo::new(stream), service);
                 drive(
                     connection,
@@ -247,7 +288,7 @@ async fn serve(
                 )
                 .await;
             } else {
-                let service = service(router, peer, lifetime.clone(), certificate, Protocol::Https);
+                let service = answering(certificate, Protocol::Https);
                 let connection = h1.serve_connection(TokioIo::new(stream), service);
                 drive(
                     connection,
@@ -481,33 +522,50 @@ fn log_end<E: std::fmt::Display>(result: Result<(), E>) {
 /// connection has served its share, or the server is stopping, an HTTP/1.1 answer says
 /// `Connection: close`, so the client opens a new one (RFC 9112 section 9.6), and an HTTP/2
 /// connection is sent GOAWAY ([`drive`]). Over TLS every answer carries [`HSTS`].
-fn service(
+///
+/// With `direct`, a token request is answered by [`routes::token::direct`] rather than
+/// through the router: the same answer without the router's boxes, for the requests that
+/// are most of a token service's traffic.
+#[derive(Clone)]
+struct Answering {
     router: axum::Router,
+    /// Set when no layer of a caller's wraps `router` and requests are not traced.
+    direct: Option<AppState>,
     peer: std::net::SocketAddr,
     lifetime: Arc<Lifetime>,
     certificate: Option<PeerCertificate>,
     protocol: Protocol,
-) -> hyper_util::service::TowerToHyperService<
-    impl tower::Service<
-            axum::extract::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-            Future = impl Send,
-        > + Clone,
-> {
-    use axum::extract::ConnectInfo;
-    use axum::http::{header, HeaderValue};
-    use tower::ServiceExt;
-    let working = Arc::clone(&lifetime);
-    let service = router
-        .map_request(move |mut request: axum::extract::Request<_>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            if let Some(certificate) = &certificate {
-                request.extensions_mut().insert(certificate.clone());
-            }
-            request
-        })
-        .map_response(move |mut response: axum::response::Response| {
+}
+
+impl hyper::service::Service<axum::extract::Request<hyper::body::Incoming>> for Answering {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn call(&self, mut request: axum::extract::Request<hyper::body::Incoming>) -> Self::Future {
+        use axum::extract::ConnectInfo;
+        use axum::http::{header, HeaderValue};
+        use tower::ServiceExt;
+        request.extensions_mut().insert(ConnectInfo(self.peer));
+        if let Some(certificate) = &self.certificate {
+            request.extensions_mut().insert(certificate.clone());
+        }
+        let working = Working::begin(&self.lifetime);
+        let protocol = self.protocol;
+        let direct = match &self.direct {
+            Some(state) if routes::token::is_token_request(&request) => Ok(state.clone()),
+            _ => Err(self.router.clone()),
+        };
+        Box::pin(async move {
+            let mut response = match direct {
+                Ok(state) => routes::token::direct(state, request).await,
+                Err(router) => match router.oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                },
+            };
             let headers = response.headers_mut();
             if protocol != Protocol::Http {
                 headers
@@ -515,20 +573,13 @@ fn service(
                     .or_insert(HeaderValue::from_static(HSTS));
             }
             // HTTP/2 has no Connection header (RFC 9113 section 8.2.2): GOAWAY instead.
-            if lifetime.answered() && protocol != Protocol::H2 {
+            if working.0.answered() && protocol != Protocol::H2 {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            response
+            drop(working);
+            Ok(response)
         })
-        .map_future(move |answer| {
-            let working = Working::begin(&working);
-            async move {
-                let answer = answer.await;
-                drop(working);
-                answer
-            }
-        });
-    hyper_util::service::TowerToHyperService::new(service)
+    }
 }
 
 /// Open connections per source address, so that one address cannot hold them all.

@@ -148,11 +148,16 @@ pub async fn spawn_with(configure: impl FnOnce(&mut Setup)) -> TestApp {
         server.metrics_addr(),
         server.admin_addr(),
     );
-    let wrap = setup.wrap.unwrap_or_else(|| Box::new(|router| router));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(server.run_with(wrap, async {
+    let stopped = async {
         let _ = rx.await;
-    }));
+    };
+    // Without layers of the test's, the server runs as the binary runs it: its token requests
+    // skip the router (`tessera_server::serve`); with them, every request goes through.
+    let server = match setup.wrap {
+        Some(wrap) => tokio::spawn(server.run_with(wrap, stopped)),
+        None => tokio::spawn(server.run(stopped)),
+    };
     TestApp {
         addr,
         base,

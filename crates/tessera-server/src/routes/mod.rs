@@ -72,7 +72,14 @@ pub(crate) fn metrics_only(state: AppState) -> Router {
 /// Splits a request into its head and its body, read up to `limit` bytes (413 past it).
 /// The endpoints take the whole request rather than extractors, so that the head is
 /// borrowed, not copied, on the token path.
-pub(crate) async fn split(request: Request, limit: usize) -> (Parts, Result<Bytes, OAuthError>) {
+pub(crate) async fn split<B>(
+    request: Request<B>,
+    limit: usize,
+) -> (Parts, Result<Bytes, OAuthError>)
+where
+    B: axum::body::HttpBody<Data = Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
     use http_body_util::{BodyExt, LengthLimitError, Limited};
     let (parts, body) = request.into_parts();
     let body = match Limited::new(body, limit).collect().await {

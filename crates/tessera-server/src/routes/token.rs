@@ -4,13 +4,14 @@
 
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::{Request, State};
-use axum::http::header::CONTENT_TYPE;
+use axum::body::{Bytes, HttpBody};
+use axum::extract::State;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::BoxError;
 use axum::Router;
 use tessera_proto::{ErrorCode, TokenRequest, TokenResponse};
 use tessera_verify::dpop::proof_header;
@@ -24,8 +25,41 @@ use crate::mtls::PeerCertificate;
 use crate::routes::{authorization, client_ip, read_form, single, split};
 use crate::AppState;
 
+/// The token endpoint's path (RFC 6749 section 3.2 leaves it to the server).
+const PATH: &str = "/connect/token";
+
 pub(crate) fn router() -> Router<AppState> {
-    Router::new().route("/connect/token", post(token))
+    Router::new().route(PATH, post(token::<axum::body::Body>))
+}
+
+/// Whether `request` is for the token endpoint: `POST /connect/token`, whatever its query.
+pub(crate) fn is_token_request<B>(request: &Request<B>) -> bool {
+    request.method() == Method::POST && request.uri().path() == PATH
+}
+
+/// The token endpoint without the router: what [`super::router`] does for a token request,
+/// its layers included (the `Authorization` header marked sensitive, the request timeout,
+/// 408), called by the accept loop (`crate::serve`) for the requests most of its traffic is,
+/// so that they skip the router's per-route boxes and allocations (BENCHMARKS.md, issue 31).
+/// The accept loop uses it only where no layer of a caller's wraps the router, and without
+/// request spans (`crate::telemetry`), which the router's layer makes.
+pub(crate) async fn direct<B>(state: AppState, mut request: Request<B>) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    if let axum::http::header::Entry::Occupied(mut values) =
+        request.headers_mut().entry(AUTHORIZATION)
+    {
+        for value in values.iter_mut() {
+            value.set_sensitive(true);
+        }
+    }
+    let timeout = state.config().request_timeout;
+    match tokio::time::timeout(timeout, token(State(state), request)).await {
+        Ok(response) => response,
+        Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+    }
 }
 
 /// The body of RFC 6749 section 5.1, written directly rather than through a JSON encoder:
@@ -58,7 +92,11 @@ fn response_body(response: &TokenResponse) -> String {
 }
 
 /// `POST /connect/token` (RFC 6749 sections 4.4.2 and 4.4.3): read, decide, record, answer.
-async fn token(State(state): State<AppState>, request: Request) -> Response {
+async fn token<B>(State(state): State<AppState>, request: Request<B>) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     let started = Instant::now();
     let (parts, body) = split(request, state.config().body_limit).await;
     let slot = match state.in_flight().admit() {

@@ -687,6 +687,65 @@ async fn a_client_that_sends_too_slowly_is_timed_out() {
     assert!(response.starts_with("HTTP/1.1 408"), "{response}");
 }
 
+/// The server answers token requests without its router unless a deployment wraps the
+/// router in layers of its own: then its token requests go through them like any other, and
+/// are answered alike (a token, a refusal, the timeout).
+#[tokio::test]
+async fn token_requests_go_through_a_deployments_layers() {
+    use axum::http::HeaderValue;
+    let app = spawn_with(|s| {
+        s.config.request_timeout = Duration::from_millis(500);
+        s.wrap = Some(Box::new(|router| {
+            router.layer(axum::middleware::map_response(
+                |mut response: axum::response::Response| async move {
+                    let seen = HeaderValue::from_static("yes");
+                    response.headers_mut().insert("x-deployment-layer", seen);
+                    response
+                },
+            ))
+        }))
+    })
+    .await;
+    let (id, secret) = app.client().await;
+    let layered = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get("x-deployment-layer")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+
+    let issued = app.token(&id, &secret, FORM).await;
+    assert_eq!(issued.status(), 200);
+    assert_eq!(layered(&issued).as_deref(), Some("yes"));
+    let body: serde_json::Value = issued.json().await.unwrap();
+    assert!(body["access_token"]
+        .as_str()
+        .is_some_and(|t| t.split('.').count() == 3));
+
+    let refused = app.token(&id, &ClientSecret::new("tcs_wrong"), FORM).await;
+    assert_eq!(layered(&refused).as_deref(), Some("yes"));
+    let (status, error, _) = error_of(refused).await;
+    assert_eq!((status, error.as_str()), (401, "invalid_client"));
+
+    let head = format!(
+        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\ngrant_type=",
+        basic(&id, &secret),
+        FORM.len()
+    );
+    let response = tokio::time::timeout(Duration::from_secs(5), app.raw(head.as_bytes()))
+        .await
+        .expect("server answered");
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.contains("x-deployment-layer: yes"), "{response}");
+
+    // Without layers of the deployment's, the same requests are answered alike, and without
+    // the header (the other tests here run that way).
+    let plain = spawn_app().await;
+    let (id, secret) = plain.client().await;
+    let issued = plain.token(&id, &secret, FORM).await;
+    assert_eq!((issued.status().as_u16(), layered(&issued)), (200, None));
+}
+
 #[tokio::test]
 async fn a_client_that_sends_its_head_too_slowly_is_disconnected() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
