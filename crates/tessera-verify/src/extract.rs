@@ -27,6 +27,7 @@
 
 use std::marker::PhantomData;
 use std::ops::Deref;
+use std::sync::Arc;
 
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
@@ -41,14 +42,15 @@ use crate::{AccessRequest, Verifier};
 /// check ran.
 #[derive(Debug, Clone)]
 pub struct VerifiedToken {
-    claims: AccessTokenClaims,
+    /// Shared with the cache of verified tokens (and every clone of this one).
+    claims: Arc<AccessTokenClaims>,
     challenge: Challenge,
     rate_limit: Option<Allowance>,
 }
 
 impl VerifiedToken {
     pub(crate) fn new(
-        claims: AccessTokenClaims,
+        claims: Arc<AccessTokenClaims>,
         challenge: Challenge,
         rate_limit: Option<Allowance>,
     ) -> Self {
@@ -73,9 +75,10 @@ impl VerifiedToken {
         &self.claims
     }
 
-    /// The claims, owned.
+    /// The claims, owned: a copy while the cache of verified tokens (or a clone of this
+    /// token) still holds them.
     pub fn into_claims(self) -> AccessTokenClaims {
-        self.claims
+        Arc::unwrap_or_clone(self.claims)
     }
 
     /// 403 `insufficient_scope` unless the token grants `scope`.

@@ -470,7 +470,7 @@ impl Verifier {
         match &claims.cnf {
             Some(cnf) if cnf.jkt.is_some() => Err(VerifyError::DpopBound),
             Some(cnf) if cnf.x5t_s256.is_some() => Err(VerifyError::CertificateMismatch),
-            _ => Ok(claims),
+            _ => Ok(Arc::unwrap_or_clone(claims)),
         }
     }
 
@@ -478,12 +478,13 @@ impl Verifier {
     /// [`Verifier::verify_request`] checks after this), and with the audience check left out
     /// when `audience` is `None`: a scoped check looks at the scope first, so that an
     /// authentic token for other APIs gets 403 `insufficient_scope` naming the scope it lacks,
-    /// then checks the audience itself.
+    /// then checks the audience itself. The claims are shared with the cache of verified
+    /// tokens: a repeated token costs no copy of them.
     pub(crate) async fn verify_token(
         &self,
         token: &str,
         audience: Option<&str>,
-    ) -> Result<AccessTokenClaims, VerifyError> {
+    ) -> Result<Arc<AccessTokenClaims>, VerifyError> {
         let inner = &*self.inner;
         // Longer tokens go the long way, to be refused before they are looked up.
         let cacheable = inner.tokens.is_enabled() && token.len() <= inner.max_token_size;
@@ -495,13 +496,15 @@ impl Verifier {
             };
             if let Some(entry) = inner.tokens.get(token, still_published) {
                 validate::check_current(&entry.claims, self.expected(audience))?;
-                return Ok(entry.claims.clone());
+                return Ok(Arc::clone(&entry.claims));
             }
         }
         let jws = jws::parse(token, inner.max_token_size, &inner.algorithms)?;
         let mut keys = inner.cache.current();
         if keys.get(&jws.kid).is_none() {
-            keys = inner.cache.after_unknown_kid().await;
+            // Boxed: a fetch is rare, and its future inline would make every verification's
+            // future larger, and so longer to move (issue 31 item 4).
+            keys = Box::pin(inner.cache.after_unknown_kid()).await;
         }
         let key = keys.get(&jws.kid).ok_or(VerifyError::UnknownKey)?;
         if key.alg != jws.alg {
@@ -510,11 +513,14 @@ impl Verifier {
         if !key.verify(jws.signing_input, &jws.signature) {
             return Err(VerifyError::BadSignature);
         }
-        let claims = validate::check_claims(&jws.payload, self.expected(audience))?;
+        let claims = Arc::new(validate::check_claims(
+            &jws.payload,
+            self.expected(audience),
+        )?);
         if cacheable {
             inner.tokens.insert(Entry {
                 token: token.into(),
-                claims: claims.clone(),
+                claims: Arc::clone(&claims),
                 key: Arc::clone(key),
             });
         }

@@ -202,10 +202,12 @@ impl Limits {
             self.record(&claims.client_id, false);
             return Ok(None);
         };
+        // The fetches and Redis's round trip are boxed: inline, their futures would make
+        // the future of every request's check several kilobytes, moved at each call, for
+        // paths a request in memory never takes (issue 31 item 4).
         let compiled = match document.current() {
             Some(compiled) => compiled,
-            None => document
-                .after_refetch()
+            None => Box::pin(document.after_refetch())
                 .await
                 .ok_or_else(|| LimitRejection::unknown(&self.api, 1))?,
         };
@@ -213,7 +215,7 @@ impl Limits {
             Some(policy) => policy.clone(),
             None => match claims.plan.as_deref() {
                 // Perhaps a plan newer than the document: fetch once more if allowed.
-                Some(plan) => match document.after_refetch().await {
+                Some(plan) => match Box::pin(document.after_refetch()).await {
                     Some(newer) => newer.plan(plan).unwrap_or_else(|| newer.unlisted()).clone(),
                     None => compiled.unlisted().clone(),
                 },
@@ -231,11 +233,11 @@ impl Limits {
             _ => None,
         };
         let key = shared.as_deref().unwrap_or(&claims.client_id);
-        let count = match &self.counter {
-            Counter::Local(local) => local.count(key, policy.rate, policy.quota),
-            Counter::Redis(redis) => redis.count(key, policy.rate, policy.quota).await,
-        };
         let now = self.clock.now();
+        let count = match &self.counter {
+            Counter::Local(local) => local.count_at(key, policy.rate, policy.quota, now),
+            Counter::Redis(redis) => Box::pin(redis.count(key, policy.rate, policy.quota)).await,
+        };
         self.record(&claims.client_id, !count.allowed());
         if count.allowed() {
             let (p, r) = policy.fields(&count, now);
