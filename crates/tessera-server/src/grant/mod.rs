@@ -738,9 +738,17 @@ mod tests {
             }),
         ];
         let odd = "a\"b\\c\u{1}\n\t\u{7f}é \u{2028}😀/";
+        // A quote alone and a backslash alone, with no control character beside them to
+        // send the string to serde_json anyway (mutation testing, `json_string`'s
+        // `&&` → `||`, grant/mod.rs:302).
+        let (quote, backslash) = ("a\"b", "a\\b");
         for cnf in cnfs {
-            for (org_id, federated_sub) in [(None, None), (Some("acme"), Some(odd))] {
-                for issuer in ["https://issuer", odd] {
+            for (org_id, federated_sub) in [
+                (None, None),
+                (Some("acme"), Some(odd)),
+                (Some(quote), Some(backslash)),
+            ] {
+                for issuer in ["https://issuer", odd, quote, backslash] {
                     let claims = SignedClaims {
                         iss: issuer,
                         sub: "tc_1",
