@@ -650,11 +650,20 @@ fn capture_log() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         let writer = Capture(buffer().clone());
-        let subscriber = tracing_subscriber::fmt()
-            .json()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .finish();
+        // No spans of the target the server exports traces on (`tessera::trace`): the
+        // server then runs as it does without `OTEL_` settings, untraced, and answers token
+        // requests without its router (`tessera_server::serve`).
+        let untraced = tracing_subscriber::filter::filter_fn(|metadata| {
+            metadata.target() != tessera_server::telemetry::TARGET
+        });
+        let subscriber = tracing_subscriber::layer::SubscriberExt::with(
+            tracing_subscriber::fmt()
+                .json()
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || writer.clone())
+                .finish(),
+            untraced,
+        );
         // Another subscriber installed by the test binary wins; then nothing is captured.
         let _ = tracing::subscriber::set_global_default(subscriber);
     });
