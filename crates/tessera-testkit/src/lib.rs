@@ -252,6 +252,20 @@ impl TestApp {
         format!("{}{path}", self.base)
     }
 
+    /// The published key set, `/.well-known/jwks.json` (RFC 7517 section 5).
+    pub async fn jwks(&self) -> serde_json::Value {
+        let response = self.http.get(self.url("/.well-known/jwks.json")).send();
+        response.await.unwrap().json().await.unwrap()
+    }
+
+    /// The `kid`s of the published key set, in its order.
+    pub async fn published_kids(&self) -> Vec<String> {
+        let jwks = self.jwks().await;
+        let keys = jwks["keys"].as_array().unwrap().iter();
+        keys.map(|k| k["kid"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     /// A token request with Basic credentials and a form body.
     pub async fn token(
         &self,

@@ -35,7 +35,8 @@ pub(crate) fn router(state: AppState) -> Router {
     let config = state.config();
     let timeout = config.request_timeout;
     // A request not done in time is cut off (408), a client that sends its request too
-    // slowly among them.
+    // slowly among them. `token::direct` does what these layers do for the token requests
+    // the accept loop answers without this router: a layer added here belongs there too.
     Router::new()
         .merge(token::router())
         .merge(introspection::router())

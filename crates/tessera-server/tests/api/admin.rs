@@ -956,15 +956,7 @@ async fn keys_are_listed_and_rotated() {
         (Some("next"), Some("EdDSA"))
     );
     // Published at once, so verifiers learn it before it signs.
-    let jwks: Value = app
-        .http
-        .get(app.url("/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = app.jwks().await;
     assert!(jwks["keys"]
         .as_array()
         .unwrap()

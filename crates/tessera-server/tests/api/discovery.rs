@@ -5,15 +5,7 @@ use tessera_testkit::*;
 #[tokio::test]
 async fn jwks_publishes_public_keys_only() {
     let app = spawn_app().await;
-    let jwks: serde_json::Value = app
-        .http
-        .get(app.url("/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = app.jwks().await;
     let keys = jwks["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 1);
     let key = keys[0].as_object().unwrap();
@@ -157,22 +149,7 @@ async fn a_store_whose_only_key_activates_later_is_waited_for() {
         kids(app.store.keys().await.unwrap()),
         [waiting.kid.as_str()]
     );
-    let jwks: serde_json::Value = app
-        .http
-        .get(app.url("/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let published: Vec<&str> = jwks["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["kid"].as_str().unwrap())
-        .collect();
-    assert_eq!(published, [waiting.kid.as_str()]);
+    assert_eq!(app.published_kids().await, [waiting.kid.as_str()]);
     assert_eq!(
         get(&app, "/readyz").await,
         (503, "no active signing key\n".into())

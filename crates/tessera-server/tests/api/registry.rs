@@ -8,24 +8,6 @@ use tessera_store::Client;
 
 use tessera_testkit::*;
 
-async fn published_kids(app: &TestApp) -> Vec<String> {
-    let jwks: serde_json::Value = app
-        .http
-        .get(app.url("/.well-known/jwks.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    jwks["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["kid"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 async fn signing_kid(app: &TestApp) -> String {
     let (id, secret) = app.client().await;
     let body: serde_json::Value = app
@@ -50,12 +32,12 @@ async fn a_new_key_is_published_before_it_signs_and_the_old_one_stays() {
         .kid;
     app.state.sync().await.unwrap();
     // Published at once, not yet signing.
-    assert_eq!(published_kids(&app).await, [old.clone(), new.clone()]);
+    assert_eq!(app.published_kids().await, [old.clone(), new.clone()]);
     assert_eq!(signing_kid(&app).await, old);
     app.clock.advance(Duration::from_secs(2));
     // Signing now; the old key stays published while its tokens may live.
     assert_eq!(signing_kid(&app).await, new);
-    assert_eq!(published_kids(&app).await, [old, new]);
+    assert_eq!(app.published_kids().await, [old, new]);
 }
 
 /// What the registry's syncs did, read from `/metrics`: (series, value) for the series

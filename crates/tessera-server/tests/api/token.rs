@@ -127,15 +127,7 @@ async fn rsa_signatures_for_gateways() {
         let token = body["access_token"].as_str().unwrap();
         let claims = verify_elsewhere(&app, token, theirs).await;
         assert_eq!(claims["client_id"], id.as_str());
-        let jwks: serde_json::Value = app
-            .http
-            .get(app.url("/.well-known/jwks.json"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let jwks = app.jwks().await;
         let key = &jwks["keys"][0];
         assert_eq!(
             (key["kty"].as_str(), key["alg"].as_str()),
@@ -671,15 +663,20 @@ async fn a_large_body_gets_413() {
     assert_eq!(app.token(&id, &secret, &of_size(8192)).await.status(), 200);
 }
 
+/// A token request whose head is whole and whose body stops after its first bytes.
+fn slow_body_head(id: &ClientId, secret: &ClientSecret) -> String {
+    format!(
+        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\ngrant_type=",
+        basic(id, secret),
+        FORM.len()
+    )
+}
+
 #[tokio::test]
 async fn a_client_that_sends_too_slowly_is_timed_out() {
     let app = spawn_with(|s| s.config.request_timeout = Duration::from_millis(500)).await;
     let (id, secret) = app.client().await;
-    let head = format!(
-        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\ngrant_type=",
-        basic(&id, &secret),
-        FORM.len()
-    );
+    let head = slow_body_head(&id, &secret);
     // Headers and a part of the body, then nothing more.
     let response = tokio::time::timeout(Duration::from_secs(5), app.raw(head.as_bytes()))
         .await
@@ -727,11 +724,7 @@ async fn token_requests_go_through_a_deployments_layers() {
     let (status, error, _) = error_of(refused).await;
     assert_eq!((status, error.as_str()), (401, "invalid_client"));
 
-    let head = format!(
-        "POST /connect/token HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\nconnection: close\r\n\r\ngrant_type=",
-        basic(&id, &secret),
-        FORM.len()
-    );
+    let head = slow_body_head(&id, &secret);
     let response = tokio::time::timeout(Duration::from_secs(5), app.raw(head.as_bytes()))
         .await
         .expect("server answered");
