@@ -1,16 +1,16 @@
 //! The process's log on stderr, written by one background thread so that a request never
-//! waits on a write system call, and with the audit trail kept off the request's thread.
+//! waits on a write system call.
 //!
 //! Two paths feed one queue:
 //!
 //! - Audit events (target `tessera::audit`, one per token: `audit.rs`) skip the generic
-//!   formatter. The request's thread copies their fields into a [`Record`] (the field names
-//!   are `'static`, the values go into one buffer) and the writer thread formats it, in the
-//!   very shape `tracing_subscriber::fmt` gives every other line, text or JSON.
+//!   formatter and its dispatch. The request's thread writes each straight into a reused
+//!   buffer, in the very shape `tracing_subscriber::fmt` gives every other line, text or
+//!   JSON (`Line`).
 //! - Every other event is formatted by `tracing_subscriber::fmt` where it happens and handed
 //!   over as bytes.
 //!
-//! One queue keeps every line in the order it was logged (so a client's audit trail stays in
+//! One queue of bytes keeps every line in the order it was logged (so a client's audit trail stays in
 //! order). It is lossless: a full queue makes the logging thread wait for the writer rather
 //! than drop a line. The writer wakes once per batch, not once per line: a line into an
 //! empty queue wakes it, and it lingers [`LINGER`] before draining, so that the lines logged
@@ -36,9 +36,6 @@ pub const AUDIT_TARGET: &str = "tessera::audit";
 /// How long the writer waits, once woken, for more lines to join the batch: the most a line
 /// waits before it is written, and under load the period of the writer's wake-ups.
 pub const LINGER: Duration = Duration::from_millis(2);
-
-/// Lines the queue holds before a logging thread waits for the writer.
-const CAPACITY: usize = 16_384;
 
 /// How lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,230 +122,172 @@ pub fn init(
     guard
 }
 
-/// One queued line.
-// Entries sit in a queue whose buffer is reused batch after batch: an audit record inline
-// costs a copy, boxed it would cost an allocation per event.
-#[allow(clippy::large_enum_variant)]
-enum Entry {
-    /// Formatted already.
-    Line(Vec<u8>),
-    /// An audit event, formatted by the writer.
-    Audit(Record),
+/// An audit line, written as it is logged: the request's thread formats the event's fields
+/// straight into a reused buffer, and the writer only writes bytes out. There is no copy of
+/// the fields, no second formatting pass and no allocation per line (BENCHMARKS.md, issue 31).
+struct Line<'a> {
+    out: &'a mut String,
+    format: Format,
+    /// Whether no field has been written yet.
+    first: bool,
 }
 
-/// Fields a record holds without allocating for them.
-const INLINE_FIELDS: usize = 12;
-
-/// An audit event's raw fields: a fixed-size record plus one buffer for the values.
-pub struct Record {
-    at: SystemTime,
-    level: Level,
-    target: &'static str,
-    /// The values, one after another; each field says where its value ends.
-    values: String,
-    fields: [Slot; INLINE_FIELDS],
-    len: usize,
-    /// Fields beyond [`INLINE_FIELDS`]: empty (no allocation) for every audit event today.
-    more: Vec<Slot>,
-}
-
-impl std::fmt::Debug for Record {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The values are written to the log, not to debug output.
-        f.debug_struct("Record")
-            .field("target", &self.target)
-            .field("fields", &self.slots().map(|s| s.name).collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Slot {
-    name: &'static str,
-    kind: Kind,
-    end: u32,
-}
-
-const EMPTY: Slot = Slot {
-    name: "",
-    kind: Kind::Raw,
-    end: 0,
-};
-
-/// How a value was recorded, which decides how each format writes it.
+/// How a value was recorded, which decides how each format writes it (`Debug` output of
+/// another value: `Line::record_debug`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// A string: quoted and escaped.
     Str,
-    /// `Debug` output of another value: as it is in text, a string in JSON.
-    Raw,
     /// A number or a boolean: as it is in both.
     Plain,
 }
 
-impl Record {
-    fn of(event: &Event<'_>) -> Self {
-        let meta = event.metadata();
-        let mut record = Self {
-            at: SystemTime::now(),
-            level: *meta.level(),
-            target: meta.target(),
-            values: String::with_capacity(192),
-            fields: [EMPTY; INLINE_FIELDS],
-            len: 0,
-            more: Vec::new(),
-        };
-        event.record(&mut record);
-        record
-    }
-
-    fn push(&mut self, field: &Field, kind: Kind) {
-        self.push_named(field.name(), kind);
-    }
-
-    /// Ends the value of field `name`, the last written to `values`.
-    fn push_named(&mut self, name: &'static str, kind: Kind) {
-        let slot = Slot {
-            name,
-            kind,
-            end: u32::try_from(self.values.len()).unwrap_or(u32::MAX),
-        };
-        if self.len < INLINE_FIELDS {
-            self.fields[self.len] = slot;
-            self.len += 1;
-        } else {
-            self.more.push(slot);
-        }
-    }
-
-    /// Adds a string field that is not the event's own (the trace id).
-    fn push_str(&mut self, name: &'static str, value: &str) {
-        self.values.push_str(value);
-        self.push_named(name, Kind::Str);
-    }
-
-    /// Each field with its value.
-    fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
-        self.fields[..self.len]
-            .iter()
-            .chain(self.more.iter())
-            .copied()
-    }
-
-    fn each(&self, mut write: impl FnMut(&'static str, Kind, &str)) {
-        let mut start = 0;
-        for slot in self.slots() {
-            let end = slot.end as usize;
-            write(
-                slot.name,
-                slot.kind,
-                self.values.get(start..end).unwrap_or(""),
-            );
-            start = end;
-        }
-    }
-
-    /// Appends the line `format` gives this record to `out`.
-    fn format(&self, format: Format, out: &mut String) {
+impl<'a> Line<'a> {
+    /// Writes the line's start to `out`: what comes before its fields, in the very shape
+    /// `tracing_subscriber::fmt` gives every other line, text or JSON.
+    fn start(
+        out: &'a mut String,
+        format: Format,
+        at: SystemTime,
+        level: Level,
+        target: &str,
+    ) -> Self {
         match format {
-            Format::Text { ansi } => self.text(ansi, out),
-            Format::Json => self.json(out),
-        }
-    }
-
-    fn text(&self, ansi: bool, out: &mut String) {
-        let paint = |out: &mut String, style: &str, text: &str| {
-            if ansi {
-                let _ = write!(out, "\x1b[{style}m{text}\x1b[0m");
-            } else {
-                out.push_str(text);
-            }
-        };
-        if ansi {
-            out.push_str("\x1b[2m");
-        }
-        timestamp(self.at, out);
-        if ansi {
-            out.push_str("\x1b[0m");
-        }
-        out.push(' ');
-        let level = match self.level {
-            Level::TRACE => ("35", "TRACE"),
-            Level::DEBUG => ("34", "DEBUG"),
-            Level::INFO => ("32", " INFO"),
-            Level::WARN => ("33", " WARN"),
-            Level::ERROR => ("31", "ERROR"),
-        };
-        paint(out, level.0, level.1);
-        out.push(' ');
-        paint(out, "2", self.target);
-        paint(out, "2", ":");
-        out.push(' ');
-        let mut first = true;
-        self.each(|name, kind, value| {
-            if !first {
+            Format::Text { ansi } => {
+                if ansi {
+                    out.push_str("\x1b[2m");
+                }
+                timestamp(at, out);
+                if ansi {
+                    out.push_str("\x1b[0m");
+                }
+                out.push(' ');
+                let (style, name) = match level {
+                    Level::TRACE => ("35", "TRACE"),
+                    Level::DEBUG => ("34", "DEBUG"),
+                    Level::INFO => ("32", " INFO"),
+                    Level::WARN => ("33", " WARN"),
+                    Level::ERROR => ("31", "ERROR"),
+                };
+                paint(out, ansi, style, name);
+                out.push(' ');
+                paint(out, ansi, "2", target);
+                paint(out, ansi, "2", ":");
                 out.push(' ');
             }
-            first = false;
-            paint(out, "3", name);
-            paint(out, "2", "=");
-            match kind {
-                Kind::Str => debug_string(value, out),
-                Kind::Raw | Kind::Plain => out.push_str(value),
+            Format::Json => {
+                out.push_str("{\"timestamp\":\"");
+                timestamp(at, out);
+                out.push_str("\",\"level\":");
+                json_string(level.as_str(), out);
+                out.push_str(",\"fields\":{");
             }
-        });
-        out.push('\n');
+        }
+        Self {
+            out,
+            format,
+            first: true,
+        }
     }
 
-    fn json(&self, out: &mut String) {
-        out.push_str("{\"timestamp\":\"");
-        timestamp(self.at, out);
-        out.push_str("\",\"level\":");
-        json_string(self.level.as_str(), out);
-        out.push_str(",\"fields\":{");
-        let mut first = true;
-        self.each(|name, kind, value| {
-            if !first {
-                out.push(',');
+    /// Writes field `name`'s name and what comes before its value.
+    fn name(&mut self, name: &str) {
+        let first = std::mem::replace(&mut self.first, false);
+        match self.format {
+            Format::Text { ansi } => {
+                if !first {
+                    self.out.push(' ');
+                }
+                paint(self.out, ansi, "3", name);
+                paint(self.out, ansi, "2", "=");
             }
-            first = false;
-            json_string(name, out);
-            out.push(':');
-            match kind {
-                Kind::Str | Kind::Raw => json_string(value, out),
-                Kind::Plain => out.push_str(value),
+            Format::Json => {
+                if !first {
+                    self.out.push(',');
+                }
+                json_string(name, self.out);
+                self.out.push(':');
             }
-        });
-        out.push_str("},\"target\":");
-        json_string(self.target, out);
-        out.push_str("}\n");
+        }
+    }
+
+    /// Writes field `name` with its `value`.
+    fn field(&mut self, name: &str, kind: Kind, value: &str) {
+        self.name(name);
+        match (self.format, kind) {
+            (Format::Text { .. }, Kind::Str) => debug_string(value, self.out),
+            (Format::Json, Kind::Str) => json_string(value, self.out),
+            (_, Kind::Plain) => self.out.push_str(value),
+        }
+    }
+
+    /// Writes the line's end, after its last field.
+    fn finish(self, target: &str) {
+        match self.format {
+            Format::Text { .. } => self.out.push('\n'),
+            Format::Json => {
+                self.out.push_str("},\"target\":");
+                json_string(target, self.out);
+                self.out.push_str("}\n");
+            }
+        }
     }
 }
 
-impl Visit for Record {
+/// `text` in `style` when `ansi`, else as it is.
+fn paint(out: &mut String, ansi: bool, style: &str, text: &str) {
+    if ansi {
+        out.push_str("\x1b[");
+        out.push_str(style);
+        out.push('m');
+        out.push_str(text);
+        out.push_str("\x1b[0m");
+    } else {
+        out.push_str(text);
+    }
+}
+
+impl Visit for Line<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.values.push_str(value);
-        self.push(field, Kind::Str);
+        self.field(field.name(), Kind::Str, value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.values, "{value:?}");
-        self.push(field, Kind::Raw);
+        self.name(field.name());
+        match self.format {
+            Format::Text { .. } => {
+                let _ = write!(self.out, "{value:?}");
+            }
+            Format::Json => {
+                // Written in place, and escaped afterwards in the rare case it needs it.
+                self.out.push('"');
+                let start = self.out.len();
+                let _ = write!(self.out, "{value:?}");
+                if !plain(&self.out[start..]) {
+                    let raw = self.out.split_off(start);
+                    self.out.pop();
+                    json_string(&raw, self.out);
+                } else {
+                    self.out.push('"');
+                }
+            }
+        }
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        let _ = write!(self.values, "{value}");
-        self.push(field, Kind::Plain);
+        self.field(field.name(), Kind::Plain, itoa::Buffer::new().format(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        let _ = write!(self.values, "{value}");
-        self.push(field, Kind::Plain);
+        self.field(field.name(), Kind::Plain, itoa::Buffer::new().format(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        let _ = write!(self.values, "{value}");
-        self.push(field, Kind::Plain);
+        self.field(
+            field.name(),
+            Kind::Plain,
+            if value { "true" } else { "false" },
+        );
     }
 }
 
@@ -442,6 +381,10 @@ fn padded(value: u64, width: usize, out: &mut String) {
     out.extend(digits[start..].iter().map(|&b| char::from(b)));
 }
 
+/// Bytes the queue holds before a logging thread waits for the writer (about 4,000 audit
+/// lines, two hundred times what the writer takes in one [`LINGER`] at 10,000 tokens a second).
+const CAPACITY: usize = 1 << 20;
+
 /// The queue between the logging threads and the writer.
 struct Shared {
     state: Mutex<State>,
@@ -453,7 +396,8 @@ struct Shared {
 }
 
 struct State {
-    queue: Vec<Entry>,
+    /// Whole lines, one after another, in the order they were logged.
+    lines: Vec<u8>,
     /// Whether the writer waits for a line (and so needs waking).
     idle: bool,
     /// Whether the writer has stopped: lines are then written by whoever logs them.
@@ -515,7 +459,7 @@ impl Sink {
     pub fn spawn(format: Format, out: impl std::io::Write + Send + 'static) -> (Self, Guard) {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                queue: Vec::new(),
+                lines: Vec::new(),
                 idle: false,
                 closed: false,
             }),
@@ -546,10 +490,11 @@ impl Sink {
         (sink, guard)
     }
 
-    fn push(&self, entry: Entry) {
+    /// Queues `line`, one or more whole lines.
+    fn push(&self, line: &[u8]) {
         let shared = &self.shared;
         let mut state = lock(&shared.state);
-        while state.queue.len() >= CAPACITY && !state.closed {
+        while state.lines.len() >= CAPACITY && !state.closed {
             // The writer is busy or lingering (a full queue is never one it waits on).
             state = shared
                 .drained
@@ -559,11 +504,11 @@ impl Sink {
         if state.closed {
             drop(state);
             let mut out = lock(&self.late);
-            write_entries(shared.format, std::iter::once(entry), &mut **out);
+            let _ = out.write_all(line);
             let _ = out.flush();
             return;
         }
-        state.queue.push(entry);
+        state.lines.extend_from_slice(line);
         if state.idle {
             state.idle = false;
             drop(state);
@@ -578,14 +523,14 @@ fn write_forever(shared: &Shared, out: &Out) {
     loop {
         {
             let mut state = lock(&shared.state);
-            while state.queue.is_empty() && !state.closed {
+            while state.lines.is_empty() && !state.closed {
                 state.idle = true;
                 state = shared
                     .wake
                     .wait(state)
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
             }
-            if state.queue.is_empty() {
+            if state.lines.is_empty() {
                 return;
             }
             if !state.closed {
@@ -594,41 +539,25 @@ fn write_forever(shared: &Shared, out: &Out) {
                 std::thread::sleep(LINGER);
                 state = lock(&shared.state);
             }
-            std::mem::swap(&mut batch, &mut state.queue);
+            // The two buffers trade places: each keeps its capacity, batch after batch.
+            std::mem::swap(&mut batch, &mut state.lines);
         }
         shared.drained.notify_all();
         let mut out = lock(out);
-        write_entries(shared.format, batch.drain(..), &mut **out);
-        let _ = out.flush();
-    }
-}
-
-fn write_entries(
-    format: Format,
-    entries: impl Iterator<Item = Entry>,
-    out: &mut dyn std::io::Write,
-) {
-    let mut line = String::with_capacity(512);
-    for entry in entries {
         // A failed write (stderr closed) loses nothing the process could still save.
-        let _ = match entry {
-            Entry::Line(bytes) => out.write_all(&bytes),
-            Entry::Audit(record) => {
-                line.clear();
-                record.format(format, &mut line);
-                out.write_all(line.as_bytes())
-            }
-        };
+        let _ = out.write_all(&batch);
+        let _ = out.flush();
+        batch.clear();
     }
 }
 
-/// What `tracing_subscriber::fmt` writes through: each formatted event becomes one entry.
+/// What `tracing_subscriber::fmt` writes through: each formatted event is queued as it is.
 #[derive(Debug)]
 pub struct LineWriter<'a>(&'a Sink);
 
 impl std::io::Write for LineWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.push(Entry::Line(buf.to_vec()));
+        self.0.push(buf);
         Ok(buf.len())
     }
 
@@ -645,12 +574,17 @@ impl<'a> MakeWriter<'a> for Sink {
     }
 }
 
-/// Hands audit events to the writer as records, with the trace id of the request they
-/// happen in when traced.
+/// Writes audit events to the writer's queue as lines, with the trace id of the request
+/// they happen in when traced.
 struct AuditLayer {
     sink: Sink,
     /// Whether spans are recorded: otherwise no event is in a span, and none is looked for.
     traced: bool,
+}
+
+thread_local! {
+    /// The audit line being written on this thread, its capacity kept from line to line.
+    static AUDIT_LINE: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(512));
 }
 
 /// A request's trace id, kept in its log span's extensions (`telemetry.rs`).
@@ -684,18 +618,44 @@ where
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        let mut record = Record::of(event);
-        if self.traced {
-            if let Some(scope) = ctx.event_scope(event) {
-                for span in scope {
-                    if let Some(TraceId(id)) = span.extensions().get::<TraceId>() {
-                        record.push_str("trace_id", id);
-                        break;
+        let write = |line: &mut String| {
+            let meta = event.metadata();
+            let format = self.sink.shared.format;
+            let mut fields = Line::start(
+                line,
+                format,
+                SystemTime::now(),
+                *meta.level(),
+                meta.target(),
+            );
+            event.record(&mut fields);
+            if self.traced {
+                if let Some(scope) = ctx.event_scope(event) {
+                    for span in scope {
+                        if let Some(TraceId(id)) = span.extensions().get::<TraceId>() {
+                            fields.field("trace_id", Kind::Str, id);
+                            break;
+                        }
                     }
                 }
             }
+            fields.finish(meta.target());
+        };
+        let written = AUDIT_LINE.try_with(|cell| {
+            // Borrowed already only if writing a field logged an audit event itself.
+            let Ok(mut line) = cell.try_borrow_mut() else {
+                return false;
+            };
+            line.clear();
+            write(&mut line);
+            self.sink.push(line.as_bytes());
+            true
+        });
+        if written != Ok(true) {
+            let mut line = String::new();
+            write(&mut line);
+            self.sink.push(line.as_bytes());
         }
-        self.sink.push(Entry::Audit(record));
     }
 }
 
@@ -741,6 +701,8 @@ mod tests {
             ok = true,
             missing = None::<&str>,
             source = tracing::field::display(source),
+            // Recorded through `Debug`, and in need of escaping in both formats.
+            shown = tracing::field::display("tab\there \"q\" \\"),
         );
     }
 
@@ -853,7 +815,8 @@ mod tests {
                         })),
                 ),
         );
-        let per_thread = 3 * CAPACITY as u64;
+        // Lines of more than 64 bytes: each thread alone logs three times what the queue holds.
+        let per_thread = 3 * CAPACITY as u64 / 64;
         std::thread::scope(|scope| {
             for thread in 0..4u64 {
                 let dispatch = dispatch.clone();
