@@ -4,6 +4,7 @@
 //! fields of a limiter's decision. The admin API answers with RFC 9457 problem documents
 //! instead, in the control plane (`control/problem.rs`).
 
+use axum::body::Bytes;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -300,24 +301,45 @@ impl From<Busy> for OAuthError {
 /// for a decision under `rate`, and `Retry-After` (RFC 9110 10.2.3) when refused.
 pub(crate) fn rate_limit_fields(rate: RateLimit, decision: Decision) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let policy = format!("\"token\";q={};w={}", rate.count, rate.period_secs);
+    set_rate_limit_fields(&mut headers, rate, decision);
+    headers
+}
+
+/// [`rate_limit_fields`], set in `headers`: on the token path, straight into the answer's
+/// own, each value written digit by digit (no `format!`, no map of its own; BENCHMARKS.md,
+/// issue 31).
+pub(crate) fn set_rate_limit_fields(headers: &mut HeaderMap, rate: RateLimit, decision: Decision) {
     let (remaining, reset) = match decision {
         Decision::Allowed {
             remaining,
             reset_secs,
-        } => (remaining, reset_secs),
+        } => (u64::from(remaining), reset_secs),
         Decision::Limited { retry_after_secs } => (0, retry_after_secs),
     };
-    let current = format!("\"token\";r={remaining};t={reset}");
+    let field = |a: &str, x: u64, b: &str, y: u64| {
+        let (mut x_digits, mut y_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let mut value = Vec::with_capacity(32);
+        for part in [a, x_digits.format(x), b, y_digits.format(y)] {
+            value.extend_from_slice(part.as_bytes());
+        }
+        // Digits and fixed ASCII: always a valid field value.
+        HeaderValue::from_maybe_shared(Bytes::from(value)).ok()
+    };
+    let policy = field(
+        "\"token\";q=",
+        u64::from(rate.count),
+        ";w=",
+        u64::from(rate.period_secs),
+    );
+    let current = field("\"token\";r=", remaining, ";t=", reset);
     for (name, value) in [("ratelimit-policy", policy), ("ratelimit", current)] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
+        if let Some(value) = value {
             headers.insert(HeaderName::from_static(name), value);
         }
     }
     if let Decision::Limited { retry_after_secs } = decision {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
     }
-    headers
 }
 
 impl IntoResponse for OAuthError {

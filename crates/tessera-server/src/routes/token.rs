@@ -17,7 +17,7 @@ use tessera_proto::{ErrorCode, TokenRequest, TokenResponse};
 use tessera_verify::dpop::proof_header;
 
 use crate::audit::{self, Subject};
-use crate::error::{rate_limit_fields, OAuthError, NO_STORE};
+use crate::error::{rate_limit_fields, set_rate_limit_fields, OAuthError, NO_STORE};
 use crate::grant::{Assertion, Authorization, Credentials, Decided, Grant, Issued, TokenGrant};
 use crate::metrics::NO_PLAN;
 use crate::mtls::peer_certificate;
@@ -170,10 +170,6 @@ fn answer(
         scope: &scope,
         source,
     };
-    let rate_fields = decided
-        .allowed_under
-        .map(|(rate, decision)| rate_limit_fields(rate, decision))
-        .unwrap_or_default();
     match result {
         Ok(issued) => {
             state.metrics().issued(plan, issued.reused);
@@ -184,10 +180,12 @@ fn answer(
                 StatusCode::OK,
                 NO_STORE,
                 [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-                rate_fields,
                 response_body(&issued.response),
             )
                 .into_response();
+            if let Some((rate, decision)) = decided.allowed_under {
+                set_rate_limit_fields(response.headers_mut(), rate, decision);
+            }
             // RFC 9449 section 8.2: the nonce for the client's next proof.
             if let Some(nonce) = issued.dpop_nonce {
                 if let Ok(value) = HeaderValue::from_str(&nonce) {
@@ -207,6 +205,10 @@ fn answer(
                     .record(&decided.client_id, error.code(), now);
             }
             audit::refused(&subject, error.code());
+            let rate_fields = decided
+                .allowed_under
+                .map(|(rate, decision)| rate_limit_fields(rate, decision))
+                .unwrap_or_default();
             error.with_headers(rate_fields).into_response()
         }
     }
