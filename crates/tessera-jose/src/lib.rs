@@ -228,19 +228,33 @@ impl KeyPair {
     /// The compact JWS (RFC 7515 section 7.1) of `payload` under the header that
     /// `header_prefix` encodes.
     pub fn sign_compact(&self, header_prefix: &str, payload: &[u8]) -> String {
-        let mut jws = String::with_capacity(header_prefix.len() + payload.len() * 4 / 3 + 100);
-        jws.push_str(header_prefix);
-        URL_SAFE_NO_PAD.encode_string(payload, &mut jws);
-        let signature = self.sign(jws.as_bytes());
-        jws.push('.');
-        URL_SAFE_NO_PAD.encode_string(signature, &mut jws);
-        jws
+        let mut jws = Vec::with_capacity(header_prefix.len() + payload.len() * 4 / 3 + 100);
+        jws.extend_from_slice(header_prefix.as_bytes());
+        push_base64url(&mut jws, payload);
+        let signature = self.sign(&jws);
+        jws.push(b'.');
+        push_base64url(&mut jws, &signature);
+        // The prefix is a string and the rest base64url and a dot: never an error.
+        String::from_utf8(jws).unwrap_or_default()
     }
 
     /// Whether `signature` is this key's signature of `message`.
     pub fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
         self.verifying.verify(message, signature)
     }
+}
+
+/// Appends the base64url encoding of `bytes`, without padding (RFC 7515 section 2), to
+/// `out`, encoded in place rather than through `Engine::encode_string`'s chunked writes
+/// (BENCHMARKS.md, issue 31).
+fn push_base64url(out: &mut Vec<u8>, bytes: &[u8]) {
+    let start = out.len();
+    let len = base64::encoded_len(bytes.len(), false).unwrap_or(0);
+    out.resize(start + len, 0);
+    let written = URL_SAFE_NO_PAD
+        .encode_slice(bytes, &mut out[start..])
+        .unwrap_or(0);
+    out.truncate(start + written);
 }
 
 /// A public key parsed once for the one algorithm it may be used with, to check signatures.
@@ -338,6 +352,17 @@ mod tests {
         Algorithm::RS256,
         Algorithm::PS256,
     ];
+
+    #[test]
+    fn base64url_appended_in_place_is_the_engines_encoding() {
+        let bytes: Vec<u8> = (0..=255u8).rev().collect();
+        for len in 0..70 {
+            let mut out = b"prefix.".to_vec();
+            push_base64url(&mut out, &bytes[..len]);
+            let expected = format!("prefix.{}", URL_SAFE_NO_PAD.encode(&bytes[..len]));
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "{len} bytes");
+        }
+    }
 
     #[test]
     fn a_key_verifies_its_own_signatures_and_no_one_elses() {

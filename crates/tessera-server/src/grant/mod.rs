@@ -299,7 +299,12 @@ impl SignedClaims<'_> {
 /// quotes when nothing in it needs escaping (no `"`, `\` or control character), as ids,
 /// scopes, plan names and URLs do; otherwise escaped by serde_json itself.
 fn json_string(out: &mut Vec<u8>, value: &str) {
-    if value.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    // Every byte looked at, without a branch per byte, so that the compiler vectorises the
+    // check (issue 31).
+    let plain = value.bytes().fold(true, |plain, b| {
+        plain & (b >= 0x20) & (b != b'"') & (b != b'\\')
+    });
+    if plain {
         out.push(b'"');
         out.extend_from_slice(value.as_bytes());
         out.push(b'"');
