@@ -747,13 +747,17 @@ mod tests {
         // send the string to serde_json anyway (mutation testing, `json_string`'s
         // `&&` → `||`, grant/mod.rs:302).
         let (quote, backslash) = ("a\"b", "a\\b");
+        // A control character amid plain ones, and strings of nothing but one kind: each
+        // other change of `json_string`'s test (its other `&&`, its `>=`, either `!=`)
+        // copies one of these unescaped.
+        let alone = ["a\u{1}b", "\n", "\"", "\\"];
         for cnf in cnfs {
             for (org_id, federated_sub) in [
                 (None, None),
                 (Some("acme"), Some(odd)),
                 (Some(quote), Some(backslash)),
             ] {
-                for issuer in ["https://issuer", odd, quote, backslash] {
+                for issuer in [["https://issuer", odd, quote, backslash], alone].concat() {
                     let claims = SignedClaims {
                         iss: issuer,
                         sub: "tc_1",

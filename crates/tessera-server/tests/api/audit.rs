@@ -242,3 +242,47 @@ async fn a_reused_token_and_an_unknown_client_id_are_audited_as_the_readme_says(
     assert_eq!(events[0]["outcome"], "invalid_client");
     assert!(!log.contains(&long), "the id is never logged as given");
 }
+
+/// A request refused before its client is known still has its scope audited, since some plan
+/// grants it: one refused as its form was read, after the scope (a repeated
+/// `client_assertion`, RFC 6749 section 3.2), and one whose secret is wrong. (Mutation
+/// testing: the `scope` of the `Decided` of routes/token.rs's read error and of the grant's
+/// failed authentication.)
+#[tokio::test]
+async fn a_request_refused_before_its_client_is_known_is_audited_with_its_scope() {
+    let app = spawn_app().await;
+    // A scope no other test names, to find this test's events among every server's.
+    let scope = "refused-scope-audit-api";
+    app.registrar()
+        .set_plan("probe", scope, None)
+        .await
+        .unwrap();
+    let (id, _) = app.client().await;
+    let form = format!("grant_type=client_credentials&scope={scope}");
+    let answer = app
+        .http
+        .post(app.url("/connect/token"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("{form}&client_assertion=a&client_assertion=b"))
+        .send()
+        .await
+        .unwrap();
+    let (status, code, _) = error_of(answer).await;
+    assert_eq!((status, code.as_str()), (400, "invalid_request"));
+    let wrong = tessera_proto::ClientSecret::new("nope");
+    assert_eq!(app.token(&id, &wrong, &form).await.status(), 401);
+
+    let log = app.log();
+    let refused: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["target"] == "tessera::audit" && e["fields"]["scope"] == scope)
+        .map(|e| e["fields"].clone())
+        .collect();
+    assert_eq!(refused.len(), 2, "{log}");
+    assert_eq!(refused[0]["event"], "token_refused");
+    assert_eq!(refused[0]["outcome"], "invalid_request");
+    assert_eq!(refused[1]["event"], "token_refused");
+    assert_eq!(refused[1]["outcome"], "invalid_client");
+    assert_eq!(refused[1]["client_id"], id.as_str());
+}

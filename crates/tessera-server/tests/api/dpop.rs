@@ -446,3 +446,59 @@ async fn dpop_bound_tokens_are_never_reused() {
     assert!(claims_of(&first).get("cnf").is_none());
     assert_eq!(bearer().await, first, "the plan reuses bearer tokens");
 }
+
+/// The issuer is the resource of the admin scopes (RFC 8707 section 2; their tokens' `aud` is
+/// the issuer): asked for it, with or without a trailing slash, a plan with admin scopes gets
+/// those and only those; an API's name stays its own resource on such a plan, and an admin
+/// scope's name is no resource. A plan without admin scopes is refused the issuer.
+/// (Mutation testing: `resources`' issuer arm and its plan check, grant/mod.rs.)
+#[tokio::test]
+async fn the_issuer_is_the_resource_of_the_admin_scopes() {
+    let app = spawn_app().await;
+    app.registrar()
+        .set_plan("ops", "tessera-admin-read news-api", None)
+        .await
+        .unwrap();
+    let ops = app
+        .client_on("ops", tessera_store::AuthMethod::ClientSecretBasic)
+        .await;
+    let pro = app.client().await;
+    let asking = |client, body: String| {
+        let app = &app;
+        async move { token_with(app, client, &body, &[]).await }
+    };
+
+    for issuer in [app.base.clone(), format!("{}/", app.base)] {
+        let answer = asking(
+            &ops,
+            format!("grant_type=client_credentials&resource={issuer}"),
+        );
+        let body: Value = answer.await.json().await.unwrap();
+        assert_eq!(body["scope"], "tessera-admin-read", "{issuer}: {body}");
+        let claims = claims_of(body["access_token"].as_str().unwrap());
+        assert_eq!(claims["aud"], json!([app.base]), "{issuer}");
+    }
+    let both = "grant_type=client_credentials&scope=tessera-admin-read%20news-api";
+    let body: Value = asking(&ops, format!("{both}&resource=news-api"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["scope"], "news-api", "{body}");
+    assert_eq!(
+        claims_of(body["access_token"].as_str().unwrap())["aud"],
+        json!(["news-api"])
+    );
+
+    let refused = [
+        (&ops, format!("{both}&resource=tessera-admin-read")),
+        (
+            &pro,
+            format!("grant_type=client_credentials&resource={}", app.base),
+        ),
+    ];
+    for (client, body) in refused {
+        let (status, code, _) = error_of(asking(client, body.clone()).await).await;
+        assert_eq!((status, code.as_str()), (400, "invalid_target"), "{body}");
+    }
+}
