@@ -748,8 +748,8 @@ mod tests {
         // `&&` → `||`, grant/mod.rs:302).
         let (quote, backslash) = ("a\"b", "a\\b");
         // A control character amid plain ones, and strings of nothing but one kind: each
-        // other change of `json_string`'s test (its other `&&`, its `>=`, either `!=`)
-        // copies one of these unescaped.
+        // other change of `json_string`'s check (mutation testing on 158e2cf: its other
+        // `&&`, its `>=`, either `!=`) copies one of these unescaped.
         let alone = ["a\u{1}b", "\n", "\"", "\\"];
         for cnf in cnfs {
             for (org_id, federated_sub) in [
