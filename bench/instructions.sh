@@ -50,29 +50,9 @@ fi
 cargo build --release -p tessera-bench-floor --bin floor --quiet
 floor="$target_dir/release/floor"
 
-work=$(mktemp -d)
-server_pid=""
-cleanup() {
-	[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-export TESSERA_DATABASE_URL="sqlite://$work/tessera.db"
-"$bin" keys rotate --activate-in 0 >/dev/null
-"$bin" plan set bench --scopes "market-data-api news-api" >/dev/null
-"$bin" client create --plan bench --json >"$work/client.json"
-unset TESSERA_DATABASE_URL
-id=$(jq -r .client_id "$work/client.json")
-secret=$(jq -r .client_secret "$work/client.json")
-cat >"$work/tessera.toml" <<EOF
-database = "sqlite://$work/tessera.db"
-listen = "127.0.0.1:0"
-sync-interval = 3600
-housekeeping-interval = 3600
-full-reload-interval = 3600
-max-staleness = 7200
-EOF
+# The scratch directory, the database, the client and the configuration.
+# shellcheck source=bench/one-client.sh
+source bench/one-client.sh
 
 # send URL COUNT: COUNT token requests over one connection; fails on any answer but 200.
 send() {
