@@ -190,8 +190,12 @@ pub(crate) fn unregistered(value: &str) -> String {
     format!("unregistered:{hex}")
 }
 
-/// A requested scope as logged: the names `known` accepts as they are, others as digests.
+/// A requested scope as logged: the names `known` accepts as they are, others as digests;
+/// no scope as none, not as the digest of nothing.
 pub(crate) fn scope_for_log(scope: &str, known: impl Fn(&str) -> bool) -> String {
+    if scope.is_empty() {
+        return String::new();
+    }
     scope
         .split(' ')
         .map(|name| {
@@ -209,5 +213,22 @@ fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],
         None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scope_is_logged_by_its_known_names_and_digests_of_the_rest() {
+        let known = |name: &str| name == "news-api";
+        assert_eq!(scope_for_log("", known), "");
+        assert_eq!(scope_for_log("news-api", known), "news-api");
+        assert_eq!(
+            scope_for_log("news-api tcs_secret", known),
+            format!("news-api {}", unregistered("tcs_secret"))
+        );
+        assert!(!scope_for_log("tcs_secret", known).contains("tcs_secret"));
     }
 }
