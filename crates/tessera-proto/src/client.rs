@@ -104,7 +104,7 @@ impl BasicCredentials {
             .map_err(|_| BasicError::Malformed)?;
         let decoded = String::from_utf8(decoded).map_err(|_| BasicError::Malformed)?;
         let (id, secret) = decoded.split_once(':').ok_or(BasicError::Malformed)?;
-        let id = form::decode_component(id).map_err(|_| BasicError::Malformed)?;
+        let id = form::decode(id).map_err(|_| BasicError::Malformed)?;
         let secret = form::decode_component(secret).map_err(|_| BasicError::Malformed)?;
         let client_id = ClientId::parse(&id).ok_or(BasicError::Malformed)?;
         Ok(Self {

@@ -50,10 +50,15 @@ impl TokenRequest {
     ///
     /// `resource` may repeat (RFC 8707 section 2); more than 32 of them, an empty one, or one
     /// longer than 512 bytes or with a fragment is `invalid_target`.
-    pub fn from_form(pairs: &[(String, String)]) -> Result<Self, ErrorResponse> {
+    pub fn from_form<N, V>(pairs: &[(N, V)]) -> Result<Self, ErrorResponse>
+    where
+        N: AsRef<str>,
+        V: AsRef<str>,
+    {
         let mut values: [Option<&str>; 4] = [None; 4];
         let mut resource: Vec<String> = Vec::new();
         for (name, value) in pairs {
+            let (name, value) = (name.as_ref(), value.as_ref());
             if name == "resource" {
                 if value.is_empty() || value.len() > MAX_RESOURCE_LEN || value.contains('#') {
                     return Err(ErrorResponse::new(
@@ -68,11 +73,11 @@ impl TokenRequest {
                     ));
                 }
                 if !resource.iter().any(|r| r == value) {
-                    resource.push(value.clone());
+                    resource.push(value.to_owned());
                 }
                 continue;
             }
-            let Some(i) = KNOWN.iter().position(|k| k == name) else {
+            let Some(i) = KNOWN.iter().position(|k| *k == name) else {
                 continue;
             };
             if values[i].is_some() {

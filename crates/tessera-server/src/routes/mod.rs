@@ -12,7 +12,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::Router;
-use tessera_proto::form;
+use tessera_proto::form::{self, Pairs};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 
@@ -133,11 +133,11 @@ pub(crate) fn client_ip(state: &AppState, parts: &Parts) -> Option<IpAddr> {
 
 /// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).
 /// OAuth parameters in the query string are refused (RFC 6749 2.3.1 and 3.2).
-pub(crate) fn read_form(
+pub(crate) fn read_form<'a>(
     parts: &Parts,
-    body: Result<Bytes, OAuthError>,
+    body: Result<&'a [u8], OAuthError>,
     names: &[&str],
-) -> Result<Vec<(String, String)>, OAuthError> {
+) -> Result<Pairs<'a>, OAuthError> {
     let headers = &parts.headers;
     if let Some(query) = parts.uri.query() {
         // A query that does not parse cannot be shown to hold no credentials.
@@ -162,18 +162,14 @@ pub(crate) fn read_form(
             "Content-Type must be application/x-www-form-urlencoded",
         ));
     }
-    let body = body?;
-    let body = std::str::from_utf8(&body)
+    let body = std::str::from_utf8(body?)
         .map_err(|_| OAuthError::invalid_request("request body is not UTF-8"))?;
-    form::parse(body).map_err(|e| OAuthError::invalid_request(e.to_string()))
+    form::parse_borrowed(body).map_err(|e| OAuthError::invalid_request(e.to_string()))
 }
 
 /// The single value of parameter `name` ([`form::single`]); a repeat is `invalid_request`
 /// (RFC 6749 3.2), and an empty value counts as absent (RFC 6749 3.1).
-pub(crate) fn single<'a>(
-    pairs: &'a [(String, String)],
-    name: &str,
-) -> Result<Option<&'a str>, OAuthError> {
+pub(crate) fn single<'a>(pairs: &'a Pairs<'_>, name: &str) -> Result<Option<&'a str>, OAuthError> {
     let value = form::single(pairs, name)
         .map_err(|repeated| OAuthError::invalid_request(repeated.to_string()))?;
     Ok(value.filter(|v| !v.is_empty()))
