@@ -89,9 +89,12 @@ part() {
             EXTRA=("${saved[@]}")
             ;;
         # The registry: the clients, plans and keys kept fresh from the store's changes.
+        # Besides its own tests: the organizations' (a client's org), usage (client ids as
+        # map keys), discovery (scopes_supported), and the token and audit tests (a scope
+        # no plan grants, never named).
         server-registry)
             run server-registry tessera-server "$S/registry/mod.rs $S/registry/clients.rs $S/registry/snapshot.rs $S/registry/sync.rs" \
-                --lib --test api -- registry outage sync
+                --lib --test api -- registry outage sync org usage discovery token audit
             ;;
         # Subject DNs (RFC 4514 parsing, RFC 4517 matching): their unit tests.
         server-dn) run server-dn tessera-server "$S/dn.rs" --lib ;;

@@ -430,4 +430,65 @@ mod tests {
         assert_eq!(clients.sweep(2), 1_000);
         assert_eq!(clients.capacity(), 0);
     }
+
+    /// A shard is rebuilt once it holds under a quarter of its room, not at a quarter, and
+    /// then with room for twice what it holds, so that the next inserts do not grow it again.
+    #[test]
+    fn a_shard_shrinks_under_a_quarter_to_room_for_twice_what_it_holds() {
+        let mut shard = Shard::default();
+        let ids: Vec<String> = (0..64).map(|i| format!("tc_{i}")).collect();
+        for id in &ids {
+            shard.map.insert(ClientKey::new(id), entry(1));
+            shard.grown();
+        }
+        let peak = shard.room;
+        let quarter = peak / 4;
+        assert!(quarter > 0 && quarter < ids.len(), "{peak}");
+        // Down to a quarter exactly: not rebuilt.
+        for id in &ids[quarter..] {
+            shard.map.remove(id.as_bytes());
+            shard.shrink_if_sparse();
+        }
+        assert_eq!(shard.map.len(), quarter);
+        assert_eq!(shard.room, peak);
+        // One fewer: rebuilt, with room for twice what is left.
+        shard.map.remove(ids[quarter - 1].as_bytes());
+        shard.shrink_if_sparse();
+        let left = shard.map.len();
+        assert!(shard.room < peak, "{} of {peak}", shard.room);
+        assert!(shard.room >= 2 * left, "{} for {left}", shard.room);
+    }
+
+    /// `Debug` shows when a previous secret stops working, never a hash.
+    #[test]
+    fn debug_shows_no_hash() {
+        let mut entry = entry(1);
+        entry.hash = [0xab; 32];
+        entry.extra = Some(Box::new(Extra {
+            credential: None,
+            previous_secret: Some((vec![0xcd; 32].into(), 1_800_000_000)),
+            org: None,
+        }));
+        let shown = format!("{entry:?}");
+        assert!(shown.contains("\"[redacted]\""), "{shown}");
+        assert!(
+            shown.contains("previous_secret_until: Some(1800000000)"),
+            "{shown}"
+        );
+        assert!(!shown.contains("171") && !shown.contains("205"), "{shown}");
+    }
+
+    /// A sweep removes what its reload did not mark, says how many it removed, and leaves
+    /// the rest; `Debug` says how many there are.
+    #[test]
+    fn a_sweep_counts_what_it_removed() {
+        let clients = Clients::default();
+        for (i, mark) in [1, 1, 1, 2, 2].into_iter().enumerate() {
+            clients.put(ClientKey::new(&format!("tc_{i}")), entry(mark));
+        }
+        assert_eq!(clients.sweep(2), 3);
+        assert_eq!(clients.len(), 2);
+        assert!(clients.with("tc_3", |_| ()).is_some());
+        assert_eq!(format!("{clients:?}"), "Clients { len: 2 }");
+    }
 }

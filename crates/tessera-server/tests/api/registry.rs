@@ -526,6 +526,43 @@ async fn memory_falls_after_300_000_clients_are_deleted() {
     );
 }
 
+/// A new instance's first load holds its clients in about as many slots as there are
+/// clients, and a full reload of the loaded registry reserves no more room: the first
+/// load's reservation is made only into an empty map.
+#[tokio::test]
+async fn a_first_load_sizes_the_client_map_once_and_a_reload_keeps_its_size() {
+    let n = 1_000;
+    let first = spawn_without_poll().await;
+    let hash = first
+        .secrets
+        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
+    insert_clients(&first, n, &hash).await;
+    // A second instance on the same database loads them at start.
+    let db_url = first.db_url.clone();
+    let second = spawn_with(|s| {
+        s.config.sync_interval = SLOW_POLL;
+        s.database_url = Some(db_url);
+    })
+    .await;
+    let slots = "tessera_registry_client_slots";
+    assert_eq!(
+        registry_counter(&second, "tessera_registry_clients").await,
+        n as u64
+    );
+    let loaded = registry_counter(&second, slots).await;
+    assert!(
+        (n as u64..=4 * n as u64).contains(&loaded),
+        "{loaded} slots for {n} clients"
+    );
+    second
+        .state
+        .live()
+        .reload(second.store.as_ref(), &second.secrets)
+        .await
+        .unwrap();
+    assert_eq!(registry_counter(&second, slots).await, loaded);
+}
+
 #[tokio::test]
 async fn housekeeping_prunes_changes_older_than_the_retention() {
     let app = spawn_without_poll().await;
@@ -550,4 +587,9 @@ async fn housekeeping_prunes_changes_older_than_the_retention() {
     );
     // This instance had read them all: no reload.
     assert!(!app.state.sync().await.unwrap().reloaded);
+    // And on: a retention later, what was the latest at the round that pruned is pruned.
+    app.clock
+        .advance(tessera_server::registry::CHANGE_RETENTION);
+    app.state.housekeeping().await;
+    assert_eq!(app.store.changes_since(seen, 10).await.unwrap(), None);
 }
