@@ -111,11 +111,8 @@ impl TokenRequestOfClient {
             "client_assertion",
             "client_assertion_type",
         ];
-        let (bytes, unread) = match body {
-            Ok(bytes) => (bytes, None),
-            Err(error) => (Bytes::new(), Some(error)),
-        };
-        let pairs = read_form(parts, unread.map_or(Ok(&bytes), Err), &names)?;
+        let form = read_form(parts, body, &names)?;
+        let pairs = form.pairs()?;
         single(&pairs, "token_type_hint")?;
         let token = single(&pairs, "token")?
             .ok_or_else(|| OAuthError::invalid_request("missing parameter token"))?

@@ -131,13 +131,27 @@ pub(crate) fn client_ip(state: &AppState, parts: &Parts) -> Option<IpAddr> {
     Some(peer)
 }
 
+/// An `application/x-www-form-urlencoded` body (RFC 6749 Appendix B) whose request
+/// [`read_form`] accepted, to be read as pairs.
+pub(crate) struct Form(Bytes);
+
+impl Form {
+    /// Its name-value pairs, decoded strictly, each borrowed from the body when it has
+    /// nothing to decode.
+    pub(crate) fn pairs(&self) -> Result<Pairs<'_>, OAuthError> {
+        let body = std::str::from_utf8(&self.0)
+            .map_err(|_| OAuthError::invalid_request("request body is not UTF-8"))?;
+        form::parse_borrowed(body).map_err(|e| OAuthError::invalid_request(e.to_string()))
+    }
+}
+
 /// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).
 /// OAuth parameters in the query string are refused (RFC 6749 2.3.1 and 3.2).
-pub(crate) fn read_form<'a>(
+pub(crate) fn read_form(
     parts: &Parts,
-    body: Result<&'a [u8], OAuthError>,
+    body: Result<Bytes, OAuthError>,
     names: &[&str],
-) -> Result<Pairs<'a>, OAuthError> {
+) -> Result<Form, OAuthError> {
     let headers = &parts.headers;
     if let Some(query) = parts.uri.query() {
         // A query that does not parse cannot be shown to hold no credentials.
@@ -162,9 +176,7 @@ pub(crate) fn read_form<'a>(
             "Content-Type must be application/x-www-form-urlencoded",
         ));
     }
-    let body = std::str::from_utf8(body?)
-        .map_err(|_| OAuthError::invalid_request("request body is not UTF-8"))?;
-    form::parse_borrowed(body).map_err(|e| OAuthError::invalid_request(e.to_string()))
+    body.map(Form)
 }
 
 /// The single value of parameter `name` ([`form::single`]); a repeat is `invalid_request`

@@ -256,13 +256,8 @@ fn read(parts: &Parts, body: Result<Bytes, OAuthError>) -> Result<Read, (String,
         "client_assertion",
         "client_assertion_type",
     ];
-    // The pairs borrow the body's bytes; a body that could not be read is an error of its own.
-    let (bytes, unread) = match body {
-        Ok(bytes) => (bytes, None),
-        Err(error) => (Bytes::new(), Some(error)),
-    };
-    let pairs =
-        read_form(parts, unread.map_or(Ok(&bytes), Err), &names).map_err(|e| (String::new(), e))?;
+    let form = read_form(parts, body, &names).map_err(|e| (String::new(), e))?;
+    let pairs = form.pairs().map_err(|e| (String::new(), e))?;
     let request = TokenRequest::from_form(&pairs).map_err(|e| {
         let description = e.error_description.unwrap_or_default();
         let error = match e.error {

@@ -6,9 +6,14 @@ const NEWS: &str = "grant_type=client_credentials&scope=news-api";
 
 /// The audit events (target `tessera::audit`) naming `client_id`.
 fn audit_events(log: &str, client_id: &str) -> Vec<serde_json::Value> {
+    audit_events_with(log, "client_id", client_id)
+}
+
+/// The fields of the audit events in `log` whose field `name` is `value`, in order.
+fn audit_events_with(log: &str, name: &str, value: &str) -> Vec<serde_json::Value> {
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["target"] == "tessera::audit" && e["fields"]["client_id"] == client_id)
+        .filter(|e| e["target"] == "tessera::audit" && e["fields"][name] == value)
         .map(|e| e["fields"].clone())
         .collect()
 }
@@ -273,12 +278,7 @@ async fn a_request_refused_before_its_client_is_known_is_audited_with_its_scope(
     assert_eq!(app.token(&id, &wrong, &form).await.status(), 401);
 
     let log = app.log();
-    let refused: Vec<serde_json::Value> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["target"] == "tessera::audit" && e["fields"]["scope"] == scope)
-        .map(|e| e["fields"].clone())
-        .collect();
+    let refused = audit_events_with(&log, "scope", scope);
     assert_eq!(refused.len(), 2, "{log}");
     assert_eq!(refused[0]["event"], "token_refused");
     assert_eq!(refused[0]["outcome"], "invalid_request");
