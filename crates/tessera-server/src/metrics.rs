@@ -246,6 +246,13 @@ impl Metrics {
              run or has run too long, or the store does not answer",
             skipped,
         );
+        let waits: Counter = Counter::default();
+        waits.inc_by(counts.unknown_client_waits);
+        registry.register(
+            "tessera_registry_unknown_client_waits",
+            "Unknown client ids that waited for a read of the store another one had begun",
+            waits,
+        );
         let applied = Family::<KindLabel, Counter>::default();
         for (kind, count) in [
             ("plan", counts.plan_changes),
@@ -365,6 +372,7 @@ mod tests {
             polls: 7,
             unknown_client_syncs: 2,
             unknown_client_skipped: 3,
+            unknown_client_waits: 5,
             plan_changes: 1,
             client_changes: 4,
             key_changes: 0,
@@ -418,6 +426,7 @@ mod tests {
             "tessera_registry_syncs_total{trigger=\"poll\"} 7",
             "tessera_registry_syncs_total{trigger=\"unknown_client\"} 2",
             "tessera_registry_unknown_client_skipped_total 3",
+            "tessera_registry_unknown_client_waits_total 5",
             "tessera_registry_changes_applied_total{kind=\"plan\"} 1",
             "tessera_registry_changes_applied_total{kind=\"client\"} 4",
             "tessera_registry_changes_applied_total{kind=\"key\"} 0",

@@ -459,6 +459,42 @@ mod tests {
         assert!(shard.room >= 2 * left, "{} for {left}", shard.room);
     }
 
+    /// The shards are lock stripes: generated ids spread over all of them, none holding
+    /// more than twice or less than half its share (64,000 ids, a thousand a shard on
+    /// average; the binomial spread is about 3%), whatever the process's seed.
+    #[test]
+    fn ids_spread_evenly_over_the_shards() {
+        for seed in [0, 1, u64::MAX, 0x9e37_79b9_7f4a_7c15] {
+            let mut counts = [0_usize; SHARDS];
+            for _ in 0..SHARDS * 1000 {
+                let id = crate::secrets::new_client_id();
+                counts[shard_of(id.as_str().as_bytes(), seed)] += 1;
+            }
+            let (least, most) = (counts.iter().min(), counts.iter().max());
+            assert!(
+                least >= Some(&500) && most <= Some(&2000),
+                "seed {seed}: {counts:?}"
+            );
+        }
+    }
+
+    /// `reserve` makes room for what a first load will put, spread over the shards, and
+    /// not many times more: the load then grows no shard step by step.
+    #[test]
+    fn reserve_makes_room_for_what_it_is_asked_and_not_much_more() {
+        let clients = Clients::default();
+        assert_eq!(clients.capacity(), 0);
+        clients.reserve(64_000);
+        let room = clients.capacity();
+        assert!((64_000..=4 * 64_000).contains(&room), "{room}");
+        // The load that follows fits in that room.
+        for _ in 0..32_000 {
+            let id = crate::secrets::new_client_id();
+            clients.put(ClientKey::new(id.as_str()), entry(1));
+        }
+        assert_eq!(clients.capacity(), room);
+    }
+
     /// `Debug` shows when a previous secret stops working, never a hash.
     #[test]
     fn debug_shows_no_hash() {

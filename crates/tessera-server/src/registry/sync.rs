@@ -64,6 +64,8 @@ pub struct SyncCounts {
     /// Unknown client ids refused without a sync: one had just run, one has run longer than
     /// [`UNKNOWN_READ_WAIT`], or the store does not answer.
     pub unknown_client_skipped: u64,
+    /// Unknown client ids that waited for a read another one had begun.
+    pub unknown_client_waits: u64,
     /// Changed plans applied.
     pub plan_changes: u64,
     /// Changed clients applied.
@@ -83,6 +85,7 @@ struct Counters {
     polls: AtomicU64,
     unknown_client_syncs: AtomicU64,
     unknown_client_skipped: AtomicU64,
+    unknown_client_waits: AtomicU64,
     plan_changes: AtomicU64,
     client_changes: AtomicU64,
     key_changes: AtomicU64,
@@ -210,6 +213,7 @@ impl Live {
             polls: read(&c.polls),
             unknown_client_syncs: read(&c.unknown_client_syncs),
             unknown_client_skipped: read(&c.unknown_client_skipped),
+            unknown_client_waits: read(&c.unknown_client_waits),
             plan_changes: read(&c.plan_changes),
             client_changes: read(&c.client_changes),
             key_changes: read(&c.key_changes),
@@ -489,6 +493,7 @@ impl Live {
                     if began.elapsed() >= UNKNOWN_READ_WAIT {
                         return skipped();
                     }
+                    bump(&self.counters.unknown_client_waits, 1);
                     (*began, done.clone())
                 }
                 _ => {

@@ -145,8 +145,9 @@ impl Form {
     }
 }
 
-/// Reads an `application/x-www-form-urlencoded` body strictly (RFC 6749 Appendix B).
-/// OAuth parameters in the query string are refused (RFC 6749 2.3.1 and 3.2).
+/// Takes an `application/x-www-form-urlencoded` body (RFC 6749 Appendix B) once its
+/// content type is checked; [`Form::pairs`] decodes it strictly. OAuth parameters in the
+/// query string are refused (RFC 6749 2.3.1 and 3.2).
 pub(crate) fn read_form(
     parts: &Parts,
     body: Result<Bytes, OAuthError>,

@@ -24,7 +24,7 @@ impl WriteLock {
         Self(connection)
     }
 
-    async fn release(mut self) {
+    pub(crate) async fn release(mut self) {
         sqlx::query("ROLLBACK").execute(&mut self.0).await.unwrap();
     }
 }
@@ -220,10 +220,10 @@ async fn the_request_in_flight_at_shutdown_is_answered_with_connection_close() {
 }
 
 /// A PostgreSQL session holding a lock until it rolls back.
-struct PgLock(sqlx::PgConnection);
+pub(crate) struct PgLock(sqlx::PgConnection);
 
 impl PgLock {
-    async fn take(url: &str, sql: &str) -> Self {
+    pub(crate) async fn take(url: &str, sql: &str) -> Self {
         let mut session = sqlx::PgConnection::connect(url).await.unwrap();
         sqlx::raw_sql(&format!("BEGIN; {sql}"))
             .execute(&mut session)
@@ -232,7 +232,7 @@ impl PgLock {
         Self(session)
     }
 
-    async fn release(mut self) {
+    pub(crate) async fn release(mut self) {
         sqlx::raw_sql("ROLLBACK")
             .execute(&mut self.0)
             .await

@@ -159,6 +159,86 @@ async fn a_flood_of_unknown_ids_reads_the_store_a_bounded_number_of_times() {
     assert_eq!(app.state.live().counts().unknown_client_syncs, 2);
 }
 
+/// Misses that come while an unknown id's read of the store is under way wait for that
+/// read, and the client it brings is served to each ([`Live::refresh_for_unknown`]): not
+/// refused at once, as though a read had just run, or had run too long, or as though a
+/// later one had finished. Played on PostgreSQL: a lock the test holds on the change log
+/// stops the read inside the server until a second request waits for it. A miss waits at
+/// most 1 s from the read's start (`UNKNOWN_READ_WAIT`, in real time), so a round that a
+/// loaded machine made slower than half that is played again.
+///
+/// [`Live::refresh_for_unknown`]: tessera_server::registry::Live::refresh_for_unknown
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misses_during_an_unknown_ids_read_wait_for_it_and_are_served() {
+    let db = tessera_store::testing::scratch_database().await;
+    let app = spawn_with(|s| {
+        s.database_url = Some(db.url.clone());
+        s.config.sync_interval = SLOW_POLL;
+    })
+    .await;
+    let counts = || app.state.live().counts();
+    for _round in 1..=5 {
+        // A sync interval on: an unknown id may read the store again.
+        app.clock.advance(SLOW_POLL);
+        let (client, secret) = app
+            .registrar()
+            .create_client(
+                &app.secrets,
+                "pro",
+                "new",
+                tessera_store::AuthMethod::ClientSecretBasic,
+            )
+            .await
+            .unwrap();
+        let before = counts();
+        let started = std::time::Instant::now();
+        let held =
+            crate::inflight::PgLock::take(&db.url, "LOCK TABLE changes IN ACCESS EXCLUSIVE MODE")
+                .await;
+        let send = || {
+            let request = app
+                .http
+                .post(app.url("/connect/token"))
+                .header("authorization", basic(&client.id, &secret))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(NEWS);
+            tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+        };
+        let first = send();
+        until("the first request's read began", || async {
+            counts().unknown_client_syncs > before.unknown_client_syncs
+        })
+        .await;
+        let second = send();
+        until("the second request waits for that read", || async {
+            counts().unknown_client_waits > before.unknown_client_waits || second.is_finished()
+        })
+        .await;
+        let in_time = started.elapsed() < Duration::from_millis(500);
+        held.release().await;
+        let statuses = (first.await.unwrap(), second.await.unwrap());
+        if !in_time {
+            continue;
+        }
+        assert_eq!(statuses, (200, 200), "both served by the one read");
+        let after = counts();
+        assert_eq!(
+            (after.unknown_client_syncs, after.unknown_client_waits),
+            (
+                before.unknown_client_syncs + 1,
+                before.unknown_client_waits + 1
+            ),
+            "one read, one miss waited for it"
+        );
+        assert_eq!(
+            registry_counter(&app, "tessera_registry_unknown_client_waits_total").await,
+            after.unknown_client_waits
+        );
+        return;
+    }
+    panic!("no round held the read under 500 ms: the machine is too loaded to play it");
+}
+
 #[tokio::test]
 async fn a_plan_change_is_one_row_and_reaches_every_client_of_the_plan() {
     let app = spawn_without_poll().await;
@@ -273,7 +353,10 @@ async fn an_instance_behind_a_pruned_change_reads_everything_again() {
 
 /// Inserts `n` clients on plan "pro" sharing one secret, in batches of 10,000, straight
 /// into the store (as a bulk import would).
-async fn insert_clients(app: &TestApp, n: usize, hash: &[u8]) {
+async fn insert_clients(app: &TestApp, n: usize) {
+    let hash = app
+        .secrets
+        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
     let now = app.clock.now();
     let batch = 10_000;
     for first in (0..n).step_by(batch) {
@@ -304,9 +387,7 @@ async fn disabling_one_client_among(n: usize) {
     // The test syncs by hand: with a million clients the inserts alone outlast a minute.
     let app = spawn_with(|s| s.config.sync_interval = Duration::from_secs(24 * 3600)).await;
     let started = std::time::Instant::now();
-    let shared = tessera_proto::ClientSecret::new("tcs_shared");
-    let hash = app.secrets.hash_secret(&shared);
-    insert_clients(&app, n, &hash).await;
+    insert_clients(&app, n).await;
     let inserted = started.elapsed();
     let (target, secret) = app
         .registrar()
@@ -393,10 +474,7 @@ async fn a_full_reload_holds_no_second_copy_of_the_clients() {
     };
     let n = 300_000;
     let app = spawn_with(|s| s.config.sync_interval = Duration::from_secs(24 * 3600)).await;
-    let hash = app
-        .secrets
-        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
-    insert_clients(&app, n, &hash).await;
+    insert_clients(&app, n).await;
     app.state.sync().await.unwrap();
     // Twice: the first reload's transient pages set the peak the second would reach.
     let live = app.state.live();
@@ -422,13 +500,10 @@ async fn the_registry_gives_memory_back_after_mass_deletes() {
     use sqlx::Connection;
     let n = 20_000;
     let app = spawn_without_poll().await;
-    let hash = app
-        .secrets
-        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
     let slots = "tessera_registry_client_slots";
     let (keep, secret) = app.client().await;
 
-    insert_clients(&app, n, &hash).await;
+    insert_clients(&app, n).await;
     app.state.sync().await.unwrap();
     let peak = registry_counter(&app, slots).await;
     assert!(peak > n as u64, "{peak} slots for {n} clients");
@@ -448,7 +523,7 @@ async fn the_registry_gives_memory_back_after_mass_deletes() {
     assert_eq!(app.token(&keep, &secret, NEWS).await.status(), 200);
 
     // Again, deleted behind the change log's back: the full reload sweeps them out.
-    insert_clients(&app, n, &hash).await;
+    insert_clients(&app, n).await;
     app.state.sync().await.unwrap();
     assert!(registry_counter(&app, slots).await > n as u64);
     sqlx::query("DROP TRIGGER clients_change_del")
@@ -498,11 +573,8 @@ async fn memory_falls_after_300_000_clients_are_deleted() {
     };
     let n = 300_000;
     let app = spawn_with(|s| s.config.sync_interval = Duration::from_secs(24 * 3600)).await;
-    let hash = app
-        .secrets
-        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
     let before = rss();
-    insert_clients(&app, n, &hash).await;
+    insert_clients(&app, n).await;
     app.state.sync().await.unwrap();
     let live = app.state.live();
     let (loaded, slots) = (rss(), live.clients().capacity());
@@ -533,10 +605,7 @@ async fn memory_falls_after_300_000_clients_are_deleted() {
 async fn a_first_load_sizes_the_client_map_once_and_a_reload_keeps_its_size() {
     let n = 1_000;
     let first = spawn_without_poll().await;
-    let hash = first
-        .secrets
-        .hash_secret(&tessera_proto::ClientSecret::new("tcs_shared"));
-    insert_clients(&first, n, &hash).await;
+    insert_clients(&first, n).await;
     // A second instance on the same database loads them at start.
     let db_url = first.db_url.clone();
     let second = spawn_with(|s| {
