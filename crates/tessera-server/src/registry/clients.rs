@@ -2,7 +2,7 @@
 //! that a change updates in place one entry at a time and that gives memory back after
 //! mass deletes. An entry holds what the token endpoint needs, in 48 bytes.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::sync::RwLock;
 
 use tessera_store::{AuthMethod, CertificateMatch, Client, Credential, KeySource, Timestamp};
@@ -326,9 +326,18 @@ impl Clients {
             .shard(id.as_bytes())
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        // One search: the key costs no allocation to make, and an existing one is kept.
-        shard.map.insert(id, entry);
-        shard.grown();
+        // One search, and room made only for a new key: `HashMap::insert` makes room
+        // before it searches, so a reload that puts every client again would double a
+        // shard that happens to be full. An existing key is kept.
+        match shard.map.entry(id) {
+            Entry::Occupied(mut held) => {
+                held.insert(entry);
+            }
+            Entry::Vacant(room) => {
+                room.insert(entry);
+                shard.grown();
+            }
+        }
     }
 
     /// Makes room for `more` clients beyond those held, spread over the shards, so that a
@@ -493,6 +502,32 @@ mod tests {
             clients.put(ClientKey::new(id.as_str()), entry(1));
         }
         assert_eq!(clients.capacity(), room);
+    }
+
+    /// Putting a client again (a full reload) makes no room: a shard that is full to its
+    /// last slot keeps its size.
+    #[test]
+    fn putting_a_held_client_again_does_not_grow_a_full_shard() {
+        let clients = Clients::default();
+        clients.reserve(1);
+        let room = clients.capacity() / SHARDS;
+        // Fill one shard to its last slot, with ids that land in it.
+        let mut ids = Vec::new();
+        while ids.len() < room {
+            let id = crate::secrets::new_client_id();
+            if shard_of(id.as_str().as_bytes(), clients.seed) == 0 {
+                ids.push(id);
+            }
+        }
+        for id in &ids {
+            clients.put(ClientKey::new(id.as_str()), entry(1));
+        }
+        let full = clients.capacity();
+        for id in &ids {
+            clients.put(ClientKey::new(id.as_str()), entry(2));
+        }
+        assert_eq!(clients.capacity(), full);
+        assert_eq!(clients.sweep(2), 0, "each put again, with its new mark");
     }
 
     /// `Debug` shows when a previous secret stops working, never a hash.
