@@ -511,14 +511,13 @@ mod tests {
         let clients = Clients::default();
         clients.reserve(1);
         let room = clients.capacity() / SHARDS;
-        // Fill one shard to its last slot, with ids that land in it.
-        let mut ids = Vec::new();
-        while ids.len() < room {
-            let id = crate::secrets::new_client_id();
-            if shard_of(id.as_str().as_bytes(), clients.seed) == 0 {
-                ids.push(id);
-            }
-        }
+        // Fill one shard to its last slot, with ids that land in it (one in 64 does).
+        let ids: Vec<_> = std::iter::repeat_with(crate::secrets::new_client_id)
+            .take(100_000)
+            .filter(|id| shard_of(id.as_str().as_bytes(), clients.seed) == 0)
+            .take(room)
+            .collect();
+        assert_eq!(ids.len(), room, "ids land in shard 0");
         for id in &ids {
             clients.put(ClientKey::new(id.as_str()), entry(1));
         }
