@@ -394,6 +394,12 @@ mod tests {
         let long = "x".repeat(INLINE_ID + 1);
         assert_eq!(ClientKey::new(&long).as_bytes(), long.as_bytes());
         assert!(matches!(ClientKey::new(&long), ClientKey::Boxed(_)));
+        // Either way, `Debug` shows the id (not secret: RFC 6749 section 2.2).
+        assert_eq!(
+            format!("{:?}", ClientKey::new(generated.as_str())),
+            generated.as_str()
+        );
+        assert_eq!(format!("{:?}", ClientKey::new(&long)), long);
     }
 
     fn entry(mark: u8) -> ClientEntry {
