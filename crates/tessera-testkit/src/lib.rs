@@ -193,6 +193,18 @@ impl TestApp {
         (client.id, secret)
     }
 
+    /// Registers a client on plan `pro` with HTTP Basic, named `label`, in the store only, as
+    /// the CLI or another instance would: the server learns of it by its own means (a poll,
+    /// or the first request that names it).
+    pub async fn client_unsynced(&self, label: &str) -> (ClientId, ClientSecret) {
+        let (client, secret) = self
+            .registrar()
+            .create_client(&self.secrets, "pro", label, AuthMethod::ClientSecretBasic)
+            .await
+            .expect("a new client");
+        (client.id, secret)
+    }
+
     /// Registers a client of organization `org` (on its plan), named `name`, with HTTP
     /// Basic, and makes the server see it at once.
     pub async fn client_of_org(&self, org: &str, name: &str) -> (ClientId, ClientSecret) {

@@ -225,18 +225,9 @@ async fn unknown_ids_cannot_take_the_slots_during_a_database_outage() {
     })
     .await;
     app.clock.advance(SLOW_POLL);
-    let (created, created_secret) = app
-        .registrar()
-        .create_client(
-            &app.secrets,
-            "pro",
-            "new",
-            tessera_store::AuthMethod::ClientSecretBasic,
-        )
-        .await
-        .unwrap();
+    let (created, created_secret) = app.client_unsynced("new").await;
     assert_eq!(
-        app.token(&created.id, &created_secret, NEWS).await.status(),
+        app.token(&created, &created_secret, NEWS).await.status(),
         200
     );
     assert_eq!(syncs(), 2);

@@ -67,17 +67,8 @@ async fn spawn_without_poll() -> TestApp {
 async fn a_client_created_elsewhere_gets_a_token_at_once() {
     let app = spawn_without_poll().await;
     // Created in the store as the CLI or another instance would, and not synced.
-    let (client, secret) = app
-        .registrar()
-        .create_client(
-            &app.secrets,
-            "pro",
-            "new",
-            tessera_store::AuthMethod::ClientSecretBasic,
-        )
-        .await
-        .unwrap();
-    assert_eq!(app.token(&client.id, &secret, NEWS).await.status(), 200);
+    let (client, secret) = app.client_unsynced("new").await;
+    assert_eq!(app.token(&client, &secret, NEWS).await.status(), 200);
     assert_eq!(
         registry_counter(
             &app,
@@ -87,7 +78,7 @@ async fn a_client_created_elsewhere_gets_a_token_at_once() {
         1
     );
     // Known now: the next request reads nothing.
-    assert_eq!(app.token(&client.id, &secret, NEWS).await.status(), 200);
+    assert_eq!(app.token(&client, &secret, NEWS).await.status(), 200);
     assert_eq!(app.state.live().counts().unknown_client_syncs, 1);
 }
 
@@ -180,16 +171,7 @@ async fn misses_during_an_unknown_ids_read_wait_for_it_and_are_served() {
     for _round in 1..=5 {
         // A sync interval on: an unknown id may read the store again.
         app.clock.advance(SLOW_POLL);
-        let (client, secret) = app
-            .registrar()
-            .create_client(
-                &app.secrets,
-                "pro",
-                "new",
-                tessera_store::AuthMethod::ClientSecretBasic,
-            )
-            .await
-            .unwrap();
+        let (client, secret) = app.client_unsynced("new").await;
         let before = counts();
         let started = std::time::Instant::now();
         let held =
@@ -199,7 +181,7 @@ async fn misses_during_an_unknown_ids_read_wait_for_it_and_are_served() {
             let request = app
                 .http
                 .post(app.url("/connect/token"))
-                .header("authorization", basic(&client.id, &secret))
+                .header("authorization", basic(&client, &secret))
                 .header("content-type", "application/x-www-form-urlencoded")
                 .body(NEWS);
             tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
@@ -389,26 +371,17 @@ async fn disabling_one_client_among(n: usize) {
     let started = std::time::Instant::now();
     insert_clients(&app, n).await;
     let inserted = started.elapsed();
-    let (target, secret) = app
-        .registrar()
-        .create_client(
-            &app.secrets,
-            "pro",
-            "target",
-            tessera_store::AuthMethod::ClientSecretBasic,
-        )
-        .await
-        .unwrap();
+    let (target, secret) = app.client_unsynced("target").await;
     let synced = app.state.sync().await.unwrap();
     assert_eq!(synced.changes, n + 1);
     let loaded = started.elapsed();
     assert_eq!(app.state.live().counts().clients, n as u64 + 1);
-    assert_eq!(app.token(&target.id, &secret, NEWS).await.status(), 200);
+    assert_eq!(app.token(&target, &secret, NEWS).await.status(), 200);
 
     let reloads = app.state.live().counts().reloads;
     // As the CLI disables a client: in the store.
     app.registrar()
-        .update_client(target.id.as_str(), |c| c.enabled = false)
+        .update_client(target.as_str(), |c| c.enabled = false)
         .await
         .unwrap();
     let disabling = std::time::Instant::now();
@@ -422,7 +395,7 @@ async fn disabling_one_client_among(n: usize) {
         }
     );
     assert_eq!(app.state.live().counts().reloads, reloads, "no full reload");
-    let refused = app.token(&target.id, &secret, NEWS).await;
+    let refused = app.token(&target, &secret, NEWS).await;
     assert_eq!(error_of(refused).await.1, "invalid_client");
     assert_eq!(
         registry_counter(&app, "tessera_registry_reloads_total").await,
