@@ -517,6 +517,8 @@ mod tests {
         let clients = Clients::default();
         clients.reserve(1);
         let room = clients.capacity() / SHARDS;
+        // The share of one client per shard rounds up: every shard has room.
+        assert!(room > 0, "{room}");
         // Fill one shard to its last slot, with ids that land in it (one in 64 does).
         let ids: Vec<_> = std::iter::repeat_with(crate::secrets::new_client_id)
             .take(100_000)
