@@ -378,6 +378,9 @@ impl Grantor<'_> {
             client: presented.client_id.as_str(),
             slot,
         };
+        // Before the lookup: a sync that begins after this and ends before a miss is
+        // handled has read what the lookup could not see.
+        let asked = self.live.syncs_begun();
         let registry = self.live.get();
         let mut result = self
             .check(&registry, &presented, now, client_ca, outbound)
@@ -391,7 +394,7 @@ impl Grantor<'_> {
         let id = presented.client_id.as_str();
         if matches!(result, Err(AuthFailure::Unknown)) && secrets::is_generated_client_id(id) {
             match slot
-                .lend_then(self.refresh_for_unknown(id), |found| *found)
+                .lend_then(self.refresh_for_unknown(id, asked), |found| *found)
                 .await
             {
                 Ok(true) => {
@@ -523,14 +526,14 @@ impl Grantor<'_> {
     /// time, at most once per sync interval, and none while the store does not answer
     /// ([`Live::refresh_for_unknown`](crate::registry::Live::refresh_for_unknown)); says
     /// whether the client is known now.
-    async fn refresh_for_unknown(&self, id: &str) -> bool {
+    async fn refresh_for_unknown(&self, id: &str, asked: u64) -> bool {
         let (live, store, secrets) = (self.live.clone(), self.store.clone(), self.secrets.clone());
         let read = move || async move {
             live.sync(store.as_ref(), &secrets, Trigger::UnknownClient)
                 .await
         };
         self.live
-            .refresh_for_unknown(self.config.sync_interval, read)
+            .refresh_for_unknown(asked, self.config.sync_interval, read)
             .await
             && self.live.clients().with(id, |_| ()).is_some()
     }

@@ -460,6 +460,12 @@ impl Live {
         Ok(())
     }
 
+    /// How many syncs have begun: read it before a lookup, and hand it to
+    /// [`Live::refresh_for_unknown`] if the lookup misses.
+    pub fn syncs_begun(&self) -> u64 {
+        self.begun.load(Ordering::Relaxed)
+    }
+
     /// For a client id the registry does not know: a sync, so that a client created a
     /// moment ago (by the CLI, another instance) is known; says whether one succeeded since
     /// the call (look again) or not (refuse). `read` makes the sync's future.
@@ -471,7 +477,16 @@ impl Live {
     ///   comes later is refused at once;
     /// - at most one per `interval` on the clock: a miss after it is refused without a
     ///   read, so that a flood of unknown ids costs at most as many reads as the poll.
-    pub async fn refresh_for_unknown<R>(&self, interval: Duration, read: impl FnOnce() -> R) -> bool
+    ///
+    /// `asked` is [`Live::syncs_begun`] read before the lookup that missed: a sync begun
+    /// after it and finished since has read every change committed before the request, so
+    /// the caller looks again without a read of its own.
+    pub async fn refresh_for_unknown<R>(
+        &self,
+        asked: u64,
+        interval: Duration,
+        read: impl FnOnce() -> R,
+    ) -> bool
     where
         R: std::future::Future<Output = Result<Synced, LoadError>> + Send + 'static,
     {
@@ -482,7 +497,6 @@ impl Live {
         if !self.store_up() {
             return skipped();
         }
-        let asked = self.begun.load(Ordering::Relaxed);
         let (began, mut done) = {
             let mut reads = self.unknown_reads.lock().unwrap_or_else(|p| p.into_inner());
             if self.finished.load(Ordering::Relaxed) > asked {
