@@ -184,22 +184,29 @@ impl TestApp {
 
     /// Registers a client on `plan` and makes the server see it at once.
     pub async fn client_on(&self, plan: &str, method: AuthMethod) -> (ClientId, ClientSecret) {
-        let (client, secret) = self
-            .registrar()
-            .create_client(&self.secrets, plan, "test", method)
-            .await
-            .expect("a new client");
+        let created = self.client_in_store(plan, "test", method).await;
         self.sync().await;
-        (client.id, secret)
+        created
     }
 
     /// Registers a client on plan `pro` with HTTP Basic, named `label`, in the store only, as
     /// the CLI or another instance would: the server learns of it by its own means (a poll,
     /// or the first request that names it).
     pub async fn client_unsynced(&self, label: &str) -> (ClientId, ClientSecret) {
+        self.client_in_store("pro", label, AuthMethod::ClientSecretBasic)
+            .await
+    }
+
+    /// Registers a client in the store, unseen by the server until it syncs.
+    async fn client_in_store(
+        &self,
+        plan: &str,
+        label: &str,
+        method: AuthMethod,
+    ) -> (ClientId, ClientSecret) {
         let (client, secret) = self
             .registrar()
-            .create_client(&self.secrets, "pro", label, AuthMethod::ClientSecretBasic)
+            .create_client(&self.secrets, plan, label, method)
             .await
             .expect("a new client");
         (client.id, secret)
