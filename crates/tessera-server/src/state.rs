@@ -75,9 +75,12 @@ impl AppState {
         let clock = runtime.clock.clone();
         keys::bootstrap(store.as_ref(), &secrets, config.signing_alg, clock.now()).await?;
         let max_in_flight = config.max_in_flight;
+        // This process among the instances sharing the store and Redis: its member of the
+        // Redis fleet, and a field of the registry's log lines.
+        let instance = crate::secrets::random_token(12);
         let redis = match &config.redis_url {
             Some(url) => Some(Arc::new(
-                RedisLimiter::connect(url, &config, clock.clone()).await?,
+                RedisLimiter::connect(url, &config, clock.clone(), instance.clone()).await?,
             )),
             None => None,
         };
@@ -85,7 +88,7 @@ impl AppState {
             Some(redis) => redis.clone(),
             None => Arc::new(LocalLimiter::new(clock.clone())),
         };
-        let live = Live::load(store.as_ref(), &secrets, clock.clone()).await?;
+        let live = Live::load(store.as_ref(), &secrets, clock.clone(), instance).await?;
         let dpop =
             crate::grant::dpop::Dpop::new(config.dpop_nonce.then(|| secrets.nonce_key().clone()));
         let assertions = crate::grant::assertion::Assertions::new(config.allow_private_jwks_uri);

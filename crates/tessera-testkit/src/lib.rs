@@ -350,6 +350,18 @@ impl TestApp {
     pub fn log(&self) -> String {
         captured()
     }
+
+    /// The lines of [`TestApp::log`] that this server's registry logged: those whose
+    /// `instance` field is its id ([`tessera_server::registry::Live::instance`]). Unlike
+    /// the whole log, these can be counted, and shown to lack a line.
+    pub fn registry_log(&self) -> Vec<String> {
+        let field = format!("\"instance\":\"{}\"", self.state.live().instance());
+        captured()
+            .lines()
+            .filter(|line| line.contains(&field))
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 /// Waits for an event instead of a time: polls `ready` every 10 ms until it says yes, and

@@ -77,11 +77,13 @@ impl RedisLimiter {
     /// Connects to `url` (`redis://host:port/db`), loads the script and counts the fleet
     /// with a first heartbeat, 2 s at most for each, or fails with a message naming the URL
     /// without its password. Takes from `config` the prefix of the keys, the bound on each
-    /// call and the expected number of instances; `clock` is the fallback's.
+    /// call and the expected number of instances; `clock` is the fallback's; `instance` is
+    /// this process's member of the fleet.
     pub(crate) async fn connect(
         url: &str,
         config: &Config,
         clock: Clock,
+        instance: String,
     ) -> Result<Self, ConnectError> {
         let redacted = redact_url(url);
         let client = redis::Client::open(url).map_err(|e| ConnectError {
@@ -92,7 +94,7 @@ impl RedisLimiter {
             client,
             url: redacted,
             fleet_key: format!("{}fleet", config.redis_prefix),
-            instance: crate::secrets::random_token(12),
+            instance,
             expected: config.expected_instances.map_or(0, NonZeroU32::get),
             timeout: config.redis_timeout,
             clock: clock.clone(),
@@ -268,7 +270,9 @@ mod tests {
             format!("redis://:hunter2@{}", refused.local_addr().unwrap()),
         ] {
             let started = tokio::time::Instant::now();
-            let connected = RedisLimiter::connect(&url, &Config::default(), Clock::default()).await;
+            let connected =
+                RedisLimiter::connect(&url, &Config::default(), Clock::default(), "one".into())
+                    .await;
             let waited = started.elapsed();
             let error = connected.expect_err("no Redis to use").to_string();
             assert!(waited <= Duration::from_secs(2), "{url}: {waited:?}");

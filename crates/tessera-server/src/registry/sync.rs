@@ -138,14 +138,18 @@ pub struct Live {
     change_samples: Mutex<VecDeque<(Timestamp, i64)>>,
     counters: Counters,
     clock: Clock,
+    /// This process's id in the fleet ([`Live::instance`]), a field of every line it logs.
+    instance: String,
 }
 
 impl Live {
-    /// Reads everything from the store, reading the time from `clock`.
+    /// Reads everything from the store, reading the time from `clock`. `instance` names
+    /// this process in every line the registry logs.
     pub async fn load(
         store: &dyn Store,
         secrets: &Secrets,
         clock: Clock,
+        instance: String,
     ) -> Result<Self, LoadError> {
         let live = Self {
             current: RwLock::default(),
@@ -163,11 +167,19 @@ impl Live {
             change_samples: Mutex::default(),
             counters: Counters::default(),
             clock,
+            instance,
         };
         live.read_everything(store, secrets, true).await?;
         // Revoked tokens are refused from the first request on, not from the first poll.
         live.reload_revocations(store).await?;
         Ok(live)
+    }
+
+    /// The id of this process among the instances sharing the store: random, new on each
+    /// start. Every line the registry logs carries it as `instance`, so that the logs of a
+    /// fleet, gathered in one place, say which instance lost the store or reloaded.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// The current plan and key snapshot.
@@ -252,11 +264,15 @@ impl Live {
         let was_up = self.store_up.swap(outcome.is_ok(), Ordering::Relaxed);
         match &outcome {
             Err(error) if was_up => tracing::error!(
+                instance = self.instance,
                 %error,
                 "the store does not answer; serving the last good registry until it is \
                  older than the staleness bound"
             ),
-            Ok(_) if !was_up => tracing::info!("the store answers again; the registry is fresh"),
+            Ok(_) if !was_up => tracing::info!(
+                instance = self.instance,
+                "the store answers again; the registry is fresh"
+            ),
             _ => {}
         }
         outcome
@@ -293,6 +309,7 @@ impl Live {
         drop(guard);
         if synced.reloaded {
             tracing::warn!(
+                instance = self.instance,
                 "changes this instance had not read were pruned from the store; reading \
                  the whole registry again"
             );
@@ -355,7 +372,12 @@ impl Live {
     fn put_client(&self, registry: &Registry, client: Client, mark: u8) {
         let Some(plan) = registry.slots.get(&client.plan).copied() else {
             // Every plan a client names was given a slot before its clients are written.
-            tracing::error!(client = %client.id, plan = %client.plan, "client of a plan without a slot");
+            tracing::error!(
+                instance = self.instance,
+                client = %client.id,
+                plan = %client.plan,
+                "client of a plan without a slot"
+            );
             return;
         };
         let id = ClientKey::new(client.id.as_str());
@@ -451,6 +473,7 @@ impl Live {
             let removed = self.clients.sweep(mark);
             if removed > 0 {
                 tracing::warn!(
+                    instance = self.instance,
                     removed,
                     "the full reload removed clients no change had removed"
                 );
@@ -605,7 +628,11 @@ impl Live {
                 // A failure is logged by `sync`, once per outage.
                 if let Ok(synced) = self.sync(store, secrets, Trigger::Poll).await {
                     if synced.changes > 0 {
-                        tracing::info!(changes = synced.changes, "registry changes applied");
+                        tracing::info!(
+                            instance = self.instance,
+                            changes = synced.changes,
+                            "registry changes applied"
+                        );
                     }
                 }
             }
@@ -617,7 +644,11 @@ impl Live {
             loop {
                 tick.tick().await;
                 if let Err(error) = self.reload(store, secrets).await {
-                    tracing::warn!(%error, "the periodic full reload of the registry failed");
+                    tracing::warn!(
+                        instance = self.instance,
+                        %error,
+                        "the periodic full reload of the registry failed"
+                    );
                 }
             }
         };

@@ -272,6 +272,128 @@ async fn the_full_reload_removes_a_client_the_change_log_missed() {
         .unwrap();
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 401);
     assert_eq!(app.state.live().counts().reloads, reloads + 1);
+    // Said once, with the count: the change log has a hole an operator should look into.
+    let removed = || {
+        app.registry_log()
+            .into_iter()
+            .filter(|l| l.contains("the full reload removed clients"))
+            .collect::<Vec<_>>()
+    };
+    let said = removed();
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("\"removed\":1"), "{}", said[0]);
+    // A reload that removes nothing says nothing.
+    app.state
+        .live()
+        .reload(app.store.as_ref(), &app.secrets)
+        .await
+        .unwrap();
+    assert_eq!(removed(), said);
+}
+
+/// The poll logs the changes it applied, and a poll that applied none logs nothing: at a
+/// poll every 100 ms, a line per poll would be 864,000 lines a day of nothing.
+#[tokio::test]
+async fn a_poll_logs_the_changes_it_applied_and_nothing_when_there_were_none() {
+    let app = spawn_with(|s| s.config.sync_interval = Duration::from_millis(20)).await;
+    let polls = |n: u64| {
+        let live = app.state.live();
+        let from = live.counts().polls;
+        until("more polls", move || async move {
+            live.counts().polls >= from + n
+        })
+    };
+    let applied = || {
+        app.registry_log()
+            .into_iter()
+            .filter(|l| l.contains("registry changes applied"))
+            .collect::<Vec<_>>()
+    };
+    polls(3).await;
+    assert_eq!(applied(), Vec::<String>::new());
+    // A client created in the store (as the CLI would): one change, read by a poll.
+    let (id, secret) = app.client_unsynced("polled").await;
+    until("a poll applies the client", || async {
+        !applied().is_empty()
+    })
+    .await;
+    polls(3).await;
+    let said = applied();
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains("\"changes\":1"), "{}", said[0]);
+    assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
+}
+
+/// A lookup that missed before a sync began, handled after the sync ended: the sync read
+/// every change committed before the request, so the miss looks again at once, without a
+/// read of its own ([`Live::refresh_for_unknown`]'s `asked`).
+///
+/// [`Live::refresh_for_unknown`]: tessera_server::registry::Live::refresh_for_unknown
+#[tokio::test]
+async fn a_miss_that_a_finished_sync_has_answered_reads_nothing_more() {
+    let app = spawn_without_poll().await;
+    let live = app.state.live();
+    let asked = live.syncs_begun();
+    app.state.sync().await.unwrap();
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reading = read.clone();
+    let look_again = live
+        .refresh_for_unknown(asked, SLOW_POLL, move || {
+            reading.store(true, std::sync::atomic::Ordering::Relaxed);
+            async { Ok(Synced::default()) }
+        })
+        .await;
+    assert!(look_again);
+    assert!(!read.load(std::sync::atomic::Ordering::Relaxed));
+    // A miss whose lookup came after that sync began gets no such answer: it reads.
+    let asked = live.syncs_begun();
+    let reading = read.clone();
+    let look_again = live
+        .refresh_for_unknown(asked, SLOW_POLL, move || {
+            reading.store(true, std::sync::atomic::Ordering::Relaxed);
+            async { Ok(Synced::default()) }
+        })
+        .await;
+    assert!(look_again);
+    assert!(read.load(std::sync::atomic::Ordering::Relaxed));
+}
+
+/// An instance started after a token was revoked refuses it from its first request, not
+/// from its first poll (here an hour away): the revocations are read with the registry.
+#[tokio::test]
+async fn an_instance_started_after_a_revocation_refuses_the_token_at_once() {
+    let issuer = "https://auth.registry.test";
+    let a = spawn_with(|s| {
+        s.config.sync_interval = SLOW_POLL;
+        s.config.issuer = Some(issuer.into());
+    })
+    .await;
+    let (id, secret) = a.client().await;
+    let issued: serde_json::Value = a.token(&id, &secret, NEWS).await.json().await.unwrap();
+    let token = issued["access_token"].as_str().unwrap();
+    let form = |app: &TestApp, path: &str| {
+        app.http
+            .post(app.url(path))
+            .header("authorization", basic(&id, &secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+    };
+    assert_eq!(form(&a, "/connect/revocation").await.unwrap().status(), 200);
+    let b = spawn_with(|s| {
+        s.database_url = Some(a.db_url.clone());
+        s.config.sync_interval = Duration::from_secs(3600);
+        s.config.issuer = Some(issuer.into());
+    })
+    .await;
+    let answer: serde_json::Value = form(&b, "/connect/introspect")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer, serde_json::json!({ "active": false }));
+    assert_eq!(b.state.live().counts().polls, 0);
 }
 
 /// The safety net runs by itself (the book: "A full reload runs only every 10 minutes, as a
