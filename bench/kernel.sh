@@ -48,16 +48,9 @@ fi
 cargo build --release -p tessera-bench-floor --bin floor --quiet
 floor="$target_dir/release/floor"
 
-# The scratch directory, the database, the client and the configuration.
+# The scratch directory, the database, the client, the configuration and the wrk script.
 # shellcheck source=bench/one-client.sh
 source bench/one-client.sh
-basic=$(printf '%s:%s' "$id" "$secret" | base64 -w0)
-cat >"$work/token.lua" <<EOF
-wrk.method = "POST"
-wrk.body = "grant_type=client_credentials&scope=market-data-api%20news-api"
-wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
-wrk.headers["Authorization"] = "Basic $basic"
-EOF
 
 # start NAME: starts the server on core 0, sets server_pid and url.
 start() {

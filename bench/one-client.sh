@@ -1,8 +1,9 @@
 # Sourced by bench/instructions.sh and bench/kernel.sh, with $bin set to the tessera binary:
 # a scratch directory $work (removed on exit, with the server $server_pid if one runs), a
 # SQLite database there with a signing key, the plan `bench` and one client on it ($id,
-# $secret), and $work/tessera.toml, which serves that database on a free port with the
-# background work an hour apart, so that no timer fires during a measurement.
+# $secret), $work/tessera.toml, which serves that database on a free port with the
+# background work an hour apart, so that no timer fires during a measurement, and
+# $work/token.lua, a wrk script whose every request asks that client's token.
 
 work=$(mktemp -d)
 server_pid=""
@@ -26,4 +27,11 @@ sync-interval = 3600
 housekeeping-interval = 3600
 full-reload-interval = 3600
 max-staleness = 7200
+EOF
+basic=$(printf '%s:%s' "$id" "$secret" | base64 -w0)
+cat >"$work/token.lua" <<EOF
+wrk.method = "POST"
+wrk.body = "grant_type=client_credentials&scope=market-data-api%20news-api"
+wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
+wrk.headers["Authorization"] = "Basic $basic"
 EOF

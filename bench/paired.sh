@@ -41,13 +41,6 @@ bin=${bins[0]}
 source bench/one-client.sh
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
-basic=$(printf '%s:%s' "$id" "$secret" | base64 -w0)
-cat >"$work/token.lua" <<EOF
-wrk.method = "POST"
-wrk.body = "grant_type=client_credentials&scope=market-data-api%20news-api"
-wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
-wrk.headers["Authorization"] = "Basic $basic"
-EOF
 
 # start NAME COMMAND...: starts a server on core 0 and adds its URL to urls once it answers.
 names=()

@@ -69,13 +69,6 @@ train() {
 			sleep 0.1
 		done
 		[ -n "$url" ] || { echo "bench/pgo.sh: the server did not start" >&2; exit 1; }
-		basic=$(printf '%s:%s' "$id" "$secret" | base64 -w0)
-		cat >"$work/token.lua" <<-EOF
-			wrk.method = "POST"
-			wrk.body = "grant_type=client_credentials&scope=market-data-api%20news-api"
-			wrk.headers["Content-Type"] = "application/x-www-form-urlencoded"
-			wrk.headers["Authorization"] = "Basic $basic"
-		EOF
 		wrk -t1 -c32 -d"${seconds}s" -s "$work/token.lua" "$url/connect/token" >"$work/wrk"
 		grep -E 'Requests/sec' "$work/wrk" >&2
 		form() { curl -s -o /dev/null -u "$1" -d "$2" "$url$3"; }
