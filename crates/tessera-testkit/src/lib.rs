@@ -351,16 +351,25 @@ impl TestApp {
         captured()
     }
 
-    /// The lines of [`TestApp::log`] that this server's registry logged: those whose
-    /// `instance` field is its id ([`tessera_server::registry::Live::instance`]). Unlike
-    /// the whole log, these can be counted, and shown to lack a line.
-    pub fn registry_log(&self) -> Vec<String> {
+    /// The lines of [`TestApp::log`] that this server's registry logged and that contain
+    /// `said`: those whose `instance` field is its id
+    /// ([`tessera_server::registry::Live::instance`]). Unlike the whole log, these can be
+    /// counted, and shown to lack a line.
+    pub fn registry_said(&self, said: &str) -> Vec<String> {
         let field = format!("\"instance\":\"{}\"", self.state.live().instance());
         captured()
             .lines()
-            .filter(|line| line.contains(&field))
+            .filter(|line| line.contains(&field) && line.contains(said))
             .map(str::to_owned)
             .collect()
+    }
+
+    /// Waits until `n` more of the registry's polls have begun, and so `n - 1` more have
+    /// finished (one runs at a time).
+    pub async fn polls(&self, n: u64) {
+        let live = self.state.live();
+        let from = live.counts().polls;
+        until("more polls", || async { live.counts().polls >= from + n }).await;
     }
 }
 

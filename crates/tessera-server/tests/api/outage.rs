@@ -110,26 +110,16 @@ async fn a_database_outage_is_ridden_out_within_the_staleness_bound() {
     // The database is back: fresh again, issuing and recording, without a restart.
     proxy.restore();
     until("the store answers again", || async { store_up(&app).await }).await;
+    let back = "the store answers again; the registry is fresh";
     until("the recovery logged", || async {
-        app.registry_log()
-            .iter()
-            .any(|l| l.contains("the store answers again; the registry is fresh"))
+        !app.registry_said(back).is_empty()
     })
     .await;
     // Each said once per outage, however many polls failed or worked around it.
-    let live = app.state.live();
-    let polls = live.counts().polls;
-    until("two more polls", || async {
-        live.counts().polls >= polls + 2
-    })
-    .await;
-    let log = app.registry_log();
-    for said in [
-        "the store does not answer",
-        "the store answers again; the registry is fresh",
-    ] {
-        let lines = log.iter().filter(|l| l.contains(said)).count();
-        assert_eq!(lines, 1, "{said}: {log:#?}");
+    app.polls(2).await;
+    for said in ["the store does not answer", back] {
+        let lines = app.registry_said(said);
+        assert_eq!(lines.len(), 1, "{said}: {lines:#?}");
     }
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 200);
     let ready = app.http.get(app.url("/readyz")).send().await.unwrap();

@@ -273,12 +273,7 @@ async fn the_full_reload_removes_a_client_the_change_log_missed() {
     assert_eq!(app.token(&id, &secret, NEWS).await.status(), 401);
     assert_eq!(app.state.live().counts().reloads, reloads + 1);
     // Said once, with the count: the change log has a hole an operator should look into.
-    let removed = || {
-        app.registry_log()
-            .into_iter()
-            .filter(|l| l.contains("the full reload removed clients"))
-            .collect::<Vec<_>>()
-    };
+    let removed = || app.registry_said("the full reload removed clients");
     let said = removed();
     assert_eq!(said.len(), 1, "{said:#?}");
     assert!(said[0].contains("\"removed\":1"), "{}", said[0]);
@@ -296,20 +291,8 @@ async fn the_full_reload_removes_a_client_the_change_log_missed() {
 #[tokio::test]
 async fn a_poll_logs_the_changes_it_applied_and_nothing_when_there_were_none() {
     let app = spawn_with(|s| s.config.sync_interval = Duration::from_millis(20)).await;
-    let polls = |n: u64| {
-        let live = app.state.live();
-        let from = live.counts().polls;
-        until("more polls", move || async move {
-            live.counts().polls >= from + n
-        })
-    };
-    let applied = || {
-        app.registry_log()
-            .into_iter()
-            .filter(|l| l.contains("registry changes applied"))
-            .collect::<Vec<_>>()
-    };
-    polls(3).await;
+    let applied = || app.registry_said("registry changes applied");
+    app.polls(3).await;
     assert_eq!(applied(), Vec::<String>::new());
     // A client created in the store (as the CLI would): one change, read by a poll.
     let (id, secret) = app.client_unsynced("polled").await;
@@ -317,7 +300,7 @@ async fn a_poll_logs_the_changes_it_applied_and_nothing_when_there_were_none() {
         !applied().is_empty()
     })
     .await;
-    polls(3).await;
+    app.polls(3).await;
     let said = applied();
     assert_eq!(said.len(), 1, "{said:#?}");
     assert!(said[0].contains("\"changes\":1"), "{}", said[0]);
@@ -331,31 +314,26 @@ async fn a_poll_logs_the_changes_it_applied_and_nothing_when_there_were_none() {
 /// [`Live::refresh_for_unknown`]: tessera_server::registry::Live::refresh_for_unknown
 #[tokio::test]
 async fn a_miss_that_a_finished_sync_has_answered_reads_nothing_more() {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let app = spawn_without_poll().await;
     let live = app.state.live();
+    // A miss whose lookup noted `asked`: whether it looks again, and whether it read.
+    let miss = |asked: u64| async move {
+        let read = std::sync::Arc::new(AtomicBool::new(false));
+        let reading = read.clone();
+        let look_again = live
+            .refresh_for_unknown(asked, SLOW_POLL, move || {
+                reading.store(true, Ordering::Relaxed);
+                async { Ok(Synced::default()) }
+            })
+            .await;
+        (look_again, read.load(Ordering::Relaxed))
+    };
     let asked = live.syncs_begun();
     app.state.sync().await.unwrap();
-    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let reading = read.clone();
-    let look_again = live
-        .refresh_for_unknown(asked, SLOW_POLL, move || {
-            reading.store(true, std::sync::atomic::Ordering::Relaxed);
-            async { Ok(Synced::default()) }
-        })
-        .await;
-    assert!(look_again);
-    assert!(!read.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(miss(asked).await, (true, false));
     // A miss whose lookup came after that sync began gets no such answer: it reads.
-    let asked = live.syncs_begun();
-    let reading = read.clone();
-    let look_again = live
-        .refresh_for_unknown(asked, SLOW_POLL, move || {
-            reading.store(true, std::sync::atomic::Ordering::Relaxed);
-            async { Ok(Synced::default()) }
-        })
-        .await;
-    assert!(look_again);
-    assert!(read.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(miss(live.syncs_begun()).await, (true, true));
 }
 
 /// An instance started after a token was revoked refuses it from its first request, not
