@@ -4,7 +4,7 @@
 # sends each a fixed number of token requests over one keep-alive HTTP/1.1 connection, and
 # prints the instructions each executed per token and their ratio.
 #
-#   bench/instructions.sh [--requests N] [--bin PATH] [--default-timers]
+#   bench/instructions.sh [--requests N] [--bin PATH] [--default-timers] [--keep DIR]
 #
 # Each server runs twice, for N and for 3N requests; the difference of the two totals over
 # 2N is the cost of a token with start-up, shutdown and the warm-up of the first requests
@@ -21,6 +21,9 @@
 #               250 ms, housekeeping every 30 s), for a binary older than `serve --config`;
 #               their work then falls in the figure (about the same for every binary, as
 #               the runs take about as long), so compare such runs only with each other.
+# --keep DIR:   keep the four callgrind outputs there (tessera-N.cg, tessera-3N.cg, floor-...),
+#               for a profile: `callgrind_annotate --inclusive=yes DIR/tessera-N.cg` on a
+#               binary with symbols (`cargo build --profile profiling`).
 #
 # Needs valgrind, python3, jq and curl. A regression of more than 3% in Tessera's instructions
 # per token is treated as one (BENCHMARKS.md).
@@ -30,11 +33,13 @@ cd "$(dirname "$0")/.."
 requests=2000
 bin=""
 default_timers=""
+keep=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	--requests) requests=$2; shift 2 ;;
 	--bin) bin=$2; shift 2 ;;
 	--default-timers) default_timers=1; shift ;;
+	--keep) keep=$2; shift 2 ;;
 	*) echo "unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -111,6 +116,7 @@ measure() {
 	kill -TERM "$server_pid"
 	wait "$server_pid" || true
 	server_pid=""
+	if [ -n "$keep" ]; then mkdir -p "$keep" && cp "$out.cg" "$keep/"; fi
 	# The totals line of the callgrind output: instructions executed (Ir).
 	awk '/^(summary|totals):/ { print $2; exit }' "$out.cg"
 }

@@ -41,7 +41,7 @@ pub(crate) fn issued(
         scope = subject.scope,
         outcome = if reused { "reused" } else { "issued" },
         jti,
-        source = subject.source.map(tracing::field::display),
+        source = subject.source.map(|ip| tracing::field::display(Address(ip))),
         trust_policy = federated.map(|f| f.policy.as_str()),
         federated_iss = federated.map(|f| truncate(&f.issuer, 256)),
         federated_sub = federated.map(|f| truncate(&f.subject, 256)),
@@ -58,7 +58,7 @@ pub(crate) fn refused(subject: &Subject<'_>, error: ErrorCode) {
         plan = subject.plan,
         scope = truncate(subject.scope, 256),
         outcome = error.as_str(),
-        source = subject.source.map(tracing::field::display),
+        source = subject.source.map(|ip| tracing::field::display(Address(ip))),
     );
 }
 
@@ -72,7 +72,7 @@ pub(crate) fn revoked(subject: &Subject<'_>, jti: &str) {
         scope = subject.scope,
         outcome = "revoked",
         jti,
-        source = subject.source.map(tracing::field::display),
+        source = subject.source.map(|ip| tracing::field::display(Address(ip))),
     );
 }
 
@@ -209,6 +209,32 @@ pub(crate) fn scope_for_log(scope: &str, known: impl Fn(&str) -> bool) -> String
         .join(" ")
 }
 
+/// An address as `IpAddr`'s `Display` writes it. An IPv4 address, the usual case, is
+/// written digit by digit: `Ipv4Addr`'s `Display` goes through `fmt` four times, which cost
+/// each audit line about 900 instructions (BENCHMARKS.md, issue 31).
+struct Address(IpAddr);
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let IpAddr::V4(v4) = self.0 else {
+            return self.0.fmt(f);
+        };
+        let mut text = [0u8; 15];
+        let mut len = 0;
+        for (i, octet) in v4.octets().into_iter().enumerate() {
+            if i > 0 {
+                text[len] = b'.';
+                len += 1;
+            }
+            let mut digits = itoa::Buffer::new();
+            let digits = digits.format(octet).as_bytes();
+            text[len..len + digits.len()].copy_from_slice(digits);
+            len += digits.len();
+        }
+        f.write_str(std::str::from_utf8(&text[..len]).map_err(|_| std::fmt::Error)?)
+    }
+}
+
 fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],
@@ -219,6 +245,22 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_is_written_as_ip_addr_writes_it() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.200.3.45",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::8a2e:370:7334",
+            "::ffff:192.0.2.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(Address(ip).to_string(), ip.to_string());
+        }
+    }
 
     #[test]
     fn a_scope_is_logged_by_its_known_names_and_digests_of_the_rest() {

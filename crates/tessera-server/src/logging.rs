@@ -294,9 +294,10 @@ impl Visit for Line<'_> {
 /// Whether `value` is printable ASCII without a quote or backslash: then both formats write
 /// it between quotes as it is (the common case: ids, scopes, addresses).
 fn plain(value: &str) -> bool {
-    value
-        .bytes()
-        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    // Folded with `&` and no early exit, which the compiler does many bytes at a time.
+    value.bytes().fold(true, |plain, b| {
+        plain & (0x20..0x7f).contains(&b) & (b != b'"') & (b != b'\\')
+    })
 }
 
 /// A string as `{:?}` writes it, as the generic formatter does.
@@ -342,6 +343,30 @@ fn timestamp(at: SystemTime, out: &mut String) {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
     let secs = since.as_secs();
+    // The date and time to the second change once a second: written once, then copied.
+    SECOND.with(|second| {
+        let (written, text) = &mut *second.borrow_mut();
+        if *written != Some(secs) {
+            text.clear();
+            date_time(secs, text);
+            *written = Some(secs);
+        }
+        out.push_str(text);
+    });
+    out.push('.');
+    padded(u64::from(since.subsec_micros()), 6, out);
+    out.push('Z');
+}
+
+thread_local! {
+    /// The second [`timestamp`] last wrote on this thread, and its text.
+    static SECOND: std::cell::RefCell<(Option<u64>, String)> =
+        const { std::cell::RefCell::new((None, String::new())) };
+}
+
+/// `secs` after the Unix epoch as RFC 3339's date and time to the second, UTC
+/// (`2026-11-26T11:26:50`).
+fn date_time(secs: u64, out: &mut String) {
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let in_day = secs % 86_400;
     let (year, month, day) = tessera_proto::clock::civil(days);
@@ -359,12 +384,10 @@ fn timestamp(at: SystemTime, out: &mut String) {
         ("T", in_day / 3600, 2),
         (":", in_day / 60 % 60, 2),
         (":", in_day % 60, 2),
-        (".", u64::from(since.subsec_micros()), 6),
     ] {
         out.push_str(separator);
         padded(value, width, out);
     }
-    out.push('Z');
 }
 
 /// `value` in decimal, padded with zeros to `width` digits (`{value:0width$}`).
@@ -780,6 +803,9 @@ mod tests {
         assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
         assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000000Z");
         assert_eq!(at(253_402_300_800, 0), "10000-01-01T00:00:00.000000Z");
+        // The same second again, and an earlier one: each written from its own second.
+        assert_eq!(at(253_402_300_800, 42), "10000-01-01T00:00:00.000042Z");
+        assert_eq!(at(1_795_692_410, 1), "2026-11-26T11:26:50.000001Z");
         for value in [0, 1, 9, 10, 99, 100, 999_999, 1_000_000, u64::MAX] {
             for width in [2, 4, 6] {
                 let mut out = String::new();

@@ -21,6 +21,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use tessera_proto::scope::names_issuer;
 use tessera_proto::token::TokenType;
 use tessera_proto::{GrantType, ScopeSet, TokenRequest, TokenResponse};
@@ -32,7 +34,7 @@ use crate::limits::redis::RedisLimiter;
 use crate::limits::{AuthThrottle, Decision, Limiter, Slot};
 use crate::registry::{Live, Registry};
 use crate::reuse::{Kept, ReuseCache};
-use crate::secrets::{self, Secrets};
+use crate::secrets::Secrets;
 use crate::store_watch::WatchedStore;
 use crate::{Config, Runtime};
 
@@ -515,7 +517,7 @@ impl Grantor<'_> {
     ) -> Signed {
         let issuer = self.runtime.issuer.as_str();
         let iat = now.max(0) as u64;
-        let jti = secrets::random_token(16);
+        let jti = new_jti();
         let claims = SignedClaims {
             iss: issuer,
             sub: client_id,
@@ -537,7 +539,7 @@ impl Grantor<'_> {
         Signed {
             access_token: key.sign_payload(&claims.to_json()),
             exp: claims.exp as Timestamp,
-            jti: jti.into(),
+            jti,
         }
     }
 
@@ -667,11 +669,60 @@ fn resources(
         .map_err(|_| Refusal::Target(TargetRefusal::NoneCovered))
 }
 
+/// Random bytes for `jti`s, drawn from the system's generator a page at a time.
+const JTI_POOL: usize = 4096;
+
+thread_local! {
+    /// This thread's unused random bytes for `jti`s and how many of them are used.
+    static JTI_BYTES: std::cell::RefCell<([u8; JTI_POOL], usize)> =
+        const { std::cell::RefCell::new(([0; JTI_POOL], JTI_POOL)) };
+}
+
+/// A new token's `jti` (RFC 7519 section 4.1.7; RFC 9068 section 2.2 requires it): 128
+/// random bits in base64url. The bits come from aws-lc's generator, as every secret's do,
+/// but 256 `jti`s' worth at a time into a per-thread pool: one call per token cost about
+/// 2,400 instructions, most of them the generator's set-up rather than its output
+/// (BENCHMARKS.md, issue 31). A `jti` must be unique, not secret, and each pool's bytes are
+/// handed out once, to one thread.
+fn new_jti() -> Arc<str> {
+    let mut bits = [0u8; 16];
+    JTI_BYTES.with_borrow_mut(|(pool, used)| {
+        if *used == JTI_POOL {
+            aws_lc_rs::rand::fill(pool).expect("system random source");
+            *used = 0;
+        }
+        bits.copy_from_slice(&pool[*used..*used + 16]);
+        *used += 16;
+    });
+    let mut text = [0u8; 22];
+    let written = URL_SAFE_NO_PAD
+        .encode_slice(bits, &mut text)
+        .expect("16 bytes are 22 characters");
+    Arc::from(std::str::from_utf8(&text[..written]).expect("base64url is ASCII"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tessera_proto::claims::Audience;
     use tessera_proto::AccessTokenClaims;
+
+    #[test]
+    fn jtis_are_128_bit_base64url_and_unique_across_pool_refills() {
+        // Three pools' worth: every refill must give new bytes.
+        let n = 3 * JTI_POOL / 16 + 5;
+        let jtis: std::collections::HashSet<Arc<str>> = (0..n).map(|_| new_jti()).collect();
+        assert_eq!(jtis.len(), n);
+        for jti in &jtis {
+            let bits = URL_SAFE_NO_PAD.decode(jti.as_bytes()).unwrap();
+            assert_eq!(bits.len(), 16, "{jti}");
+        }
+        // Drawn on another thread, from that thread's own pool.
+        let other: Vec<Arc<str>> = std::thread::spawn(|| (0..300).map(|_| new_jti()).collect())
+            .join()
+            .unwrap();
+        assert!(other.iter().all(|jti| !jtis.contains(jti)));
+    }
 
     #[test]
     fn signed_claims_read_back_as_access_token_claims() {
