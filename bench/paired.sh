@@ -5,11 +5,13 @@
 # servers in turn, P times. Each turn's ratio to the floor compares runs seconds apart,
 # and the median of the P ratios is printed for each binary.
 #
-#   bench/paired.sh [--pairs P] [--seconds S] [--connections C] BIN...
+#   bench/paired.sh [--pairs P] [--seconds S] [--connections C] [--floor PATH] BIN...
 #
 # Defaults: 10 turns of 3 s at 32 connections, one client, the default log (on stderr, to a
 # file). The set-up is bench/one-client.sh's: one SQLite database that every Tessera
-# shares, its background work an hour apart. Needs wrk, jq, curl and taskset.
+# shares, its background work an hour apart. --floor: against this floor binary (say
+# `bench/pgo.sh --floor`'s) instead of this tree's release build. Needs wrk, jq, curl and
+# taskset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,12 +19,14 @@ pairs=10
 seconds=3
 connections=32
 bins=()
+floor=""
 while [ $# -gt 0 ]; do
 	case $1 in
 	--pairs) pairs=$2; shift ;;
 	--seconds) seconds=$2; shift ;;
 	--connections) connections=$2; shift ;;
-	-*) echo "usage: bench/paired.sh [--pairs P] [--seconds S] [--connections C] BIN..." >&2; exit 2 ;;
+	--floor) floor=$(realpath "$2"); shift ;;
+	-*) echo "usage: bench/paired.sh [--pairs P] [--seconds S] [--connections C] [--floor PATH] BIN..." >&2; exit 2 ;;
 	*) bins+=("$(realpath "$1")") ;;
 	esac
 	shift
@@ -32,9 +36,11 @@ for tool in wrk jq curl taskset; do
 	command -v "$tool" >/dev/null || { echo "bench/paired.sh needs $tool" >&2; exit 1; }
 done
 
-target_dir=${CARGO_TARGET_DIR:-target}
-cargo build --release -p tessera-bench-floor --bin floor --quiet
-floor=$(realpath "$target_dir/release/floor")
+if [ -z "$floor" ]; then
+	target_dir=${CARGO_TARGET_DIR:-target}
+	cargo build --release -p tessera-bench-floor --bin floor --quiet
+	floor=$(realpath "$target_dir/release/floor")
+fi
 
 bin=${bins[0]}
 # shellcheck source=bench/one-client.sh
@@ -81,6 +87,7 @@ load() {
 for url in "${urls[@]}"; do load "$url" 2 >/dev/null; done
 
 echo "paired tokens/s: $(date -u +%Y-%m-%dT%H:%M:%SZ), $pairs turns of ${seconds}s, $connections connections, server on core 0, wrk on core 1"
+echo "floor = $floor"
 for i in "${!bins[@]}"; do echo "tessera$((i + 1)) = ${bins[$i]}"; done
 declare -A ratios
 for turn in $(seq 1 "$pairs"); do
