@@ -69,6 +69,30 @@ profiles="$target/$dirs-profiles"
 rm -rf "$profiles"
 mkdir -p "$profiles"
 
+# started NAME PID [READY]: the URL server PID prints ("NAME listening on URL") in
+# $work/stdout, once printed and, with READY, once the server answers 200 at that path.
+started() {
+	local name=$1 pid=$2 ready=${3:-} url=""
+	for _ in $(seq 1 300); do
+		url=$(sed -n "s/^$name listening on //p" "$work/stdout" | head -n1)
+		if [ -n "$url" ] && { [ -z "$ready" ] ||
+			[ "$(curl -s -o /dev/null -w '%{http_code}' "$url$ready")" = 200 ]; }; then
+			echo "$url"
+			return
+		fi
+		kill -0 "$pid" 2>/dev/null || { cat "$work/stderr" >&2; return 1; }
+		sleep 0.1
+	done
+	echo "bench/pgo.sh: $name did not start" >&2
+	return 1
+}
+
+# load URL: the token load, for the seconds asked.
+load() {
+	wrk -t1 -c32 -d"${seconds}s" -s "$work/token.lua" "$1/connect/token" >"$work/wrk"
+	grep -E 'Requests/sec' "$work/wrk" >&2
+}
+
 # train BIN: the load and the other paths against `BIN serve`, stopped by SIGTERM (an
 # instrumented binary writes its profile as it exits).
 train() {
@@ -82,16 +106,8 @@ train() {
 		source bench/one-client.sh
 		"$bin" serve --config "$work/tessera.toml" >"$work/stdout" 2>"$work/stderr" &
 		server_pid=$!
-		url=""
-		for _ in $(seq 1 300); do
-			url=$(sed -n 's/^tessera listening on //p' "$work/stdout" | head -n1)
-			[ -n "$url" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" = 200 ] && break
-			kill -0 "$server_pid" 2>/dev/null || { cat "$work/stderr" >&2; exit 1; }
-			sleep 0.1
-		done
-		[ -n "$url" ] || { echo "bench/pgo.sh: the server did not start" >&2; exit 1; }
-		wrk -t1 -c32 -d"${seconds}s" -s "$work/token.lua" "$url/connect/token" >"$work/wrk"
-		grep -E 'Requests/sec' "$work/wrk" >&2
+		url=$(started tessera "$server_pid" /readyz)
+		load "$url"
 		form() { curl -s -o /dev/null -u "$1" -d "$2" "$url$3"; }
 		token=$(curl -s -u "$id:$secret" -d grant_type=client_credentials -d scope=news-api \
 			"$url/connect/token" | jq -r .access_token)
@@ -120,16 +136,8 @@ train_floor() {
 		source bench/one-client.sh
 		FLOOR_EXIT_ON_SIGTERM=1 "$server" 127.0.0.1:0 "$id" "$secret" >"$work/stdout" 2>"$work/stderr" &
 		server_pid=$!
-		url=""
-		for _ in $(seq 1 300); do
-			url=$(sed -n 's/^floor listening on //p' "$work/stdout" | head -n1)
-			[ -n "$url" ] && break
-			kill -0 "$server_pid" 2>/dev/null || { cat "$work/stderr" >&2; exit 1; }
-			sleep 0.1
-		done
-		[ -n "$url" ] || { echo "bench/pgo.sh: the floor did not start" >&2; exit 1; }
-		wrk -t1 -c32 -d"${seconds}s" -s "$work/token.lua" "$url/connect/token" >"$work/wrk"
-		grep -E 'Requests/sec' "$work/wrk" >&2
+		url=$(started floor "$server_pid")
+		load "$url"
 		kill -TERM "$server_pid"
 		wait "$server_pid" || true
 		server_pid=""

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Builds the Debian package and checks it, as CI does (docs/packaging.md):
-#   1. the locked release build (`cargo build --release --locked -p tessera`);
+#   1. the locked release build with profile-guided optimization (bench/pgo.sh: an
+#      instrumented build, trained on a real server's token load and its other paths, then
+#      `cargo build --release --locked -p tessera` with that profile), copied stripped to
+#      target/release/tessera, where cargo deb takes it from. It issues tokens 15 to 20%
+#      faster than the plain build (BENCHMARKS.md, issue 31). Needs llvm-profdata (Debian's
+#      llvm-19), wrk, jq and curl; `--no-pgo` builds the plain release instead;
 #   2. the manual pages and completions, written by that binary (assets.sh);
 #   3. `cargo deb --no-build` (pinned cargo-deb, installed by .ci/run when missing);
 #   4. its contents and control data (`dpkg-deb -c`, `dpkg-deb -I`): every file in place,
@@ -18,7 +23,11 @@ step() {
   echo "package: $name took $((SECONDS - started)) s" >&2
 }
 
-step "release build" cargo build --release --locked -p tessera
+if [ "${1:-}" = --no-pgo ]; then
+  step "release build" cargo build --release --locked -p tessera
+else
+  step "release build with PGO" bash bench/pgo.sh --out target/release/tessera
+fi
 step "manual pages and completions" bash deploy/debian/assets.sh target/release/tessera
 rm -f target/debian/tessera_*.deb
 step "cargo deb" cargo deb --no-build --locked >/dev/null
