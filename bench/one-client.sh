@@ -1,7 +1,7 @@
-# Sourced by bench/instructions.sh and bench/kernel.sh, with $bin set to the tessera binary:
-# a scratch directory $work (removed on exit, with the server $server_pid if one runs), a
-# SQLite database there with a signing key, the plan `bench` and one client on it ($id,
-# $secret), $work/tessera.toml, which serves that database on a free port with the
+# Sourced by bench/instructions.sh, kernel.sh, paired.sh and pgo.sh, with $bin set to the
+# tessera binary: a scratch directory $work (removed on exit, with the server $server_pid if
+# one runs), a SQLite database there with a signing key, the plan `bench` and one client on
+# it ($id, $secret), $work/tessera.toml, which serves that database on a free port with the
 # background work an hour apart, so that no timer fires during a measurement, and
 # $work/token.lua, a wrk script whose every request asks that client's token.
 

@@ -64,7 +64,8 @@ done
 
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 # A fixed place, so that the flags (which name it) stay the same and a second run reuses
-# the builds of the first.
+# the instrumented build of the first (the optimized one is built again: rustc lists the
+# profile among its inputs, and the profile is new).
 profiles="$target/$dirs-profiles"
 rm -rf "$profiles"
 mkdir -p "$profiles"

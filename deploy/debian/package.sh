@@ -3,8 +3,8 @@
 #   1. the locked release build with profile-guided optimization (bench/pgo.sh: an
 #      instrumented build, trained on a real server's token load and its other paths, then
 #      `cargo build --release --locked -p tessera` with that profile), copied stripped to
-#      target/release/tessera, where cargo deb takes it from. It issues tokens 15 to 20%
-#      faster than the plain build (BENCHMARKS.md, issue 31). Needs llvm-profdata (Debian's
+#      target/release/tessera, where cargo deb takes it from. It issues tokens about 10 to
+#      20% faster than the plain build (BENCHMARKS.md, issue 31). Needs llvm-profdata (Debian's
 #      llvm-19), wrk, jq and curl; `--no-pgo` builds the plain release instead;
 #   2. the manual pages and completions, written by that binary (assets.sh);
 #   3. `cargo deb --no-build` (pinned cargo-deb, installed by .ci/run when missing);
